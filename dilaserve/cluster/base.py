@@ -1,0 +1,101 @@
+"""The interface between the control plane and whatever runs the instances.
+
+The scheduler drives a :class:`Backend` (RayBackend: real model replicas; SimBackend:
+simulated ones) and never learns which. Calls are fire-and-forget; their outcomes come back
+as events through the sink given to :meth:`Backend.bind`, in the order they happen, each
+stamped with the backend's clock.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from dilaserve.engine.state import RequestState
+
+
+@dataclass(frozen=True)
+class InstanceSpec:
+    """One model instance: a TP group of ``tp`` GPUs on one node."""
+
+    instance_id: str
+    tp: int
+    node: int
+    gpus: tuple[int, ...]
+    max_batch_tokens: int
+
+    def __post_init__(self) -> None:
+        if len(self.gpus) != self.tp:
+            raise ValueError(f"instance {self.instance_id}: TP-{self.tp} needs {self.tp} GPUs, got {self.gpus}")
+
+
+@dataclass(frozen=True)
+class StepAssignment:
+    """One request in a submitted step, with the threshold to decode it at."""
+
+    state: RequestState
+    threshold: float
+
+
+# ------------------------------------------------------------------ backend events
+@dataclass(frozen=True)
+class StepFinished:
+    """An instance finished one denoising step over the batch it was given.
+
+    ``states`` are the requests' states after the step (the same objects for an in-process
+    backend, fresh copies for a remote one); the scheduler adopts them.
+    """
+
+    time: float
+    instance_id: str
+    states: tuple[RequestState, ...]
+
+
+@dataclass(frozen=True)
+class InstanceReady:
+    """A launched instance has loaded its model and accepts steps."""
+
+    time: float
+    instance_id: str
+
+
+@dataclass(frozen=True)
+class InstanceStopped:
+    time: float
+    instance_id: str
+
+
+BackendEvent = StepFinished | InstanceReady | InstanceStopped
+EventSink = Callable[[object], None]
+
+
+class Backend(abc.ABC):
+    """What the scheduler needs from a cluster of instances."""
+
+    @abc.abstractmethod
+    def bind(self, sink: EventSink) -> None:
+        """Deliver every later event (``BackendEvent``) to ``sink``."""
+
+    @abc.abstractmethod
+    def launch_instance(self, spec: InstanceSpec) -> None:
+        """Start an instance on ``spec.gpus``; report :class:`InstanceReady` when it can step."""
+
+    @abc.abstractmethod
+    def stop_instance(self, instance_id: str) -> None:
+        """Stop an idle instance and free its GPUs; report :class:`InstanceStopped`.
+
+        The scheduler only stops instances it has drained (no requests, no step in flight).
+        """
+
+    @abc.abstractmethod
+    def submit_step(self, instance_id: str, batch: Sequence[StepAssignment]) -> None:
+        """Run one denoising step over ``batch`` (the instance is idle); report :class:`StepFinished`."""
+
+    @abc.abstractmethod
+    def migrate(self, request_id: str, src: str, dst: str) -> None:
+        """Move a request's instance-local data (if any) from ``src`` to ``dst``.
+
+        Called between steps, before the request's next step is submitted to ``dst``. With
+        caching the scheduler migrates only before a recompute step, so no KV cache needs
+        to move; the request state itself travels with the next :meth:`submit_step`.
+        """

@@ -1,0 +1,59 @@
+"""Configuration of threshold selection and load control."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ControlConfig:
+    """How the controller picks each request's threshold.
+
+    Attributes:
+        thresholds: candidate confidence thresholds; any order, stored ascending.
+        fixed_threshold: the threshold used by fixed-threshold policies (the baselines use
+            0.9, the paper's default); must be one of ``thresholds``.
+        refresh_every_steps: re-predict a request's remaining steps every ``k`` of its
+            steps; in between, predictions are scaled by the share of masked tokens left.
+            Larger ``k`` saves predictor time (a per-token refresh costs ~20% of a step).
+        load_control_interval_s: re-run load control at most this often (seconds of
+            event time) on step events; arrivals always trigger it. Load control walks
+            every in-flight request, so running it on every step would dominate the loop.
+        capacity_batch_grid: how many batch sizes to try when computing an instance's
+            throughput with caching (its capacity is the best over batch sizes).
+    """
+
+    thresholds: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
+    fixed_threshold: float = 0.9
+    refresh_every_steps: int = 4
+    load_control_interval_s: float = 0.25
+    capacity_batch_grid: int = 64
+
+    def __post_init__(self) -> None:
+        thr = tuple(sorted(float(t) for t in self.thresholds))
+        object.__setattr__(self, "thresholds", thr)
+        if not thr:
+            raise ValueError("ControlConfig.thresholds is empty: give at least one threshold, e.g. (0.9,)")
+        if len(set(thr)) != len(thr):
+            raise ValueError(f"ControlConfig.thresholds has duplicates {thr}: list each threshold once")
+        if not all(0.0 < t <= 1.0 for t in thr):
+            raise ValueError(f"ControlConfig.thresholds {thr} must lie in (0, 1]: they are confidences")
+        if float(self.fixed_threshold) not in thr:
+            raise ValueError(
+                f"ControlConfig.fixed_threshold {self.fixed_threshold} is not a candidate threshold "
+                f"{thr}: add it to thresholds or pick one of them"
+            )
+        if self.refresh_every_steps < 1:
+            raise ValueError(
+                f"ControlConfig.refresh_every_steps={self.refresh_every_steps}: use 1 to refresh "
+                "predictions after every step, or a larger k to refresh less often"
+            )
+        if self.load_control_interval_s < 0:
+            raise ValueError(
+                f"ControlConfig.load_control_interval_s={self.load_control_interval_s} is negative: "
+                "use 0 to run load control on every event"
+            )
+        if self.capacity_batch_grid < 1:
+            raise ValueError("ControlConfig.capacity_batch_grid must be >= 1 (try 64)")
+
+    def index_of(self, threshold: float) -> int:
+        return self.thresholds.index(float(threshold))

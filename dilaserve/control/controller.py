@@ -1,0 +1,130 @@
+"""The threshold controller: admission, predictions, load control and threshold selection.
+
+Fixed-threshold policies (the baselines) use the same object with ``slo_aware=False``:
+every request then runs at ``ControlConfig.fixed_threshold`` and no predictor is called.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Optional, Sequence
+
+import numpy as np
+
+from dilaserve.control.config import ControlConfig
+from dilaserve.control.load import CapacityModel, RequestShape, remaining_time, request_load
+from dilaserve.control.load_control import cap_thresholds
+from dilaserve.control.predictions import PredictionCache
+from dilaserve.control.request import TrackedRequest
+from dilaserve.control.thresholds import allowed_below_cap, walk_thresholds
+from dilaserve.predict.base import StepPredictor
+from dilaserve.profile.types import LatencyProfile
+
+log = logging.getLogger(__name__)
+
+
+class ThresholdController:
+    def __init__(
+        self,
+        config: ControlConfig,
+        profile: LatencyProfile,
+        predictor: Optional[StepPredictor] = None,
+        *,
+        slo_aware: bool = True,
+        load_control: bool = True,
+        refresh_every_steps: Optional[int] = None,
+    ):
+        if slo_aware and predictor is None:
+            raise ValueError(
+                "an SLO-aware threshold controller needs a StepPredictor: pass one, or use a "
+                "fixed-threshold policy (slo_aware=False)"
+            )
+        self.config = config
+        self.profile = profile
+        self.slo_aware = slo_aware
+        self.load_control_on = slo_aware and load_control
+        self.thresholds = np.array(config.thresholds)
+        self.fixed_index = config.index_of(config.fixed_threshold)
+        self.capacity = CapacityModel(profile, config.capacity_batch_grid)
+        self.predictions = (
+            PredictionCache(predictor, config.thresholds, refresh_every_steps or config.refresh_every_steps)
+            if predictor is not None else None
+        )
+
+    # ---------------------------------------------------------------- admission
+    def admit(self, req: TrackedRequest, now: float) -> None:
+        """Set the allowed thresholds of a new request and predict its steps."""
+        t = len(self.thresholds)
+        allowed = self.thresholds >= req.min_threshold - 1e-12
+        if not allowed.any():
+            log.warning(
+                "request %s: quality floor %.3f is above every candidate threshold %s; "
+                "using the highest candidate", req.request_id, req.min_threshold, self.config.thresholds,
+            )
+            allowed[-1] = True
+        if req.slo_left(now) <= 0:
+            # Nothing can meet the SLO any more: finish as fast as possible rather than drop.
+            req.late_on_arrival = True
+            lo = int(np.argmax(allowed))
+            allowed = np.zeros(t, dtype=bool)
+            allowed[lo] = True
+            log.warning(
+                "request %s arrived %.3fs past its deadline; serving best-effort at threshold %.2f",
+                req.request_id, now - req.deadline, self.thresholds[lo],
+            )
+        req.allowed = allowed
+        req.cap_index = t - 1 - int(np.argmax(allowed[::-1]))
+        if not self.slo_aware:
+            req.threshold_index = self.fixed_index if allowed[self.fixed_index] else req.cap_index
+            return
+        req.threshold_index = req.cap_index
+        self.predictions.refresh([req])
+
+    def refresh(self, reqs: Sequence[TrackedRequest]) -> int:
+        """Re-predict the requests whose refresh is due (one batched call)."""
+        if self.predictions is None or not self.slo_aware:
+            return 0
+        return self.predictions.refresh_due(reqs)
+
+    # ------------------------------------------------------------ load control
+    def control_load(self, reqs: Sequence[TrackedRequest], instances: Sequence[tuple[int, int]], now: float) -> None:
+        """Cap every request's highest threshold so the worst-case load fits the cluster.
+
+        ``instances`` lists ``(tp, max_batch_tokens)`` of the instances accepting work.
+        Capacity is the cluster's throughput times the latest SLO time left in flight
+        (with one SLO for all, the newest request's full SLO, as in the paper).
+        """
+        if not self.load_control_on or not reqs:
+            return
+        order = sorted(reqs, key=TrackedRequest.sort_key)
+        shape = RequestShape.of(order)
+        load = request_load(PredictionCache.steps_left(order), shape)
+        allowed = np.stack([r.allowed for r in order])
+        horizon = max(0.0, max(r.slo_left(now) for r in order))
+        cache = None
+        if shape.use_cache.mean() >= 0.5:
+            cache = (int(np.median(shape.block_length)), int(round(shape.tokens.mean() / 16) * 16) or 16)
+        throughput = sum(self.capacity.throughput(tp, mb, cache) for tp, mb in instances if self.profile.has(tp))
+        caps = cap_thresholds(load, allowed, throughput * horizon)
+        for r, c in zip(order, caps.tolist()):
+            r.cap_index = c
+
+    # -------------------------------------------------------------- selection
+    def select(self, reqs: Sequence[TrackedRequest], tp: int, inst_tokens: float, inst_requests: int, now: float) -> None:
+        """Pick thresholds for requests placed on one TP-``tp`` instance."""
+        if not reqs:
+            return
+        if not self.slo_aware:
+            for r in reqs:
+                if r.allowed[self.fixed_index]:
+                    r.threshold_index = self.fixed_index
+            return
+        steps = PredictionCache.steps_left(reqs)
+        shape = RequestShape.of(reqs)
+        remaining = remaining_time(steps, shape, self.profile, tp, inst_tokens, inst_requests)
+        allowed = allowed_below_cap(np.stack([r.allowed for r in reqs]), np.array([r.cap_index for r in reqs]))
+        slo_left = np.array([r.slo_left(now) for r in reqs])
+        for r, j in zip(reqs, walk_thresholds(allowed, remaining, slo_left).tolist()):
+            r.threshold_index = j
+
+    def threshold(self, req: TrackedRequest) -> float:
+        return float(self.thresholds[req.threshold_index])

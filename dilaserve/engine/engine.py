@@ -1,0 +1,232 @@
+"""Per-instance denoising engine: batched, heterogeneous single steps.
+
+``step(batch, thresholds)`` advances each request in ``batch`` by exactly one
+denoising step. A batch may mix prompt lengths, blocks, thresholds and step
+kinds: recompute requests run together over their whole canvases (and refresh
+their K/V cache), cache-step requests run together over their current blocks
+only. The scheduler above decides *which* requests step together; the engine
+only makes one step cheap and exact.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from dilaserve.model.adapters import DiffusionLM, load_diffusion_lm
+
+from .state import RequestState, StepKind, conf_statistics, new_request
+from .unmask import select_commits
+
+DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "data" / "models" / "dila-tiny"
+
+
+@dataclass
+class StepResult:
+    """Outcome of one step for one request."""
+
+    request_id: str
+    kind: Optional[StepKind]
+    committed: int
+    finished: bool
+    error: Optional[str] = None
+
+
+@dataclass
+class Generation:
+    """A finished request as returned by :meth:`DenoisingEngine.generate`."""
+
+    request_id: str
+    text: str
+    token_ids: list
+    steps: int
+    recompute_steps: int
+    thresholds: list = field(default_factory=list)
+
+
+def check_threshold(threshold: float) -> Optional[str]:
+    """Error text for a threshold outside (0, 1], else None."""
+    if not isinstance(threshold, (int, float)) or math.isnan(threshold) or not 0.0 < threshold <= 1.0:
+        return f"threshold {threshold!r} is outside (0, 1]: pick a confidence threshold such as 0.9"
+    return None
+
+
+class DenoisingEngine:
+    """One model replica and the K/V caches of the requests it is decoding."""
+
+    def __init__(self, lm: DiffusionLM):
+        self.lm = lm
+        self._kv: dict[str, torch.Tensor] = {}  # request id -> (layers, 2, heads, T, head_dim)
+        self._ids = itertools.count()
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path = DEFAULT_CHECKPOINT, device: str = "cpu") -> "DenoisingEngine":
+        return cls(load_diffusion_lm(path, device=device))
+
+    # ------------------------------------------------------------ requests
+    @property
+    def tokenizer(self):
+        return self.lm.tokenizer
+
+    def encode(self, prompt: str) -> list[int]:
+        return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+    def new_request(
+        self, prompt: str | Sequence[int], gen_length: int, block_length: int = 32,
+        use_cache: bool = True, request_id: Optional[str] = None,
+    ) -> RequestState:
+        """Validate and build a request (raises ``ValueError`` with a fix on bad input)."""
+        ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        if not ids:
+            raise ValueError("the prompt is empty: send at least one token")
+        return new_request(
+            request_id or f"req-{next(self._ids)}-{uuid.uuid4().hex[:6]}", ids, gen_length, block_length,
+            self.lm.mask_id, self.lm.eos_id, use_cache=use_cache and self.lm.supports_cache,
+            max_context=self.lm.max_context,
+        )
+
+    def restore(self, blob: bytes) -> RequestState:
+        """Adopt a migrated request: its next step rebuilds the cache."""
+        state = RequestState.from_bytes(blob)
+        state.block_cached = False
+        return state
+
+    def release(self, request_id: str) -> None:
+        """Drop a request's cache (finished, cancelled or migrated away)."""
+        self._kv.pop(request_id, None)
+
+    @property
+    def cached_requests(self) -> int:
+        return len(self._kv)
+
+    def decode(self, state: RequestState) -> str:
+        return " ".join(self.tokenizer.convert_ids_to_tokens(state.answer_ids().tolist()))
+
+    # ---------------------------------------------------------------- step
+    def step(self, batch: Sequence[RequestState], thresholds: Sequence[float]) -> list[StepResult]:
+        """Run one denoising step for every request in ``batch``.
+
+        A request with a bad threshold, or one that is already finished, gets
+        a result with ``error`` set and is left untouched; the rest step.
+        """
+        if len(batch) != len(thresholds):
+            raise ValueError(f"{len(batch)} requests but {len(thresholds)} thresholds: pass one per request")
+        results: list[Optional[StepResult]] = [None] * len(batch)
+        recompute, cached = [], []
+        for i, (st, thr) in enumerate(zip(batch, thresholds)):
+            err = check_threshold(thr) if thr != math.inf else None
+            if err is None and st.finished:
+                err = f"request {st.request_id} is already finished"
+            if err is not None:
+                results[i] = StepResult(st.request_id, None, 0, st.finished, err)
+            elif st.use_cache and st.block_cached and st.request_id in self._kv:
+                cached.append(i)
+            else:
+                recompute.append(i)
+        if recompute:
+            self._run(batch, thresholds, recompute, StepKind.RECOMPUTE, results)
+        # cache steps need one block length per forward pass
+        for bl in sorted({batch[i].block_length for i in cached}):
+            self._run(batch, thresholds, [i for i in cached if batch[i].block_length == bl], StepKind.CACHE, results)
+        return results  # type: ignore[return-value]
+
+    def _run(self, batch, thresholds, idx: list[int], kind: StepKind, results: list) -> None:
+        states = [batch[i] for i in idx]
+        if kind is StepKind.RECOMPUTE:
+            block_logits = self._recompute(states)
+        else:
+            block_logits = self._cache_step(states)
+        conf, tokens = self._confidences(block_logits)
+        for j, (i, st) in enumerate(zip(idx, states)):
+            bl = st.block_length
+            masked = st.response[st.block_slice] == st.mask_id
+            c = conf[j, :bl]
+            pick = select_commits(c, masked, thresholds[i])
+            st.apply_step(st.block_start + pick, tokens[j, pick], thresholds[i], kind, conf_statistics(c[masked]))
+            if st.finished:
+                self.release(st.request_id)
+            results[i] = StepResult(st.request_id, kind, int(pick.size), st.finished)
+
+    def _confidences(self, logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        """Top-1 probability and token per block position; never predict mask/pad."""
+        logits = logits.float()
+        logits[..., self.lm.mask_id] = -math.inf
+        if self.lm.pad_id != self.lm.eos_id:
+            logits[..., self.lm.pad_id] = -math.inf
+        probs = torch.softmax(logits, dim=-1)
+        conf, tok = probs.max(dim=-1)
+        return conf.cpu().numpy(), tok.cpu().numpy()
+
+    def _recompute(self, states: list[RequestState]) -> torch.Tensor:
+        """Full pass; refresh caches; return logits of each current block (B, Lb_max, V)."""
+        dev = self.lm.device
+        T = max(s.num_tokens for s in states)
+        ids = torch.full((len(states), T), self.lm.pad_id, dtype=torch.long)
+        attn = torch.zeros(len(states), T, dtype=torch.bool)
+        for j, s in enumerate(states):
+            ids[j, : s.num_tokens] = torch.from_numpy(np.concatenate((s.prompt_ids, s.response)))
+            attn[j, : s.num_tokens] = True
+        want_kv = any(s.use_cache for s in states)
+        logits, kv = self.lm.full(ids.to(dev), attn.to(dev), return_kv=want_kv)
+        Lb = max(s.block_length for s in states)
+        out = torch.zeros(len(states), Lb, logits.shape[-1], dtype=logits.dtype, device=logits.device)
+        for j, s in enumerate(states):
+            start = s.prompt_len + s.block_start
+            out[j, : s.block_length] = logits[j, start : start + s.block_length]
+            if s.use_cache and kv is not None:
+                # (layers, 2, heads, T_j, head_dim), cloned so the batch tensor can be freed
+                self._kv[s.request_id] = torch.stack([torch.stack((k[j, :, : s.num_tokens], v[j, :, : s.num_tokens])) for k, v in kv]).clone()
+        return out
+
+    def _cache_step(self, states: list[RequestState]) -> torch.Tensor:
+        """Feed only the current blocks; attend to cached K/V outside them."""
+        dev = self.lm.device
+        B, Lb = len(states), states[0].block_length
+        S = max(s.num_tokens for s in states)
+        first = self._kv[states[0].request_id]
+        L, _, H, _, D = first.shape
+        past = torch.zeros(B, L, 2, H, S, D, dtype=first.dtype, device=first.device)
+        past_mask = torch.zeros(B, S, dtype=torch.bool)
+        ids = torch.empty(B, Lb, dtype=torch.long)
+        pos = torch.empty(B, Lb, dtype=torch.long)
+        for j, s in enumerate(states):
+            kvj = self._kv[s.request_id]
+            past[j, :, :, :, : kvj.shape[3]] = kvj
+            start = s.prompt_len + s.block_start
+            past_mask[j, : s.num_tokens] = True
+            past_mask[j, start : start + Lb] = False  # the block's own entries are stale
+            ids[j] = torch.from_numpy(s.response[s.block_slice])
+            pos[j] = torch.arange(start, start + Lb)
+        past_kv = [(past[:, l, 0], past[:, l, 1]) for l in range(L)]
+        return self.lm.block(ids.to(dev), pos.to(dev), past_kv, past_mask.to(dev))
+
+    # ------------------------------------------------------------ generate
+    def generate(
+        self, prompts: Sequence[str | Sequence[int]], threshold: float = 0.9, gen_length: int | Sequence[int] = 64,
+        block_length: int = 32, use_cache: bool = True, sequential: bool = False,
+    ) -> list[Generation]:
+        """Decode ``prompts`` to completion as one batch, built on :meth:`step`.
+
+        ``sequential=True`` commits exactly one token per step (the quality
+        reference a threshold is compared against).
+        """
+        err = check_threshold(threshold)
+        if err:
+            raise ValueError(err)
+        lengths = [gen_length] * len(prompts) if isinstance(gen_length, int) else list(gen_length)
+        states = [self.new_request(p, g, block_length, use_cache) for p, g in zip(prompts, lengths)]
+        thr = math.inf if sequential else threshold
+        active = list(states)
+        while active:
+            self.step(active, [thr] * len(active))
+            active = [s for s in active if not s.finished]
+        return [
+            Generation(s.request_id, self.decode(s), s.answer_ids().tolist(), s.steps_done, s.recompute_steps_done, list(s.thresholds_used))
+            for s in states
+        ]

@@ -1,0 +1,262 @@
+"""Per-request denoising state.
+
+A request's state between two steps is small: prompt ids, the response canvas,
+the current block, counters and the confidence statistics of the last step.
+It is plain numpy (no torch), so the control plane, the simulator and the
+serialiser can use it without loading a model. Migration ships exactly this
+object; the KV cache is *not* part of it and is rebuilt by the destination at
+the next recompute step.
+"""
+from __future__ import annotations
+
+import enum
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+#: Number of confidence statistics kept per step (min, q25, median, mean, q75).
+N_CONF_STATS = 5
+
+
+class StepKind(str, enum.Enum):
+    """What the next denoising step of a request costs.
+
+    RECOMPUTE runs the whole sequence and refreshes every layer's K/V;
+    CACHE feeds only the current block and attends to cached K/V.
+    """
+
+    RECOMPUTE = "recompute"
+    CACHE = "cache"
+
+
+@dataclass
+class RequestState:
+    """Everything needed to continue decoding a request on any engine.
+
+    ``response`` holds ``gen_length`` token ids; masked positions hold
+    ``mask_id``. Blocks of ``block_length`` are decoded left to right.
+    """
+
+    request_id: str
+    prompt_ids: np.ndarray
+    gen_length: int
+    block_length: int
+    mask_id: int
+    eos_id: int
+    use_cache: bool = True
+    response: np.ndarray = field(default=None)  # type: ignore[assignment]
+    block_index: int = 0
+    steps_done: int = 0
+    recompute_steps_done: int = 0
+    #: True once the current block has had its recompute step (its K/V cached).
+    block_cached: bool = False
+    finished: bool = False
+    thresholds_used: list = field(default_factory=list)
+    tokens_per_step: list = field(default_factory=list)
+    #: Confidence statistics of the last step over the masked positions of the
+    #: block it decoded (before committing). Zeros before the first step.
+    conf_stats: np.ndarray = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        self.prompt_ids = np.asarray(self.prompt_ids, dtype=np.int64)
+        if self.gen_length <= 0 or self.block_length <= 0:
+            raise ValueError(
+                f"gen_length ({self.gen_length}) and block_length ({self.block_length}) must be positive"
+            )
+        if self.gen_length % self.block_length:
+            raise ValueError(
+                f"block_length {self.block_length} does not divide gen_length {self.gen_length}: "
+                f"choose a gen_length that is a multiple of {self.block_length}"
+            )
+        if self.response is None:
+            self.response = np.full(self.gen_length, self.mask_id, dtype=np.int64)
+        else:
+            self.response = np.asarray(self.response, dtype=np.int64)
+        if self.conf_stats is None:
+            self.conf_stats = np.zeros(N_CONF_STATS, dtype=np.float64)
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def prompt_len(self) -> int:
+        return int(self.prompt_ids.shape[0])
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the request occupies in a batch (prompt + response canvas)."""
+        return self.prompt_len + self.gen_length
+
+    @property
+    def num_blocks(self) -> int:
+        return self.gen_length // self.block_length
+
+    @property
+    def block_start(self) -> int:
+        """Offset of the current block inside the response."""
+        return self.block_index * self.block_length
+
+    @property
+    def block_slice(self) -> slice:
+        return slice(self.block_start, self.block_start + self.block_length)
+
+    # -------------------------------------------------------------- progress
+    @property
+    def masked(self) -> np.ndarray:
+        return self.response == self.mask_id
+
+    @property
+    def num_unmasked(self) -> int:
+        return int(self.gen_length - self.masked.sum())
+
+    @property
+    def unmasked_in_block(self) -> int:
+        return int(self.block_length - (self.response[self.block_slice] == self.mask_id).sum())
+
+    @property
+    def next_kind(self) -> StepKind:
+        if self.use_cache and self.block_cached:
+            return StepKind.CACHE
+        return StepKind.RECOMPUTE
+
+    @property
+    def recompute_left_lower_bound(self) -> int:
+        """Recompute steps still certainly needed with caching: one per unstarted block."""
+        if self.finished:
+            return 0
+        return self.num_blocks - self.block_index - (1 if self.block_cached else 0)
+
+    def progress_features(self) -> np.ndarray:
+        """The 10 threshold-independent predictor features (DESIGN.md section 4).
+
+        Order: output length, steps done / output length, unmasked / output
+        length, block index / blocks, unmasked in block / block length, then
+        the five confidence statistics.
+        """
+        n = float(self.gen_length)
+        out = np.empty(5 + N_CONF_STATS, dtype=np.float64)
+        out[0] = n
+        out[1] = self.steps_done / n
+        out[2] = self.num_unmasked / n
+        out[3] = self.block_index / self.num_blocks
+        out[4] = self.unmasked_in_block / self.block_length
+        out[5:] = self.conf_stats
+        return out
+
+    # --------------------------------------------------------------- commits
+    def apply_step(
+        self,
+        positions: np.ndarray,
+        tokens: np.ndarray,
+        threshold: float,
+        kind: StepKind,
+        conf_stats: np.ndarray,
+    ) -> None:
+        """Record one finished step that committed ``tokens`` at response ``positions``.
+
+        Shared by the engine (real logits) and the simulator (replayed
+        outcomes), so both advance requests with the same bookkeeping: block
+        advance, end-of-sequence fill, step counters.
+        """
+        positions = np.asarray(positions, dtype=np.int64)
+        self.response[positions] = np.asarray(tokens, dtype=np.int64)
+        self.steps_done += 1
+        if kind is StepKind.RECOMPUTE:
+            self.recompute_steps_done += 1
+        self.block_cached = self.use_cache
+        self.thresholds_used.append(float(threshold))
+        self.tokens_per_step.append(int(positions.shape[0]))
+        self.conf_stats = np.asarray(conf_stats, dtype=np.float64)
+        self._settle()
+
+    def _settle(self) -> None:
+        """End the answer at a committed EOS and advance past completed blocks."""
+        masked = self.masked
+        eos = np.flatnonzero(self.response == self.eos_id)
+        if eos.size:
+            first = int(eos[0])
+            # The answer is over once everything before its first EOS is committed:
+            # the rest of the canvas becomes padding (EOS), as LLaDA's canvas does.
+            if not masked[:first].any():
+                self.response[first:] = self.eos_id
+                self.finished = True
+                return
+        while self.block_index < self.num_blocks and not masked[self.block_slice].any():
+            self.block_index += 1
+            self.block_cached = False
+        if self.block_index >= self.num_blocks:
+            self.finished = True
+            self.block_index = self.num_blocks - 1
+
+    def answer_ids(self) -> np.ndarray:
+        """Committed response tokens up to (not including) the first EOS."""
+        eos = np.flatnonzero(self.response == self.eos_id)
+        end = int(eos[0]) if eos.size else self.gen_length
+        return self.response[:end]
+
+    # ------------------------------------------------------------- migration
+    _ARRAYS = ("prompt_ids", "response", "conf_stats")
+
+    def to_bytes(self) -> bytes:
+        """Serialise for migration: a JSON header followed by the raw arrays."""
+        header = {
+            k: getattr(self, k)
+            for k in (
+                "request_id", "gen_length", "block_length", "mask_id", "eos_id", "use_cache",
+                "block_index", "steps_done", "recompute_steps_done", "block_cached", "finished",
+                "thresholds_used", "tokens_per_step",
+            )
+        }
+        header["arrays"] = {}
+        payload = b""
+        for name in self._ARRAYS:
+            arr = np.ascontiguousarray(getattr(self, name))
+            header["arrays"][name] = [str(arr.dtype), len(payload), arr.nbytes, list(arr.shape)]
+            payload += arr.tobytes()
+        head = json.dumps(header).encode()
+        return struct.pack("<I", len(head)) + head + payload
+
+    @classmethod
+    def from_bytes(cls, blob: bytes) -> "RequestState":
+        (n,) = struct.unpack_from("<I", blob)
+        header = json.loads(blob[4 : 4 + n])
+        body = memoryview(blob)[4 + n :]
+        arrays = {
+            name: np.frombuffer(body[off : off + size], dtype=dtype).reshape(shape).copy()
+            for name, (dtype, off, size, shape) in header.pop("arrays").items()
+        }
+        return cls(**header, **arrays)
+
+
+def conf_statistics(confidences: np.ndarray) -> np.ndarray:
+    """min, q25, median, mean, q75 of a 1-D array of confidences."""
+    c = np.asarray(confidences, dtype=np.float64)
+    if c.size == 0:
+        return np.zeros(N_CONF_STATS)
+    q = np.quantile(c, [0.0, 0.25, 0.5, 0.75])
+    return np.array([q[0], q[1], q[2], c.mean(), q[3]])
+
+
+def new_request(
+    request_id: str,
+    prompt_ids,
+    gen_length: int,
+    block_length: int,
+    mask_id: int,
+    eos_id: int,
+    use_cache: bool = True,
+    max_context: Optional[int] = None,
+) -> RequestState:
+    """Build a fresh request, checking it against the model's context limit."""
+    state = RequestState(
+        request_id=request_id, prompt_ids=prompt_ids, gen_length=gen_length,
+        block_length=block_length, mask_id=mask_id, eos_id=eos_id, use_cache=use_cache,
+    )
+    if max_context is not None and state.num_tokens > max_context:
+        raise ValueError(
+            f"request {request_id!r} needs {state.num_tokens} tokens (prompt {state.prompt_len} + "
+            f"gen_length {gen_length}) but the model's context limit is {max_context}: "
+            "shorten the prompt or lower gen_length"
+        )
+    return state

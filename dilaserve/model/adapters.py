@@ -1,0 +1,123 @@
+"""Uniform access to diffusion LMs: the embedded model and real checkpoints.
+
+The engine talks to a :class:`DiffusionLM`. It hides three differences:
+
+* the embedded model supports the dual KV cache; LLaDA and Dream checkpoints
+  loaded through ``trust_remote_code`` do not expose it, so the engine falls
+  back to recompute-every-step for them;
+* mask ids differ (LLaDA 126336, Dream 151666, ours from the tokenizer);
+* Dream predicts token i from position i-1, so its logits shift right by one.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+from .modeling import DiLaForMaskedDiffusion, KVCache
+
+#: Known families: model_type (lower case) -> (mask id, logit shift).
+KNOWN_FAMILIES = {"llada": (126336, False), "dream": (151666, True)}
+
+
+class CheckpointError(ValueError):
+    """A checkpoint path that cannot be loaded, with what to do about it."""
+
+
+@dataclass
+class DiffusionLM:
+    """A loaded model plus the ids and capabilities the engine needs."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    mask_id: int
+    eos_id: int
+    pad_id: int
+    max_context: int
+    supports_cache: bool
+    logit_shift: bool = False
+    name: str = "model"
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @torch.no_grad()
+    def full(self, ids: torch.Tensor, attn: torch.Tensor, return_kv: bool) -> tuple[torch.Tensor, Optional[KVCache]]:
+        """Recompute pass over whole canvases: logits (B, T, V) and optionally K/V."""
+        if self.supports_cache:
+            out = self.model(ids, attention_mask=attn, return_kv=return_kv)
+            return out.logits, out.kv
+        logits = self.model(input_ids=ids, attention_mask=attn.long()).logits
+        if self.logit_shift:
+            logits = torch.cat((logits[:, :1], logits[:, :-1]), dim=1)
+        return logits, None
+
+    @torch.no_grad()
+    def block(self, ids, positions, past_kv: KVCache, past_mask) -> torch.Tensor:
+        """Cache step over the current blocks only: logits (B, Lb, V)."""
+        ones = torch.ones_like(ids, dtype=torch.bool)
+        return self.model(ids, attention_mask=ones, position_ids=positions, past_kv=past_kv, past_mask=past_mask).logits
+
+
+def _check_path(path: Path) -> None:
+    if not path.is_dir():
+        raise CheckpointError(
+            f"checkpoint folder {str(path)!r} does not exist: pass a local folder made by save_pretrained "
+            "(the embedded default lives in data/models/dila-tiny)"
+        )
+    if not (path / "config.json").is_file():
+        raise CheckpointError(f"{str(path)!r} has no config.json: it is not a Hugging Face checkpoint folder")
+
+
+def load_diffusion_lm(path: str | Path, device: str = "cpu", dtype: Optional[torch.dtype] = None) -> DiffusionLM:
+    """Load a checkpoint folder: the embedded model, LLaDA, Dream, or any HF masked LM.
+
+    Never touches a model hub: ``path`` must be a local folder.
+    """
+    import dilaserve.model  # noqa: F401  registers the embedded model with Auto classes
+
+    path = Path(path)
+    _check_path(path)
+    try:
+        raw = json.loads((path / "config.json").read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}/config.json is not valid JSON ({e}): the checkpoint is corrupt") from e
+    model_type = str(raw.get("model_type", "")).lower()
+    try:
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True, local_files_only=True)
+        if model_type == "dila":
+            model = DiLaForMaskedDiffusion.from_pretrained(path, local_files_only=True)
+            mask_id, shift, cache = model.config.mask_token_id, False, True
+            max_ctx = model.config.max_position_embeddings
+        else:
+            cfg = AutoConfig.from_pretrained(path, trust_remote_code=True, local_files_only=True)
+            family = next((f for f in KNOWN_FAMILIES if f in model_type), None)
+            if family is not None:
+                mask_id, shift = KNOWN_FAMILIES[family]
+                model = AutoModel.from_pretrained(path, trust_remote_code=True, local_files_only=True, torch_dtype=dtype)
+            else:
+                # A generic masked LM (used by tests with a tiny random model).
+                if tok.mask_token_id is None:
+                    raise CheckpointError(f"{path}: tokenizer has no mask token, so it cannot denoise")
+                mask_id, shift = tok.mask_token_id, False
+                model = AutoModelForMaskedLM.from_pretrained(path, local_files_only=True, torch_dtype=dtype)
+            cache = False
+            max_ctx = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "max_sequence_length", 4096))
+    except CheckpointError:
+        raise
+    except Exception as e:  # corrupt weights, missing files, unsupported architecture
+        raise CheckpointError(f"could not load checkpoint {str(path)!r}: {type(e).__name__}: {e}") from e
+    model.eval().to(device)
+    if dtype is not None:
+        model.to(dtype)
+    eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+    return DiffusionLM(
+        model=model, tokenizer=tok, mask_id=int(mask_id), eos_id=int(eos), pad_id=int(pad),
+        max_context=max_ctx, supports_cache=cache, logit_shift=shift, name=path.name,
+    )

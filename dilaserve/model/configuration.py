@@ -1,0 +1,55 @@
+"""Configuration of the embedded masked-diffusion transformer."""
+from __future__ import annotations
+
+from transformers import PretrainedConfig
+
+
+class DiLaConfig(PretrainedConfig):
+    """Hyperparameters of :class:`DiLaForMaskedDiffusion`.
+
+    Args:
+        vocab_size: size of the token vocabulary (tokenizer included).
+        hidden_size: width of the residual stream.
+        num_layers: transformer blocks.
+        num_heads: attention heads; must divide ``hidden_size``.
+        intermediate_size: width of the SwiGLU MLP.
+        max_position_embeddings: longest canvas (prompt + generation) the
+            rotary tables are built for; the engine rejects longer requests.
+        rope_theta: rotary base.
+        mask_token_id / pad_token_id / eos_token_id: reserved ids.
+    """
+
+    model_type = "dila"
+
+    def __init__(
+        self,
+        vocab_size: int = 64,
+        hidden_size: int = 128,
+        num_layers: int = 4,
+        num_heads: int = 4,
+        intermediate_size: int = 384,
+        max_position_embeddings: int = 256,
+        rope_theta: float = 10000.0,
+        rms_norm_eps: float = 1e-5,
+        initializer_range: float = 0.02,
+        mask_token_id: int = 1,
+        pad_token_id: int = 0,
+        eos_token_id: int = 2,
+        **kwargs,
+    ):
+        if hidden_size % num_heads:
+            raise ValueError(
+                f"num_heads ({num_heads}) must divide hidden_size ({hidden_size}); "
+                "pick e.g. hidden_size=128 with num_heads=4"
+            )
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.num_heads = num_heads
+        self.intermediate_size = intermediate_size
+        self.max_position_embeddings = max_position_embeddings
+        self.rope_theta = rope_theta
+        self.rms_norm_eps = rms_norm_eps
+        self.initializer_range = initializer_range
+        self.mask_token_id = mask_token_id
+        super().__init__(pad_token_id=pad_token_id, eos_token_id=eos_token_id, **kwargs)

@@ -1,0 +1,174 @@
+"""Train the embedded masked-diffusion model on the synthetic task suite.
+
+    python -m dilaserve.model.train --out data/checkpoints/my-run --max-minutes 30
+
+Objective (masked diffusion, as LLaDA's SFT): draw a mask ratio t ~ U(eps, 1)
+per example, mask each *response* token with probability t, and take the
+cross-entropy on masked tokens weighted by 1/t, normalised by the response
+length. The prompt is never masked. Training answers are random valid
+answers (shuffled items, sampled forms), so the model learns the genuinely
+multi-modal answer distribution that makes low thresholds risky.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from dilaserve.tasks import TASKS, Task
+
+from .configuration import DiLaConfig
+from .modeling import DiLaForMaskedDiffusion
+from .tokenizer import build_tokenizer
+
+
+@dataclass
+class TrainConfig:
+    """Training hyperparameters (each is a ``--kebab-case`` flag)."""
+
+    out: str = "data/checkpoints/run"
+    """Folder the checkpoint (weights, config, tokenizer, train log) is written to."""
+    max_steps: int = 8000
+    """Optimizer steps; the cosine schedule spans them."""
+    max_minutes: float = 45.0
+    """Wall-clock budget; training stops early (and saves) when it runs out."""
+    batch_size: int = 64
+    lr: float = 1e-3
+    warmup_steps: int = 200
+    weight_decay: float = 0.01
+    eps: float = 1e-3
+    """Lower bound of the mask ratio t."""
+    seed: int = 0
+    save_every_minutes: float = 5.0
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    intermediate_size: int = 384
+    max_position_embeddings: int = 256
+    tasks: list = field(default_factory=lambda: sorted(TASKS))
+    """Task names to train on."""
+
+
+def make_batch(tasks: list[Task], tok, batch_size: int, rng: random.Random, gen: torch.Generator, eps: float):
+    """One training batch of a single task and generation length (little padding)."""
+    task = rng.choice(tasks)
+    size = rng.choice(task.sizes)
+    target_len = task.sample(rng, size).gen_length
+    sizes = [s for s in task.sizes if task.sample(random.Random(0), s).gen_length == target_len]
+    prompts, responses = [], []
+    eos = tok.eos_token_id
+    for _ in range(batch_size):
+        inst = task.sample(rng, rng.choice(sizes))
+        ans = tok.convert_tokens_to_ids(task.sample_answer(inst, rng))
+        prompts.append(tok.convert_tokens_to_ids(inst.prompt.split()))
+        responses.append(ans + [eos] * (inst.gen_length - len(ans)))
+    plen = max(len(p) for p in prompts)
+    T = plen + target_len
+    ids = torch.full((batch_size, T), tok.pad_token_id, dtype=torch.long)
+    attn = torch.zeros(batch_size, T, dtype=torch.bool)
+    is_resp = torch.zeros(batch_size, T, dtype=torch.bool)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        ids[i, : len(p)] = torch.tensor(p)
+        ids[i, len(p) : len(p) + len(r)] = torch.tensor(r)
+        attn[i, : len(p) + len(r)] = True
+        is_resp[i, len(p) : len(p) + len(r)] = True
+    t = eps + (1 - eps) * torch.rand(batch_size, 1, generator=gen)
+    masked = (torch.rand(batch_size, T, generator=gen) < t) & is_resp
+    noisy = torch.where(masked, torch.full_like(ids, tok.mask_token_id), ids)
+    return noisy, attn, ids, masked, t, target_len
+
+
+def masked_diffusion_loss(logits, targets, masked, t, gen_length: int) -> torch.Tensor:
+    ce = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
+    return ((ce * masked / t).sum(dim=1) / gen_length).mean()
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    frac = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
+    return cfg.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
+def save_checkpoint(model, tok, cfg: TrainConfig, log: dict) -> Path:
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    (out / "train_log.json").write_text(json.dumps({"config": asdict(cfg), **log}, indent=2))
+    return out
+
+
+def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusion, dict]:
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    tok = build_tokenizer()
+    mcfg = DiLaConfig(
+        vocab_size=len(tok), hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
+        intermediate_size=cfg.intermediate_size, max_position_embeddings=cfg.max_position_embeddings,
+        mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+    )
+    model = DiLaForMaskedDiffusion(mcfg)
+    tasks = [TASKS[n] for n in cfg.tasks]
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
+    start = last_save = time.time()
+    losses: list[float] = []
+    log: dict = {"losses": []}
+    bar = tqdm(range(cfg.max_steps), disable=not progress, desc="train", mininterval=5)
+    step = 0
+    for step in bar:
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg)
+        noisy, attn, targets, masked, t, gl = make_batch(tasks, tok, cfg.batch_size, rng, gen, cfg.eps)
+        logits = model(noisy, attention_mask=attn).logits
+        loss = masked_diffusion_loss(logits, targets, masked, t, gl)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if step % 50 == 0:
+            avg = sum(losses[-50:]) / len(losses[-50:])
+            bar.set_postfix(loss=f"{avg:.4f}", lr=f"{lr_at(step, cfg):.2e}")
+            log["losses"].append([step, round(avg, 5)])
+        elapsed = time.time() - start
+        if time.time() - last_save > cfg.save_every_minutes * 60:
+            save_checkpoint(model, tok, cfg, {**log, "steps": step + 1, "minutes": elapsed / 60})
+            last_save = time.time()
+        if elapsed > cfg.max_minutes * 60:
+            break
+    log.update(steps=step + 1, minutes=round((time.time() - start) / 60, 2))
+    save_checkpoint(model, tok, cfg, log)
+    return model, log
+
+
+def parse_args(argv=None) -> TrainConfig:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    defaults = TrainConfig()
+    for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        default = getattr(defaults, f.name)
+        if isinstance(default, list):
+            p.add_argument(flag, nargs="+", default=default)
+        else:
+            p.add_argument(flag, type=type(default), default=default)
+    return TrainConfig(**vars(p.parse_args(argv)))
+
+
+def main(argv=None) -> None:
+    cfg = parse_args(argv)
+    _, log = train(cfg)
+    print(json.dumps({"out": cfg.out, "steps": log["steps"], "minutes": log["minutes"], "final_loss": log["losses"][-1][1]}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""The 11 step-predictor features (DESIGN.md section 4), built in one batch."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+FEATURE_NAMES: tuple[str, ...] = (
+    "threshold",
+    "output_length",
+    "steps_ratio",          # steps done / output length
+    "unmasked_ratio",       # unmasked / output length
+    "block_ratio",          # block index / blocks
+    "block_unmasked_ratio", # unmasked in block / block length
+    "conf_min",
+    "conf_q25",
+    "conf_median",
+    "conf_mean",
+    "conf_q75",
+)
+
+
+def feature_matrix(progress: np.ndarray, thresholds: Sequence[float]) -> np.ndarray:
+    """Cross requests with thresholds: rows are request-major.
+
+    ``progress`` is (n_requests, 10) from ``RequestState.progress_features``;
+    the result is (n_requests * n_thresholds, 11), so one predictor call
+    covers every request at every threshold.
+    """
+    progress = np.atleast_2d(np.asarray(progress, dtype=np.float64))
+    thr = np.asarray(thresholds, dtype=np.float64)
+    n, t = progress.shape[0], thr.shape[0]
+    out = np.empty((n * t, len(FEATURE_NAMES)), dtype=np.float64)
+    out[:, 0] = np.tile(thr, n)
+    out[:, 1:] = np.repeat(progress, t, axis=0)
+    return out

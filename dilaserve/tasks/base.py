@@ -1,0 +1,81 @@
+"""Synthetic tasks with verifiable answers.
+
+Each task instance has a prompt and a *set* of valid answers: items may come
+in any order and some items have alternative forms. That is where the
+speed-quality trade-off of parallel decoding comes from. Committing many
+uncertain positions in one step can mix incompatible answers (an item twice,
+another missing, half of one form and half of another), while a
+one-token-per-step decode never does. Graders accept every valid answer.
+"""
+from __future__ import annotations
+
+import abc
+import math
+import random
+from dataclasses import dataclass
+
+BLOCK_LENGTH = 32
+
+
+@dataclass(frozen=True)
+class TaskInstance:
+    task: str
+    prompt: str
+    #: Canonical items of the answer (each item a tuple of tokens); the order
+    #: of items is free, and ``alternatives`` lists other valid forms per item.
+    items: tuple[tuple[str, ...], ...]
+    alternatives: tuple[tuple[tuple[str, ...], ...], ...]
+    #: Probability of each form in training answers (parallel to alternatives).
+    form_probs: tuple[tuple[float, ...], ...]
+    gen_length: int
+
+    @property
+    def answer_length(self) -> int:
+        """Tokens in every valid answer (all forms have the same length)."""
+        return sum(len(i) for i in self.items)
+
+
+def gen_length_for(answer_tokens: int, block_length: int = BLOCK_LENGTH) -> int:
+    """Smallest whole number of blocks that holds the answer and one EOS."""
+    return block_length * math.ceil((answer_tokens + 1) / block_length)
+
+
+class Task(abc.ABC):
+    """A family of instances: sampling, a random valid answer, and grading."""
+
+    name: str
+
+    @abc.abstractmethod
+    def sample(self, rng: random.Random, size: int | None = None) -> TaskInstance:
+        """Draw an instance; ``size`` (number of items) is random when None."""
+
+    @property
+    @abc.abstractmethod
+    def sizes(self) -> range:
+        """Allowed numbers of items."""
+
+    def sample_answer(self, inst: TaskInstance, rng: random.Random) -> list[str]:
+        """A random valid answer: items shuffled, each form drawn by weight."""
+        order = list(range(len(inst.items)))
+        rng.shuffle(order)
+        out: list[str] = []
+        for i in order:
+            forms = inst.alternatives[i]
+            out.extend(rng.choices(forms, weights=inst.form_probs[i])[0])
+        return out
+
+    def grade(self, inst: TaskInstance, answer: str | list[str]) -> bool:
+        """True iff ``answer`` is some order of the items, each in a valid form."""
+        toks = answer.split() if isinstance(answer, str) else list(answer)
+        remaining = list(range(len(inst.items)))
+        pos = 0
+        while pos < len(toks):
+            for k, i in enumerate(remaining):
+                match = next((f for f in inst.alternatives[i] if tuple(toks[pos : pos + len(f)]) == f), None)
+                if match is not None:
+                    pos += len(match)
+                    remaining.pop(k)
+                    break
+            else:
+                return False
+        return not remaining
