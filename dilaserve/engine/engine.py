@@ -101,9 +101,8 @@ class DenoisingEngine:
         """Drop a request's cache (finished, cancelled or migrated away)."""
         self._kv.pop(request_id, None)
 
-    @property
-    def cached_requests(self) -> int:
-        return len(self._kv)
+    def has_cache(self, request_id: str) -> bool:
+        return request_id in self._kv
 
     def decode(self, state: RequestState) -> str:
         return " ".join(self.tokenizer.convert_ids_to_tokens(state.answer_ids().tolist()))

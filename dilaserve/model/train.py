@@ -107,17 +107,21 @@ def save_checkpoint(model, tok, cfg: TrainConfig, log: dict) -> Path:
     return out
 
 
+def build_model(cfg: TrainConfig, tok) -> DiLaForMaskedDiffusion:
+    """A freshly initialised model sized by ``cfg`` for the tokenizer ``tok``."""
+    return DiLaForMaskedDiffusion(DiLaConfig(
+        vocab_size=len(tok), hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
+        intermediate_size=cfg.intermediate_size, max_position_embeddings=cfg.max_position_embeddings,
+        mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+    ))
+
+
 def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusion, dict]:
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     tok = build_tokenizer()
-    mcfg = DiLaConfig(
-        vocab_size=len(tok), hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
-        intermediate_size=cfg.intermediate_size, max_position_embeddings=cfg.max_position_embeddings,
-        mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-    )
-    model = DiLaForMaskedDiffusion(mcfg)
+    model = build_model(cfg, tok)
     tasks = [TASKS[n] for n in cfg.tasks]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     start = last_save = time.time()

@@ -1,0 +1,36 @@
+"""Helpers shared by the benchmarks: a machine description and JSON output."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+
+
+def machine_info() -> dict:
+    """Describe the host so numbers from different machines are not compared blindly."""
+    info = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "python": platform.python_version()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), None)
+        if model:
+            info["cpu"] = model
+    except OSError:
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return info
+
+
+def emit(result: dict, as_json: bool) -> None:
+    """Print a readable summary unless ``as_json``; the last line is always the JSON object."""
+    if not as_json:
+        for k, v in result.items():
+            print(f"{k}: {v}")
+    print(json.dumps(result))

@@ -1,0 +1,61 @@
+import numpy as np
+import pytest
+
+from dilaserve.engine.state import RequestState, StepKind, new_request
+
+MASK, EOS = 1, 2
+
+
+def make(gen=64, bl=32, cache=True):
+    return new_request("r", [10, 11, 12], gen, bl, MASK, EOS, use_cache=cache)
+
+
+def test_block_advance_and_step_kinds():
+    s = make()
+    assert s.next_kind is StepKind.RECOMPUTE and s.recompute_left_lower_bound == 2
+    s.apply_step(np.arange(0, 16), np.full(16, 20), 0.9, StepKind.RECOMPUTE, np.zeros(5))
+    assert s.next_kind is StepKind.CACHE and s.block_index == 0 and s.recompute_left_lower_bound == 1
+    s.apply_step(np.arange(16, 32), np.full(16, 21), 0.7, StepKind.CACHE, np.ones(5))
+    assert s.block_index == 1 and s.next_kind is StepKind.RECOMPUTE
+    assert s.steps_done == 2 and s.recompute_steps_done == 1 and s.thresholds_used == [0.9, 0.7]
+    assert s.tokens_per_step == [16, 16]
+
+
+def test_without_cache_every_step_recomputes():
+    s = make(cache=False)
+    s.apply_step(np.arange(4), np.full(4, 20), 0.9, StepKind.RECOMPUTE, np.zeros(5))
+    assert s.next_kind is StepKind.RECOMPUTE
+
+
+def test_eos_ends_the_answer_once_prefix_is_committed():
+    s = make()
+    s.apply_step(np.array([3]), np.array([EOS]), 0.9, StepKind.RECOMPUTE, np.zeros(5))
+    assert not s.finished  # positions before the EOS are still masked
+    s.apply_step(np.arange(3), np.array([20, 21, 22]), 0.9, StepKind.CACHE, np.zeros(5))
+    assert s.finished
+    assert (s.response[3:] == EOS).all() and s.answer_ids().tolist() == [20, 21, 22]
+
+
+def test_features_and_serialisation_roundtrip():
+    s = make()
+    s.apply_step(np.arange(8), np.full(8, 20), 0.8, StepKind.RECOMPUTE, np.array([0.1, 0.2, 0.3, 0.4, 0.5]))
+    f = s.progress_features()
+    assert f.tolist() == [64, 1 / 64, 8 / 64, 0.0, 8 / 32, 0.1, 0.2, 0.3, 0.4, 0.5]
+    blob = s.to_bytes()
+    assert len(blob) < 64 * 1024
+    r = RequestState.from_bytes(blob)
+    assert r.request_id == s.request_id and (r.response == s.response).all() and r.thresholds_used == [0.8]
+    assert (r.progress_features() == f).all()
+
+
+@pytest.mark.parametrize(
+    "gen,bl,match", [(50, 32, "does not divide"), (0, 32, "must be positive")]
+)
+def test_bad_lengths_explain_the_fix(gen, bl, match):
+    with pytest.raises(ValueError, match=match):
+        make(gen, bl)
+
+
+def test_context_limit():
+    with pytest.raises(ValueError, match="context limit is 40"):
+        new_request("r", list(range(20)), 32, 32, MASK, EOS, max_context=40)

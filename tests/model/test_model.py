@@ -1,0 +1,56 @@
+import random
+
+import torch
+
+from dilaserve.model import DiLaForMaskedDiffusion
+from dilaserve.model.tokenizer import build_tokenizer
+from dilaserve.model.train import TrainConfig, build_model, make_batch, masked_diffusion_loss, train
+from dilaserve.tasks import TASKS
+
+
+def test_tokenizer_roundtrip_and_specials(tmp_path):
+    tok = build_tokenizer()
+    tok.save_pretrained(tmp_path)
+    from transformers import AutoTokenizer
+
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    ids = loaded("arith : 3 + 4 - 2", add_special_tokens=False)["input_ids"]
+    assert loaded.convert_ids_to_tokens(ids) == "arith : 3 + 4 - 2".split()
+    assert {loaded.mask_token, loaded.pad_token, loaded.eos_token} == {"[MASK]", "[PAD]", "[EOS]"}
+    assert len({loaded.mask_token_id, loaded.pad_token_id, loaded.eos_token_id}) == 3
+
+
+def test_save_and_load_pretrained(tiny_checkpoint):
+    m = DiLaForMaskedDiffusion.from_pretrained(tiny_checkpoint)
+    assert (tiny_checkpoint / "model.safetensors").exists()
+    ids = torch.randint(4, 40, (1, 20))
+    a = m(ids).logits
+    b = DiLaForMaskedDiffusion.from_pretrained(tiny_checkpoint)(ids).logits
+    torch.testing.assert_close(a, b)
+
+
+def test_attention_is_bidirectional(tiny_checkpoint):
+    m = DiLaForMaskedDiffusion.from_pretrained(tiny_checkpoint)
+    ids = torch.randint(4, 40, (1, 12))
+    changed = ids.clone()
+    changed[0, -1] = (ids[0, -1] + 1) % 40 + 4
+    assert not torch.allclose(m(ids).logits[0, 0], m(changed).logits[0, 0]), "early positions see later tokens"
+
+
+def test_short_training_lowers_the_loss(tmp_path):
+    cfg = TrainConfig(out=str(tmp_path / "ck"), max_steps=60, batch_size=16, hidden_size=32, num_layers=2,
+                      num_heads=2, intermediate_size=64, warmup_steps=5, lr=3e-3, max_minutes=2)
+    tok = build_tokenizer()
+    gen = torch.Generator().manual_seed(5)
+    batches = [make_batch([TASKS["list"]], tok, 32, random.Random(i), gen, 1e-3) for i in range(3)]
+
+    def held_out_loss(model):
+        with torch.no_grad():
+            return sum(masked_diffusion_loss(model(n, attention_mask=a).logits, y, m, t, g).item() for n, a, y, m, t, g in batches)
+
+    torch.manual_seed(cfg.seed)
+    before = held_out_loss(build_model(cfg, tok))  # the same initial weights train() starts from
+    model, log = train(cfg, progress=False)
+    after = held_out_loss(model)
+    assert after < 0.8 * before
+    assert (tmp_path / "ck" / "model.safetensors").exists() and (tmp_path / "ck" / "train_log.json").exists()

@@ -1,0 +1,59 @@
+import random
+
+import pytest
+
+from dilaserve.tasks import BLOCK_LENGTH, TASKS, get_task, task_suite
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_every_sampled_answer_is_accepted(name):
+    task, rng = TASKS[name], random.Random(0)
+    for _ in range(200):
+        inst = task.sample(rng)
+        ans = task.sample_answer(inst, rng)
+        assert task.grade(inst, ans)
+        assert task.grade(inst, " ".join(ans))
+        assert len(ans) == inst.answer_length < inst.gen_length
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_grader_rejects_duplicates_omissions_and_mixed_forms(name):
+    task, rng = TASKS[name], random.Random(1)
+    inst = task.sample(rng, size=max(task.sizes))
+    items = [list(i) for i in inst.items]
+    flat = [t for i in items for t in i]
+    assert not task.grade(inst, flat[: -len(items[-1])])  # an item missing
+    dup = [t for i in items[:-1] + [items[0]] for t in i]
+    assert not task.grade(inst, dup)  # an item twice, another missing
+    assert not task.grade(inst, flat + items[0])  # an extra item
+    assert not task.grade(inst, [])
+
+
+def test_mixed_forms_inside_an_item_are_rejected():
+    task = get_task("pairs")
+    inst = task.sample(random.Random(2), size=2)
+    (a, _, b, _), (b2, _, a2, _) = inst.alternatives[0]
+    rest = [t for i in inst.items[1:] for t in i]
+    assert task.grade(inst, [a, ">", b, ","] + rest)
+    assert task.grade(inst, [b, "<", a, ","] + rest)
+    assert not task.grade(inst, [a, "<", b, ","] + rest)  # half of each form
+
+
+def test_arith_accepts_swapped_commutative_operands():
+    task = get_task("arith")
+    rng = random.Random(3)
+    inst = next(i for i in (task.sample(rng, 1) for _ in range(100)) if len(i.alternatives[0]) > 1)
+    for form in inst.alternatives[0]:
+        assert task.grade(inst, list(form))
+    a, op, b, _, x = inst.items[0][:5]
+    assert int(x) == eval(f"{a}{op}{b}")
+
+
+def test_answers_span_one_to_four_blocks():
+    blocks = {i.gen_length // BLOCK_LENGTH for i in task_suite(60, seed=0)}
+    assert blocks == {1, 2, 3, 4}
+
+
+def test_unknown_task_has_clear_error():
+    with pytest.raises(ValueError, match="choose one of"):
+        get_task("nope")
