@@ -1,0 +1,1 @@
+"""Benchmarks that print JSON: ``python -m dilaserve.bench SUBCOMMAND``."""

@@ -1,0 +1,78 @@
+"""A reconfiguration plan the backend can execute without dropping a request.
+
+New instances launch one at a time. Before each launch, only the old instances whose GPUs
+it needs are drained (no new requests; running ones migrate away at their next legal
+point or finish) and stopped. Old instances nobody needs keep serving.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from dilaserve.cluster.base import InstanceSpec
+from dilaserve.reconfig.config import ClusterConfig
+from dilaserve.reconfig.stage2 import Placement
+
+_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    launch: InstanceSpec
+    #: Old instances to drain and stop first, because ``launch`` needs their GPUs.
+    stop_first: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReconfigPlan:
+    steps: tuple[PlanStep, ...]
+    keep: tuple[str, ...]
+    counts: dict[int, int]               # target instances per TP degree
+    batch: dict[int, int]                # stage-1 batch size (requests) per TP degree
+    objective: Optional[float]           # stage-1 objective of the target (None: fallback)
+    current_objective: Optional[float]   # the same for the running configuration
+    reason: str
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        return tuple(i for st in self.steps for i in st.stop_first)
+
+
+def all_tp1_node_counts(cluster: ClusterConfig, degrees: Sequence[int]) -> list[dict[int, int]]:
+    """The safe fallback: the smallest allowed degree on every GPU (TP-1 when allowed)."""
+    d = min(degrees) if degrees else 1
+    return [{d: cluster.gpus_per_node // d} for _ in range(cluster.nodes)]
+
+
+def static_layout(cluster: ClusterConfig, tp: int = 1, prefix: str = "inst") -> list[InstanceSpec]:
+    """A fixed cluster of TP-``tp`` instances on every GPU (the baselines' static cluster)."""
+    return [
+        InstanceSpec(f"{prefix}-{n}-{g}", tp, n, tuple(range(g, g + tp)), cluster.max_batch_tokens[tp])
+        for n in range(cluster.nodes) for g in range(0, cluster.gpus_per_node - tp + 1, tp)
+    ]
+
+
+def build_plan(
+    placement: Placement, existing: Sequence[InstanceSpec], cluster: ClusterConfig,
+    counts: dict[int, int], batch: dict[int, int],
+    objective: Optional[float], current_objective: Optional[float], reason: str,
+) -> ReconfigPlan:
+    kept = set(placement.keep)
+    old = [e for e in existing if e.instance_id not in kept]
+    stopped: set[str] = set()
+    steps: list[PlanStep] = []
+    # Launches on free GPUs first: capacity grows before any instance is drained.
+    def blockers(slot) -> list[str]:
+        return [e.instance_id for e in old
+                if e.node == slot.node and set(e.gpus) & set(slot.gpus) and e.instance_id not in stopped]
+
+    for slot in sorted(placement.launch, key=lambda s: (bool(blockers(s)), s.node, s.gpus)):
+        stop = blockers(slot)
+        stopped.update(stop)
+        spec = InstanceSpec(
+            f"tp{slot.tp}-n{slot.node}-g{slot.gpus[0]}-{next(_ids)}", slot.tp, slot.node, slot.gpus,
+            cluster.max_batch_tokens[slot.tp],
+        )
+        steps.append(PlanStep(spec, tuple(stop)))
+    return ReconfigPlan(tuple(steps), tuple(placement.keep), counts, batch, objective, current_objective, reason)

@@ -1,0 +1,112 @@
+"""Reconfiguration: monitor -> stage 1 -> improvement trigger -> stage 2 -> plan."""
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import replace
+from typing import Optional, Sequence
+
+from dilaserve.cluster.base import InstanceSpec
+from dilaserve.control.request import TrackedRequest
+from dilaserve.profile.types import LatencyProfile
+from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConfig
+from dilaserve.reconfig.monitor import RequestClass, WorkloadMonitor
+from dilaserve.reconfig.plan import ReconfigPlan, all_tp1_node_counts, build_plan
+from dilaserve.reconfig.stage1 import (
+    CapacityPlan, CapacityProblem, check_capacity_plan, solve_capacity, step_latency_table,
+)
+from dilaserve.reconfig.stage2 import solve_placement
+
+log = logging.getLogger(__name__)
+
+
+class Reconfigurator:
+    def __init__(
+        self,
+        cluster: ClusterConfig,
+        profile: LatencyProfile,
+        config: ReconfigConfig = ReconfigConfig(),
+        monitor: Optional[WorkloadMonitor] = None,
+    ):
+        self.cluster, self.profile, self.config = cluster, profile, config
+        self.monitor = monitor or WorkloadMonitor(MonitorConfig())
+        missing = [d for d in cluster.tp_degrees if not profile.has(d)]
+        if missing:
+            log.error(
+                "reconfig: profile %r lacks TP degrees %s; planning with TP %s only. Profile them "
+                "to let the planner use them", profile.name, missing,
+                [d for d in cluster.tp_degrees if profile.has(d)],
+            )
+        self.degrees = tuple(d for d in cluster.tp_degrees if profile.has(d))
+        self.last_problem: Optional[CapacityProblem] = None
+
+    @property
+    def max_batch_tokens(self) -> int:
+        return max(self.cluster.max_batch_tokens[d] for d in self.degrees) if self.degrees else 0
+
+    def observe(self, req: TrackedRequest, now: float) -> None:
+        self.monitor.observe(now, req.state.prompt_len, req.state.gen_length, req.slo)
+
+    def problem(self, classes: Sequence[RequestClass]) -> CapacityProblem:
+        thresholds = tuple(sorted(self.config.tokens_per_step))
+        total = sum(k.rate for k in classes)
+        mean_tokens = sum(k.rate * k.tokens for k in classes) / total
+        return CapacityProblem(
+            classes=tuple(classes),
+            thresholds=thresholds,
+            tokens_per_step=tuple(self.config.tokens_per_step[t] for t in thresholds),
+            degrees=self.degrees,
+            nodes=self.cluster.nodes,
+            gpus_per_node=self.cluster.gpus_per_node,
+            latency=step_latency_table(self.profile, self.cluster, self.degrees, mean_tokens,
+                                       self.config.block_length),
+            slack_weight=self.config.slack_weight,
+        )
+
+    def _stage1(self, pb: CapacityProblem, what: str) -> Optional[CapacityPlan]:
+        plan = solve_capacity(pb, self.config.time_limit_s, self.config.tiebreak_time_s)
+        if plan is None:
+            return None
+        problems = check_capacity_plan(pb, plan)
+        if problems:
+            log.error("reconfig: stage-1 solution for the %s violates %s; discarding it", what, problems)
+            return None
+        return plan
+
+    def propose(self, now: float, existing: Sequence[InstanceSpec]) -> Optional[ReconfigPlan]:
+        """A plan to apply now, or None to keep the current configuration."""
+        classes = self.monitor.classes(now)
+        if not classes or not self.degrees:
+            log.info("reconfig at %.1fs: no recent arrivals (or no usable TP degree); keeping the cluster", now)
+            return None
+        pb = self.problem(classes)
+        self.last_problem = pb
+        current_counts = dict(Counter(e.tp for e in existing))
+        target = self._stage1(pb, "target")
+        current = self._stage1(replace(pb, fixed_counts=current_counts), "current cluster") if existing else None
+        cur_obj = current.objective if current else None
+        if target is None:
+            node_counts = all_tp1_node_counts(self.cluster, self.degrees)
+            counts = dict(Counter(d for nc in node_counts for d, n in nc.items() for _ in range(n)))
+            log.warning("reconfig at %.1fs: stage 1 infeasible or unsolved; falling back to all TP-%d",
+                        now, min(self.degrees))
+            if counts == current_counts:
+                return None
+            batch, obj, reason = {}, None, "fallback: stage 1 infeasible"
+        else:
+            counts = {d: n for d, n in target.counts.items() if n}
+            if counts == current_counts:
+                log.info("reconfig at %.1fs: the current cluster is already the best plan", now)
+                return None
+            if cur_obj is not None and target.objective < cur_obj * (1 + self.config.min_improvement):
+                log.info("reconfig at %.1fs: objective %.4f vs current %.4f is under the %.0f%% trigger; "
+                         "keeping the cluster", now, target.objective, cur_obj, 100 * self.config.min_improvement)
+                return None
+            node_counts, batch, obj = list(target.node_counts), target.batch, target.objective
+            reason = "improvement" if cur_obj is not None else "current cluster cannot meet the SLOs"
+        placement = solve_placement(self.cluster.nodes, self.cluster.gpus_per_node, node_counts,
+                                    existing, self.config.time_limit_s)
+        plan = build_plan(placement, existing, self.cluster, counts, batch, obj, cur_obj, reason)
+        log.info("reconfig at %.1fs: %s -> %s (%s): keep %d, launch %d, stop %d",
+                 now, current_counts, counts, reason, len(plan.keep), len(plan.steps), len(plan.stops))
+        return plan

@@ -1,0 +1,29 @@
+"""Configuration of the global scheduler."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Scheduler settings that are not part of a policy.
+
+    Attributes:
+        max_request_tokens: requests with more tokens (prompt + output) are rejected. None
+            derives the limit from the largest batch any configured instance can hold.
+        warn_interval_s: minimum event time between two repeated warnings of one kind
+            (empty cluster, deferral), so an overload does not flood the log.
+    """
+
+    max_request_tokens: Optional[int] = None
+    warn_interval_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.max_request_tokens is not None and self.max_request_tokens <= 0:
+            raise ValueError(
+                f"SchedulerConfig.max_request_tokens={self.max_request_tokens}: give a positive "
+                "token limit, or None to use the largest instance batch"
+            )
+        if self.warn_interval_s < 0:
+            raise ValueError("SchedulerConfig.warn_interval_s must be >= 0 (0 logs every occurrence)")

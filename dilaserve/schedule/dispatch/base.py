@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+import abc
+from typing import Optional
+
+import numpy as np
+
+from dilaserve.control.request import TrackedRequest
+from dilaserve.profile.types import LatencyProfile
+from dilaserve.schedule.pool import InstancePool
+from dilaserve.schedule.registry import Registry
+
+
+class DispatchPolicy(abc.ABC):
+    def __init__(self, profile: LatencyProfile):
+        self.profile = profile
+
+    @abc.abstractmethod
+    def choose(self, req: TrackedRequest, pool: InstancePool, mask: np.ndarray) -> Optional[int]:
+        """Slot for ``req`` among the ``mask``-ed instances, or None when none is allowed."""
+
+
+dispatch_policies: Registry[type[DispatchPolicy]] = Registry("dispatch policy")

@@ -1,0 +1,48 @@
+"""Scheduler events and outcomes.
+
+Backend events (step finished, instance ready or stopped) are defined with the backend
+interface; this module adds the two that come from elsewhere: arrivals (frontend or
+workload) and reconfiguration ticks (a timer).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from dilaserve.cluster.base import InstanceReady, InstanceStopped, StepFinished
+from dilaserve.control.request import TrackedRequest
+
+
+@dataclass(frozen=True)
+class RequestArrived:
+    time: float
+    request: TrackedRequest
+
+
+@dataclass(frozen=True)
+class ReconfigTick:
+    time: float
+
+
+Event = Union[RequestArrived, StepFinished, InstanceReady, InstanceStopped, ReconfigTick]
+
+
+@dataclass(frozen=True)
+class RequestOutcome:
+    """What happened to a request: ``finished`` or ``rejected`` (with a reason)."""
+
+    request_id: str
+    status: str
+    arrival: float
+    deadline: float
+    time: float
+    reason: Optional[str] = None
+    late_on_arrival: bool = False
+
+    @property
+    def latency(self) -> float:
+        return self.time - self.arrival
+
+    @property
+    def met_slo(self) -> bool:
+        return self.status == "finished" and self.time <= self.deadline

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+
+from dilaserve.control.request import TrackedRequest
+from dilaserve.schedule.pool import InstancePool
+from dilaserve.schedule.registry import Registry
+
+
+class InstanceFilter(abc.ABC):
+    """Masks the instances a request may be placed on."""
+
+    @abc.abstractmethod
+    def mask(self, req: TrackedRequest, pool: InstancePool) -> np.ndarray: ...
+
+
+class MigrationPoint(abc.ABC):
+    """Decides whether a request, between two steps, may move to another instance."""
+
+    @abc.abstractmethod
+    def allows(self, req: TrackedRequest) -> bool: ...
+
+
+instance_filters: Registry[type[InstanceFilter]] = Registry("instance filter")
+migration_points: Registry[type[MigrationPoint]] = Registry("migration point")

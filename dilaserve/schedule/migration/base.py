@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+import abc
+from typing import Optional
+
+import numpy as np
+
+from dilaserve.control.request import TrackedRequest
+from dilaserve.profile.types import LatencyProfile
+from dilaserve.schedule.pool import InstancePool
+from dilaserve.schedule.registry import Registry
+
+
+class MigrationPolicy(abc.ABC):
+    def __init__(self, profile: LatencyProfile):
+        self.profile = profile
+
+    @abc.abstractmethod
+    def propose(self, req: TrackedRequest, src: int, pool: InstancePool, mask: np.ndarray) -> Optional[int]:
+        """Destination slot for ``req`` now on ``src`` (``mask`` excludes ``src``), or None to stay."""
+
+
+migration_policies: Registry[type[MigrationPolicy]] = Registry("migration policy")

@@ -1,0 +1,368 @@
+"""The event-driven global scheduler (DESIGN.md section 5).
+
+On every event it (1) places each unscheduled or just-stepped request on an instance
+(dispatch for new or deferred requests, migration for just-stepped ones, at legal
+migration points only), (2) defers requests no instance has room for, (3) re-selects the
+thresholds of the requests it placed or moved, and (4) submits a step to every idle
+instance that holds requests. The same object serves real and simulated clusters; it only
+talks to the :class:`~dilaserve.cluster.base.Backend` interface.
+"""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from typing import Callable, Iterable, Optional, Sequence
+
+import numpy as np
+
+from dilaserve.cluster.base import (
+    Backend, InstanceReady, InstanceSpec, InstanceStopped, StepAssignment, StepFinished,
+)
+from dilaserve.control.config import ControlConfig
+from dilaserve.control.controller import ThresholdController
+from dilaserve.control.request import TrackedRequest
+from dilaserve.predict.base import StepPredictor
+from dilaserve.profile.types import LatencyProfile
+from dilaserve.reconfig.executor import Drain, Launch, PlanExecutor, Stop
+from dilaserve.reconfig.reconfigurator import Reconfigurator
+from dilaserve.schedule.config import SchedulerConfig
+from dilaserve.schedule.dispatch import dispatch_policies
+from dilaserve.schedule.events import Event, ReconfigTick, RequestArrived, RequestOutcome
+from dilaserve.schedule.filters import instance_filters, migration_points
+from dilaserve.schedule.migration import migration_policies
+from dilaserve.schedule.policies import SchedulerPolicy, get_policy
+from dilaserve.schedule.pool import InstancePool
+
+log = logging.getLogger(__name__)
+
+
+class GlobalScheduler:
+    def __init__(
+        self,
+        backend: Backend,
+        profile: LatencyProfile,
+        policy: SchedulerPolicy | str = "dilaserve",
+        *,
+        control: ControlConfig = ControlConfig(),
+        config: SchedulerConfig = SchedulerConfig(),
+        predictor: Optional[StepPredictor] = None,
+        reconfigurator: Optional[Reconfigurator] = None,
+        on_outcome: Optional[Callable[[RequestOutcome], None]] = None,
+    ):
+        self.policy = get_policy(policy)
+        p = self.policy
+        if p.predictor in ("oneshot", "oracle") and (predictor is None or predictor.name != p.predictor):
+            raise ValueError(
+                f"policy {p.name!r} needs a {p.predictor} predictor; got "
+                f"{getattr(predictor, 'name', None)!r}: pass predictor={'OneShotPredictor' if p.predictor == 'oneshot' else 'OraclePredictor'}(...)"
+            )
+        self.backend, self.profile, self.config = backend, profile, config
+        self.controller = ThresholdController(
+            control, profile, predictor if p.slo_aware else None,
+            slo_aware=p.slo_aware, load_control=p.load_control,
+            refresh_every_steps=p.refresh_every_steps,
+        )
+        self.dispatch = dispatch_policies.get(p.dispatch)(profile)
+        self.migration = migration_policies.get(p.migration)(profile)
+        self.migration_point = migration_points.get(p.migration_point)()
+        self.filters = [instance_filters.get(f)() for f in p.filters]
+        self.reconfigurator = reconfigurator if p.reconfig else None
+        self.on_outcome = on_outcome
+
+        self.pool = InstancePool()
+        self.requests: dict[str, TrackedRequest] = {}
+        self.deferred: list[TrackedRequest] = []
+        self.outcomes: list[RequestOutcome] = []
+        self.executor: Optional[PlanExecutor] = None
+        self.now = 0.0
+        self.migrations = 0
+        self._last_load_control = -np.inf
+        self._load_dirty = False
+        self._last_warn: dict[str, float] = {}
+        self._queue: list[Event] = []
+        self._handling = False
+        self._max_batch_seen = 0
+        backend.bind(self.handle)
+
+    # ================================================================ public
+    def start(self, instances: Iterable[InstanceSpec]) -> None:
+        """Launch the initial instances (e.g. a static all-TP-1 cluster)."""
+        for spec in instances:
+            self._launch(spec)
+
+    def handle(self, event: Event) -> None:
+        """Process one event, then any the backend raised while it was handled."""
+        self._queue.append(event)
+        if self._handling:
+            return  # re-entrant call from a synchronous backend: queued
+        self._handling = True
+        try:
+            while self._queue:
+                self._dispatch_event(self._queue.pop(0))
+        finally:
+            self._handling = False
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.requests)
+
+    # ========================================================= event handlers
+    def _dispatch_event(self, ev: Event) -> None:
+        self.now = max(self.now, ev.time)
+        touched: set[int] = set()
+        placed: list[TrackedRequest] = []
+        if isinstance(ev, StepFinished):
+            self._on_step(ev, touched, placed)
+        elif isinstance(ev, RequestArrived):
+            self._on_arrival(ev.request, touched, placed)
+        elif isinstance(ev, InstanceReady):
+            self._on_ready(ev.instance_id, touched)
+        elif isinstance(ev, InstanceStopped):
+            self._on_stopped(ev.instance_id)
+        elif isinstance(ev, ReconfigTick):
+            self._on_tick()
+        else:
+            log.error("scheduler: ignoring unknown event %r", ev)
+            return
+        self._place_deferred(touched, placed)
+        self._maybe_control_load()
+        self._select(placed)
+        self._advance_plan()
+        for s in touched:
+            self._kick(s)
+
+    def _on_arrival(self, req: TrackedRequest, touched: set[int], placed: list[TrackedRequest]) -> None:
+        limit = self._request_limit()
+        if limit is not None and req.tokens > limit:
+            log.warning(
+                "request %s rejected: %d tokens exceed the largest instance batch (%d tokens)",
+                req.request_id, req.tokens, limit,
+            )
+            self._emit(RequestOutcome(req.request_id, "rejected", req.arrival, req.deadline, self.now,
+                                      reason=f"needs {req.tokens} tokens > batch limit {limit}"))
+            return
+        self.controller.admit(req, self.now)
+        self.requests[req.request_id] = req
+        self._load_dirty = True
+        if self.reconfigurator is not None:
+            self.reconfigurator.observe(req, self.now)
+        slot = self.dispatch.choose(req, self.pool, self._mask(req))
+        if slot is None:
+            self._defer(req)
+        else:
+            self._assign(req, slot, touched, placed)
+
+    def _on_step(self, ev: StepFinished, touched: set[int], placed: list[TrackedRequest]) -> None:
+        src = self.pool.slot_of.get(ev.instance_id)
+        if src is None:
+            log.error("step finished on unknown instance %s; ignoring it", ev.instance_id)
+            return
+        self.pool.busy[src] = False
+        touched.add(src)
+        stepped: list[TrackedRequest] = []
+        for st in ev.states:
+            req = self.requests.get(st.request_id)
+            if req is None:
+                log.error("instance %s stepped unknown request %s; ignoring it", ev.instance_id, st.request_id)
+                continue
+            req.update_state(st)
+            if st.finished:
+                self._finish(req, src)
+            else:
+                stepped.append(req)
+        self.controller.refresh(stepped)
+        for req in stepped:
+            self._replace(req, src, touched)
+        placed.extend(stepped)
+
+    def _on_ready(self, instance_id: str, touched: set[int]) -> None:
+        slot = self.pool.slot_of.get(instance_id)
+        if slot is None:
+            log.error("unknown instance %s reported ready; ignoring it", instance_id)
+            return
+        self.pool.set_ready(slot)
+        touched.add(slot)
+        if self.executor is not None:
+            self.executor.on_ready(instance_id)
+
+    def _on_stopped(self, instance_id: str) -> None:
+        slot = self.pool.slot_of.get(instance_id)
+        if self.executor is not None:
+            self.executor.on_stopped(instance_id)
+        if slot is None:
+            return
+        for rid in self.pool.remove(slot):
+            # Only drained instances are stopped; anything left is re-queued, never dropped.
+            req = self.requests[rid]
+            log.warning("instance %s stopped holding request %s; re-queueing it", instance_id, rid)
+            req.instance = None
+            self._defer(req)
+
+    def _on_tick(self) -> None:
+        if self.reconfigurator is None:
+            return
+        if self.executor is not None and not self.executor.done:
+            log.info("reconfiguration tick at %.1fs skipped: the previous plan is still executing", self.now)
+            return
+        plan = self.reconfigurator.propose(self.now, self.pool.active_specs())
+        if plan is not None:
+            self.executor = PlanExecutor(plan)
+
+    # ============================================================ placement
+    def _mask(self, req: TrackedRequest) -> np.ndarray:
+        mask = self.filters[0].mask(req, self.pool)
+        for f in self.filters[1:]:
+            mask = mask & f.mask(req, self.pool)
+        return mask
+
+    def _assign(self, req: TrackedRequest, slot: int, touched: set[int], placed: list[TrackedRequest]) -> None:
+        self.pool.assign(slot, req.request_id, req.tokens)
+        req.instance = self.pool.ids[slot]
+        touched.add(slot)
+        placed.append(req)
+
+    def _replace(self, req: TrackedRequest, src: int, touched: set[int]) -> None:
+        """Migration decision for a just-stepped request (it stays unless a move pays)."""
+        if not self.migration_point.allows(req):
+            return
+        mask = self._mask(req)
+        mask[src] = False
+        if self.pool.draining[src]:
+            dst = self.dispatch.choose(req, self.pool, mask)  # leave whenever anywhere fits
+        else:
+            dst = self.migration.propose(req, src, self.pool, mask)
+        if dst is None:
+            return
+        self.pool.unassign(src, req.request_id, req.tokens)
+        self.pool.assign(dst, req.request_id, req.tokens)
+        st = req.state
+        if st.use_cache and st.block_cached:
+            # The destination has no K/V for this block: its next step must recompute.
+            st.block_cached = False
+        self.backend.migrate(req.request_id, self.pool.ids[src], self.pool.ids[dst])
+        req.instance = self.pool.ids[dst]
+        self.migrations += 1
+        touched.add(dst)
+
+    def _defer(self, req: TrackedRequest) -> None:
+        if not len(self.pool):
+            self._warn("empty", "no instances in the cluster: deferring request %s until one is ready", req.request_id)
+        else:
+            self._warn("defer", "no instance has room for request %s (%d tokens): deferring it", req.request_id, req.tokens)
+        self.deferred.append(req)
+
+    def _place_deferred(self, touched: set[int], placed: list[TrackedRequest]) -> None:
+        if not self.deferred:
+            return
+        room = self.pool.max_room()
+        if room <= 0:
+            return
+        self.deferred.sort(key=TrackedRequest.sort_key)
+        still: list[TrackedRequest] = []
+        for req in self.deferred:
+            slot = None
+            if req.tokens <= room:
+                slot = self.dispatch.choose(req, self.pool, self._mask(req))
+            if slot is None:
+                still.append(req)
+                continue
+            self._assign(req, slot, touched, placed)
+            room = self.pool.max_room()
+        self.deferred = still
+
+    # ============================================================ thresholds
+    def _maybe_control_load(self) -> None:
+        if not self.controller.load_control_on:
+            return
+        interval = self.controller.config.load_control_interval_s
+        if not self._load_dirty and self.now - self._last_load_control < interval:
+            return
+        acc = np.flatnonzero(self.pool.accepting)
+        instances = [(int(self.pool.tp[s]), int(self.pool.max_batch[s])) for s in acc]
+        self.controller.control_load(list(self.requests.values()), instances, self.now)
+        self._last_load_control, self._load_dirty = self.now, False
+
+    def _select(self, placed: Sequence[TrackedRequest]) -> None:
+        by_slot: dict[int, list[TrackedRequest]] = defaultdict(list)
+        for req in placed:
+            if req.instance is not None:
+                by_slot[self.pool.slot_of[req.instance]].append(req)
+        for s, reqs in by_slot.items():
+            self.controller.select(reqs, int(self.pool.tp[s]), float(self.pool.tokens[s]),
+                                   int(self.pool.n_reqs[s]), self.now)
+
+    # ============================================================ execution
+    def _kick(self, slot: int) -> None:
+        pool = self.pool
+        if not (pool.active[slot] and pool.ready[slot]) or pool.busy[slot] or not pool.members[slot]:
+            return
+        thr = self.controller.thresholds
+        batch = [StepAssignment(r.state, float(thr[r.threshold_index]))
+                 for r in (self.requests[rid] for rid in pool.members[slot])]
+        pool.busy[slot] = True
+        self.backend.submit_step(pool.ids[slot], batch)
+
+    def _finish(self, req: TrackedRequest, slot: int) -> None:
+        self.pool.unassign(slot, req.request_id, req.tokens)
+        req.finish_time = self.now
+        del self.requests[req.request_id]
+        self._load_dirty = True
+        self._emit(RequestOutcome(req.request_id, "finished", req.arrival, req.deadline, self.now,
+                                  late_on_arrival=req.late_on_arrival))
+
+    def _emit(self, outcome: RequestOutcome) -> None:
+        self.outcomes.append(outcome)
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
+
+    # ======================================================= reconfiguration
+    def _launch(self, spec: InstanceSpec) -> None:
+        usable = self.profile.has(spec.tp)
+        if not usable:
+            log.error(
+                "instance %s is TP-%d but profile %r covers TP %s: it will get no requests; "
+                "profile TP-%d or remove it from the cluster", spec.instance_id, spec.tp,
+                self.profile.name, list(self.profile.tp_degrees), spec.tp,
+            )
+        self.pool.add(spec, usable)
+        self._max_batch_seen = max(self._max_batch_seen, spec.max_batch_tokens)
+        self.backend.launch_instance(spec)
+
+    def _advance_plan(self) -> None:
+        if self.executor is None or self.executor.done:
+            return
+        for action in self.executor.poll(self._idle):
+            if isinstance(action, Drain):
+                slot = self.pool.slot_of.get(action.instance_id)
+                if slot is not None:
+                    log.info("reconfig: draining %s", action.instance_id)
+                    self.pool.set_draining(slot)
+            elif isinstance(action, Stop):
+                if action.instance_id not in self.pool.slot_of:
+                    self.executor.on_stopped(action.instance_id)  # already gone
+                    continue
+                log.info("reconfig: stopping %s", action.instance_id)
+                self.backend.stop_instance(action.instance_id)
+            elif isinstance(action, Launch):
+                log.info("reconfig: launching %s (TP-%d on node %d)", action.spec.instance_id,
+                         action.spec.tp, action.spec.node)
+                self._launch(action.spec)
+
+    def _idle(self, instance_id: str) -> bool:
+        slot = self.pool.slot_of.get(instance_id)
+        return slot is None or self.pool.idle_empty(slot)
+
+    # ================================================================ misc
+    def _request_limit(self) -> Optional[int]:
+        if self.config.max_request_tokens is not None:
+            return self.config.max_request_tokens
+        limits = [self._max_batch_seen] if self._max_batch_seen else []
+        if self.reconfigurator is not None:
+            limits.append(self.reconfigurator.max_batch_tokens)
+        return max(limits) if limits else None
+
+    def _warn(self, kind: str, msg: str, *args) -> None:
+        last = self._last_warn.get(kind, -np.inf)
+        if self.now - last >= self.config.warn_interval_s:
+            self._last_warn[kind] = self.now
+            log.warning(msg, *args)

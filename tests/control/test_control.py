@@ -1,0 +1,165 @@
+import logging
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as hst
+
+from dilaserve.control import (
+    CapacityModel, ControlConfig, PredictionCache, RequestShape, ThresholdController,
+    cap_thresholds, remaining_time, request_load, walk_thresholds,
+)
+from dilaserve.predict.base import OneShotPredictor, StepPredictor
+from dilaserve.profile.types import LatencyProfile, StepCurve
+from tests.control.builders import commit, make_request
+
+
+class TablePredictor(StepPredictor):
+    """Fixed remaining steps per threshold for every request."""
+
+    name = "table"
+
+    def __init__(self, row):
+        self.row = np.asarray(row, dtype=float)
+
+    def predict_rows(self, batch):
+        return np.tile(self.row, len(batch.request_ids))
+
+
+def flat_profile(rec=0.1, cache=0.01) -> LatencyProfile:
+    return LatencyProfile("flat", {1: StepCurve((1.0,), (rec,))}, {1: StepCurve((1.0,), (cache,))})
+
+
+# ------------------------------------------------------------------ threshold walk
+def test_threshold_walk_hand_case():
+    allowed = np.ones((4, 3), dtype=bool)
+    allowed[3, 0] = False
+    remaining = np.tile([1.0, 2.0, 4.0], (4, 1))   # seconds at 0.5 / 0.7 / 0.9
+    slo_left = np.array([5.0, 2.5, 0.5, 0.5])
+    # 4 <= 5 -> 0.9; 2 <= 2.5 -> 0.7; nothing fits -> lowest allowed (0.5, then 0.7 for row 3)
+    np.testing.assert_array_equal(walk_thresholds(allowed, remaining, slo_left), [2, 1, 0, 1])
+
+
+def test_select_uses_cache_aware_remaining_time():
+    # gen 64 / block 32 => 2 recompute steps certain; 10 steps => 8 cache + 2 recompute
+    # = 8 * 0.01 + 2 * 0.1 = 0.28 s at every threshold of this table.
+    cfg = ControlConfig(thresholds=(0.5, 0.9), fixed_threshold=0.9)
+    ctl = ThresholdController(cfg, flat_profile(), TablePredictor([10, 10]), load_control=False)
+    tight, loose = make_request("a", slo=0.27), make_request("b", slo=0.29)
+    for r in (tight, loose):
+        ctl.admit(r, now=0.0)
+    shape = RequestShape.of([tight])
+    t = remaining_time(np.array([[10.0, 10.0]]), shape, ctl.profile, 1, 1000, 2)
+    np.testing.assert_allclose(t, [[0.28, 0.28]])
+    ctl.select([tight, loose], tp=1, inst_tokens=200, inst_requests=2, now=0.0)
+    assert (tight.threshold_index, loose.threshold_index) == (0, 1)
+    # Without caching every step costs a recompute step: 10 * 0.1 = 1.0 s.
+    nc = make_request("c", use_cache=False)
+    t = remaining_time(np.array([[10.0, 10.0]]), RequestShape.of([nc]), ctl.profile, 1, 1000, 2)
+    np.testing.assert_allclose(t, [[1.0, 1.0]])
+
+
+# ------------------------------------------------------------------- request load
+def test_request_load_with_and_without_cache():
+    cached, plain = make_request("a", prompt=100, gen=64), make_request("b", prompt=100, gen=64, use_cache=False)
+    steps = np.array([[10.0], [10.0]])
+    load = request_load(steps, RequestShape.of([cached, plain]))
+    # cache: (10 - 2) * 32 + 2 * 164 = 584; plain: 10 * 164 = 1640
+    np.testing.assert_allclose(load[:, 0], [584, 1640])
+    commit(cached, 32)  # first block done: one recompute step left
+    load = request_load(np.array([[1.0]]), RequestShape.of([cached]))
+    assert load[0, 0] == 164  # a prediction below the recompute floor is raised to it
+
+
+def test_instance_capacity_hand_case():
+    p = LatencyProfile("p", {1: StepCurve((100.0, 1000.0), (1.0, 2.0))})
+    # b / LP(b): 100 / 1 = 100 at the first point, 1000 / 2 = 500 at the batch limit
+    assert CapacityModel(p).throughput(1, 1000) == pytest.approx(500)
+    assert CapacityModel(p).throughput(1, 550) == pytest.approx(550 / 1.5)
+    # cache pattern, B = 2, one request of 100 tokens: work 1*2 + 100, time LP(2) + LP(100) = 2
+    assert CapacityModel(p).throughput(1, 100, cache=(2, 100)) == pytest.approx(102 / 2.0)
+
+
+# ------------------------------------------------------------------ load control
+def test_load_capping_with_suffix_sums_hand_case():
+    load = np.tile([1.0, 2.0, 4.0], (3, 1))
+    allowed = np.ones((3, 3), dtype=bool)
+    # i=0: 0 + 4 + (1 + 1) <= 7 -> keep 0.9, used 4
+    # i=1: 4 + 2 + 1 <= 7 -> 0.7 (4 would not fit), used 6;  i=2: 6 + 1 <= 7 -> lowest
+    np.testing.assert_array_equal(cap_thresholds(load, allowed, 7.0), [2, 1, 0])
+    np.testing.assert_array_equal(cap_thresholds(load, allowed, 100.0), [2, 2, 2])
+    np.testing.assert_array_equal(cap_thresholds(load, allowed, 0.0), [0, 0, 0])
+
+
+@settings(max_examples=60, deadline=None)
+@given(hst.data())
+def test_after_load_control_worst_case_fits_unless_all_lowest(data):
+    n = data.draw(hst.integers(1, 12))
+    t = data.draw(hst.integers(1, 5))
+    load = np.array(data.draw(hst.lists(hst.lists(hst.floats(0.1, 100), min_size=t, max_size=t), min_size=n, max_size=n)))
+    allowed = np.array(data.draw(hst.lists(hst.lists(hst.booleans(), min_size=t, max_size=t), min_size=n, max_size=n)))
+    allowed[np.arange(n), data.draw(hst.lists(hst.integers(0, t - 1), min_size=n, max_size=n))] = True
+    capacity = data.draw(hst.floats(0, 600))
+    caps = cap_thresholds(load, allowed, capacity)
+    lowest = np.argmax(allowed, axis=1)
+    assert allowed[np.arange(n), caps].all() and (caps >= lowest).all()
+    if (caps == lowest).all():
+        return
+    assert load[np.arange(n), caps].sum() <= capacity + 1e-9
+
+
+def test_high_priority_requests_are_capped_last():
+    cfg = ControlConfig(thresholds=(0.5, 0.9), fixed_threshold=0.9)
+    # Flat 1 s steps, no caching: an instance does max_batch token-steps per second.
+    profile = LatencyProfile("flat", {1: StepCurve((1.0,), (1.0,))})
+    ctl = ThresholdController(cfg, profile, TablePredictor([2, 10]))
+    early = make_request("early", prompt=36, gen=64, arrival=0.0, slo=10.0, use_cache=False)
+    vip = make_request("vip", prompt=36, gen=64, arrival=1.0, slo=10.0, priority=1, use_cache=False)
+    for r in (early, vip):
+        ctl.admit(r, now=1.0)
+    # Loads: 2 * 100 = 200 at 0.5, 10 * 100 = 1000 at 0.9. Capacity 120 tok/s x 10 s = 1200
+    # fits one request at 0.9 and one at 0.5: the later, high-priority one keeps 0.9.
+    ctl.control_load([early, vip], [(1, 120)], now=1.0)
+    assert (vip.cap_index, early.cap_index) == (1, 0)
+    ctl.control_load([early, vip], [(1, 200)], now=1.0)
+    assert (vip.cap_index, early.cap_index) == (1, 1)
+
+
+def test_slo_missed_on_arrival_is_served_at_lowest(caplog):
+    ctl = ThresholdController(ControlConfig(), flat_profile(), TablePredictor([1] * 5))
+    r = make_request("late", arrival=0.0, slo=1.0, min_threshold=0.7)
+    with caplog.at_level(logging.WARNING):
+        ctl.admit(r, now=5.0)
+    assert r.late_on_arrival and "past its deadline" in caplog.text
+    assert r.allowed.tolist() == [False, False, True, False, False] and r.cap_index == 2
+
+
+def test_fixed_threshold_mode_needs_no_predictor():
+    ctl = ThresholdController(ControlConfig(), flat_profile(), None, slo_aware=False)
+    r = make_request("a")
+    ctl.admit(r, 0.0)
+    ctl.select([r], 1, 100, 1, 0.0)
+    assert ctl.threshold(r) == 0.9
+    with pytest.raises(ValueError, match="needs a StepPredictor"):
+        ThresholdController(ControlConfig(), flat_profile(), None)
+
+
+def test_predictions_refresh_every_k_steps_and_scale_between():
+    cache = PredictionCache(OneShotPredictor({0.9: 0.5}), (0.9,), every_k=2)
+    r = make_request("a", gen=64)
+    cache.refresh([r])
+    assert r.steps_pred[0] == 32 and cache.calls == 1
+    commit(r, 16)  # one step, half a block: not due yet; estimate scales by masked left
+    assert not cache.due(r)
+    assert PredictionCache.steps_left([r])[0, 0] == pytest.approx(32 * 48 / 64)
+    commit(r, 1)
+    assert cache.refresh_due([r]) == 1 and cache.calls == 2
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(thresholds=()), "at least one threshold"),
+    (dict(fixed_threshold=0.95), "not a candidate"),
+    (dict(refresh_every_steps=0), "use 1"),
+])
+def test_config_errors_say_how_to_fix(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ControlConfig(**kwargs)

@@ -1,0 +1,27 @@
+"""An in-memory backend that only records what the scheduler asks of it."""
+from __future__ import annotations
+
+from dilaserve.cluster.base import Backend
+
+
+class RecordingBackend(Backend):
+    def __init__(self):
+        self.launched, self.stopped, self.steps, self.migrations = [], [], [], []
+
+    def bind(self, sink):
+        self.sink = sink
+
+    def launch_instance(self, spec):
+        self.launched.append(spec)
+
+    def stop_instance(self, instance_id):
+        self.stopped.append(instance_id)
+
+    def submit_step(self, instance_id, batch):
+        self.steps.append((instance_id, list(batch)))
+
+    def migrate(self, request_id, src, dst):
+        self.migrations.append((request_id, src, dst))
+
+    def last_batch(self, instance_id):
+        return [b for iid, b in self.steps if iid == instance_id][-1]
