@@ -1,0 +1,1 @@
+"""Dagster definitions of the offline pipeline (see README.md here)."""

@@ -1,4 +1,27 @@
-"""Dagster definitions of the offline pipeline (assets are added by domain)."""
+"""Dagster definitions of the offline pipeline (DESIGN.md section 2).
+
+    DAGSTER_HOME=$PWD/data/dagster_home dagster dev                 # UI (or: python -m pipelines dev)
+    DAGSTER_HOME=$PWD/data/dagster_home dagster asset materialize -m pipelines.definitions --select '*'
+
+Graph: prompt_set, model_checkpoint -> rollouts -> step_features -> step_predictor, step_dynamics;
+rollouts -> threshold_quality; model_checkpoint -> measured_latency_profile;
+analytic_latency_profiles stands alone. Artifacts land in data/artifacts/ (dilaserve.artifacts).
+"""
 import dagster as dg
 
-defs = dg.Definitions(assets=[])
+from pipelines.assets import predictor, profiles, prompts, quality, rollouts
+from pipelines.resources import ArtifactsResource, ModelResource
+
+ASSET_MODULES = (prompts, rollouts, predictor, profiles, quality)
+
+ASSETS = dg.load_assets_from_modules(list(ASSET_MODULES))
+CHECKS = dg.load_asset_checks_from_modules(list(ASSET_MODULES))
+
+defs = dg.Definitions(
+    assets=ASSETS,
+    asset_checks=CHECKS,
+    resources={"model": ModelResource(), "artifacts": ArtifactsResource()},
+    # One step at a time in one process: the assets share a few cores (and one model), and
+    # a process per step would re-import torch for each of them.
+    executor=dg.in_process_executor,
+)

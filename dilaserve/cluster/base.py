@@ -99,3 +99,7 @@ class Backend(abc.ABC):
         caching the scheduler migrates only before a recompute step, so no KV cache needs
         to move; the request state itself travels with the next :meth:`submit_step`.
         """
+
+    def release(self, instance_id: str, request_ids: Sequence[str]) -> None:
+        """Drop instance-local data (KV caches) of cancelled requests. Optional: the default
+        does nothing, which suits backends that keep no per-request data."""

@@ -74,11 +74,23 @@ def _check_path(path: Path) -> None:
         raise CheckpointError(f"{str(path)!r} has no config.json: it is not a Hugging Face checkpoint folder")
 
 
-def load_diffusion_lm(path: str | Path, device: str = "cpu", dtype: Optional[torch.dtype] = None) -> DiffusionLM:
-    """Load a checkpoint folder: the embedded model, LLaDA, Dream, or any HF masked LM.
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a front end needs from a checkpoint without loading its weights."""
 
-    Never touches a model hub: ``path`` must be a local folder.
-    """
+    tokenizer: object
+    mask_id: int
+    eos_id: int
+    pad_id: int
+    max_context: int
+    supports_cache: bool
+    name: str
+    #: ``llada`` or ``dream`` for those families, else None.
+    family: Optional[str] = None
+
+
+def describe_checkpoint(path: str | Path) -> CheckpointInfo:
+    """Tokenizer, special ids and context limit of a checkpoint folder (weights untouched)."""
     import dilaserve.model  # noqa: F401  registers the embedded model with Auto classes
 
     path = Path(path)
@@ -87,37 +99,49 @@ def load_diffusion_lm(path: str | Path, device: str = "cpu", dtype: Optional[tor
         raw = json.loads((path / "config.json").read_text())
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{path}/config.json is not valid JSON ({e}): the checkpoint is corrupt") from e
-    model_type = str(raw.get("model_type", "")).lower()
     try:
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True, local_files_only=True)
-        if model_type == "dila":
+        cfg = AutoConfig.from_pretrained(path, trust_remote_code=True, local_files_only=True)
+    except Exception as e:
+        raise CheckpointError(f"could not read checkpoint {str(path)!r}: {type(e).__name__}: {e}") from e
+    model_type = str(raw.get("model_type", "")).lower()
+    family = next((f for f in KNOWN_FAMILIES if f in model_type), None)
+    if model_type == "dila":
+        mask_id = cfg.mask_token_id
+    elif family is not None:
+        mask_id = KNOWN_FAMILIES[family][0]
+    elif tok.mask_token_id is not None:
+        mask_id = tok.mask_token_id
+    else:
+        raise CheckpointError(f"{path}: tokenizer has no mask token, so it cannot denoise")
+    eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+    max_ctx = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "max_sequence_length", 4096))
+    return CheckpointInfo(tok, int(mask_id), int(eos), int(pad), max_ctx, model_type == "dila", path.name, family)
+
+
+def load_diffusion_lm(path: str | Path, device: str = "cpu", dtype: Optional[torch.dtype] = None) -> DiffusionLM:
+    """Load a checkpoint folder: the embedded model, LLaDA, Dream, or any HF masked LM.
+
+    Never touches a model hub: ``path`` must be a local folder.
+    """
+    info = describe_checkpoint(path)
+    path = Path(path)
+    try:
+        if info.supports_cache:
             model = DiLaForMaskedDiffusion.from_pretrained(path, local_files_only=True)
-            mask_id, shift, cache = model.config.mask_token_id, False, True
-            max_ctx = model.config.max_position_embeddings
+        elif info.family is not None:
+            model = AutoModel.from_pretrained(path, trust_remote_code=True, local_files_only=True, torch_dtype=dtype)
         else:
-            cfg = AutoConfig.from_pretrained(path, trust_remote_code=True, local_files_only=True)
-            family = next((f for f in KNOWN_FAMILIES if f in model_type), None)
-            if family is not None:
-                mask_id, shift = KNOWN_FAMILIES[family]
-                model = AutoModel.from_pretrained(path, trust_remote_code=True, local_files_only=True, torch_dtype=dtype)
-            else:
-                # A generic masked LM (used by tests with a tiny random model).
-                if tok.mask_token_id is None:
-                    raise CheckpointError(f"{path}: tokenizer has no mask token, so it cannot denoise")
-                mask_id, shift = tok.mask_token_id, False
-                model = AutoModelForMaskedLM.from_pretrained(path, local_files_only=True, torch_dtype=dtype)
-            cache = False
-            max_ctx = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "max_sequence_length", 4096))
-    except CheckpointError:
-        raise
+            # A generic masked LM (used by tests with a tiny random model).
+            model = AutoModelForMaskedLM.from_pretrained(path, local_files_only=True, torch_dtype=dtype)
     except Exception as e:  # corrupt weights, missing files, unsupported architecture
         raise CheckpointError(f"could not load checkpoint {str(path)!r}: {type(e).__name__}: {e}") from e
     model.eval().to(device)
     if dtype is not None:
         model.to(dtype)
-    eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
-    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
     return DiffusionLM(
-        model=model, tokenizer=tok, mask_id=int(mask_id), eos_id=int(eos), pad_id=int(pad),
-        max_context=max_ctx, supports_cache=cache, logit_shift=shift, name=path.name,
+        model=model, tokenizer=info.tokenizer, mask_id=info.mask_id, eos_id=info.eos_id, pad_id=info.pad_id,
+        max_context=info.max_context, supports_cache=info.supports_cache, logit_shift=KNOWN_FAMILIES.get(info.family, (0, False))[1],
+        name=info.name,
     )

@@ -1,7 +1,7 @@
 """A small masked-diffusion transformer with dual KV caching.
 
 The model is a linear stack: embedding -> N x (RMSNorm, bidirectional
-rotary attention, RMSNorm, SwiGLU MLP) -> RMSNorm -> LM head. Attention is
+rotary attention, RMSNorm, SwiGLU MLP) -> RMSNorm -> tied LM head. Attention is
 bidirectional because a diffusion LM denoises every position at once.
 
 Two ways to run it (DESIGN.md section 3):
@@ -127,7 +127,8 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
         self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(Block(config) for _ in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        # The output head reuses the input embedding (tied): copying a prompt token
+        # into the answer, the core skill of the tasks, is then learned almost at once.
         # Rotary tables are derived from the config, not saved. They are built
         # lazily: from_pretrained materialises modules on a meta device, which
         # would leave a non-persistent buffer uninitialised.
@@ -189,5 +190,5 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
             x, kv = layer(x, cos, sin, key_mask, None if past_kv is None else past_kv[i])
             if return_kv:
                 kv_out.append(kv)
-        logits = self.lm_head(self.norm(x))
+        logits = F.linear(self.norm(x), self.embed.weight)
         return DiLaOutput(logits=logits, kv=kv_out if return_kv else None)

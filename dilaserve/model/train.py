@@ -11,12 +11,11 @@ multi-modal answer distribution that makes low thresholds risky.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -24,37 +23,49 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from dilaserve.tasks import TASKS, Task
+from dilaserve.utils.cli import parse_dataclass
 
 from .configuration import DiLaConfig
 from .modeling import DiLaForMaskedDiffusion
 from .tokenizer import build_tokenizer
 
 
+def _f(default, help: str):
+    """A config field with its ``--help`` text."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class TrainConfig:
     """Training hyperparameters (each is a ``--kebab-case`` flag)."""
 
-    out: str = "data/checkpoints/run"
-    """Folder the checkpoint (weights, config, tokenizer, train log) is written to."""
-    max_steps: int = 8000
-    """Optimizer steps; the cosine schedule spans them."""
-    max_minutes: float = 45.0
-    """Wall-clock budget; training stops early (and saves) when it runs out."""
-    batch_size: int = 64
-    lr: float = 1e-3
-    warmup_steps: int = 200
-    weight_decay: float = 0.01
-    eps: float = 1e-3
-    """Lower bound of the mask ratio t."""
-    seed: int = 0
-    save_every_minutes: float = 5.0
-    hidden_size: int = 128
-    num_layers: int = 4
-    num_heads: int = 4
-    intermediate_size: int = 384
-    max_position_embeddings: int = 256
-    tasks: list = field(default_factory=lambda: sorted(TASKS))
-    """Task names to train on."""
+    out: str = _f("data/checkpoints/run", "folder the checkpoint (weights, config, tokenizer, train log) is written to")
+    max_steps: int = _f(8000, "optimizer steps; the cosine learning-rate schedule spans them")
+    max_minutes: float = _f(45.0, "wall-clock budget; training stops early (and saves) when it runs out")
+    batch_size: int = _f(64, "sequences per optimizer step")
+    lr: float = _f(2e-3, "peak learning rate")
+    warmup_steps: int = _f(300, "linear warm-up steps")
+    weight_decay: float = _f(0.01, "AdamW weight decay")
+    eps: float = _f(0.05, "lower bound of the mask ratio t ~ U(eps, 1); it also bounds the 1/t loss weight, whose variance slows a small model down")
+    seed: int = _f(0, "seed for data, masking and initialisation")
+    save_every_minutes: float = _f(5.0, "also save a checkpoint this often while training")
+    hidden_size: int = _f(128, "model width")
+    num_layers: int = _f(4, "transformer blocks")
+    num_heads: int = _f(4, "attention heads")
+    intermediate_size: int = _f(384, "SwiGLU width")
+    max_position_embeddings: int = _f(256, "longest canvas (prompt + generation)")
+    tasks: list[str] = _f(sorted(TASKS), "task names to train on")
+    init_from: str = _f("", "start from the weights of this checkpoint folder (fresh optimizer) instead of random")
+    threads: int = _f(0, "torch intra-op threads (0: torch's default); 1 is faster on a shared machine")
+
+    def __post_init__(self) -> None:
+        unknown = set(self.tasks) - set(TASKS)
+        if unknown:
+            raise ValueError(f"unknown tasks {sorted(unknown)}: choose from {sorted(TASKS)}")
+        if self.max_steps < 1 or self.batch_size < 1:
+            raise ValueError("max_steps and batch_size must be at least 1")
 
 
 def make_batch(tasks: list[Task], tok, batch_size: int, rng: random.Random, gen: torch.Generator, eps: float):
@@ -120,8 +131,10 @@ def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusi
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     tok = build_tokenizer()
-    model = build_model(cfg, tok)
+    model = DiLaForMaskedDiffusion.from_pretrained(cfg.init_from) if cfg.init_from else build_model(cfg, tok)
     tasks = [TASKS[n] for n in cfg.tasks]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     start = last_save = time.time()
@@ -156,16 +169,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusi
 
 
 def parse_args(argv=None) -> TrainConfig:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    defaults = TrainConfig()
-    for f in fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        default = getattr(defaults, f.name)
-        if isinstance(default, list):
-            p.add_argument(flag, nargs="+", default=default)
-        else:
-            p.add_argument(flag, type=type(default), default=default)
-    return TrainConfig(**vars(p.parse_args(argv)))
+    return parse_dataclass(TrainConfig, argv, description=__doc__, prog="python -m dilaserve.model.train")
 
 
 def main(argv=None) -> None:

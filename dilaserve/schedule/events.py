@@ -29,7 +29,7 @@ Event = Union[RequestArrived, StepFinished, InstanceReady, InstanceStopped, Reco
 
 @dataclass(frozen=True)
 class RequestOutcome:
-    """What happened to a request: ``finished`` or ``rejected`` (with a reason)."""
+    """What happened to a request: ``finished``, ``rejected`` or ``cancelled`` (with a reason)."""
 
     request_id: str
     status: str

@@ -82,6 +82,7 @@ class GlobalScheduler:
         self._queue: list[Event] = []
         self._handling = False
         self._max_batch_seen = 0
+        self._cancelled: set[str] = set()
         backend.bind(self.handle)
 
     # ================================================================ public
@@ -101,6 +102,26 @@ class GlobalScheduler:
                 self._dispatch_event(self._queue.pop(0))
         finally:
             self._handling = False
+
+    def cancel(self, request_id: str, reason: str = "cancelled by the client") -> bool:
+        """Withdraw a request (e.g. its client disconnected) and free its batch slot.
+
+        A step already in flight for it still completes on the instance; its result is
+        dropped quietly. Returns False for a request that is not in flight.
+        """
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return False
+        if req in self.deferred:
+            self.deferred.remove(req)
+        slot = self.pool.slot_of.get(req.instance) if req.instance is not None else None
+        if slot is not None:
+            self.pool.unassign(slot, request_id, req.tokens)
+            self.backend.release(req.instance, [request_id])
+        self._cancelled.add(request_id)
+        self._load_dirty = True
+        self._emit(RequestOutcome(request_id, "cancelled", req.arrival, req.deadline, self.now, reason=reason))
+        return True
 
     @property
     def in_flight(self) -> int:
@@ -162,6 +183,9 @@ class GlobalScheduler:
         stepped: list[TrackedRequest] = []
         for st in ev.states:
             req = self.requests.get(st.request_id)
+            if req is None and st.request_id in self._cancelled:
+                self._cancelled.discard(st.request_id)  # its last step ran after the cancel
+                continue
             if req is None:
                 log.error("instance %s stepped unknown request %s; ignoring it", ev.instance_id, st.request_id)
                 continue

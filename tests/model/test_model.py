@@ -38,7 +38,7 @@ def test_attention_is_bidirectional(tiny_checkpoint):
 
 
 def test_short_training_lowers_the_loss(tmp_path):
-    cfg = TrainConfig(out=str(tmp_path / "ck"), max_steps=60, batch_size=16, hidden_size=32, num_layers=2,
+    cfg = TrainConfig(out=str(tmp_path / "ck"), max_steps=40, batch_size=16, hidden_size=32, num_layers=2,
                       num_heads=2, intermediate_size=64, warmup_steps=5, lr=3e-3, max_minutes=2)
     tok = build_tokenizer()
     gen = torch.Generator().manual_seed(5)

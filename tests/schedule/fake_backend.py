@@ -6,7 +6,7 @@ from dilaserve.cluster.base import Backend
 
 class RecordingBackend(Backend):
     def __init__(self):
-        self.launched, self.stopped, self.steps, self.migrations = [], [], [], []
+        self.launched, self.stopped, self.steps, self.migrations, self.released = [], [], [], [], []
 
     def bind(self, sink):
         self.sink = sink
@@ -22,6 +22,9 @@ class RecordingBackend(Backend):
 
     def migrate(self, request_id, src, dst):
         self.migrations.append((request_id, src, dst))
+
+    def release(self, instance_id, request_ids):
+        self.released.append((instance_id, list(request_ids)))
 
     def last_batch(self, instance_id):
         return [b for iid, b in self.steps if iid == instance_id][-1]

@@ -170,3 +170,19 @@ def test_policy_registry():
     custom = SchedulerPolicy("custom", dispatch="least_tokens", slo_aware=False, load_control=False, predictor=None)
     sched = GlobalScheduler(RecordingBackend(), default_profile(), custom)
     assert sched.policy.name == "custom"
+
+
+def test_cancel_frees_the_slot_and_drops_the_in_flight_result():
+    sched, be = cluster(specs=[spec("a", max_batch=300)])
+    r0 = arrive(sched, make_request("r0", prompt=168, gen=32))
+    r1 = arrive(sched, make_request("r1", prompt=168, gen=32))      # deferred: no room
+    assert sched.cancel("r0")
+    assert be.released == [("a", ["r0"])]
+    assert sched.outcomes[-1].status == "cancelled" and not sched.outcomes[-1].met_slo
+    # r0's step was in flight; its result arrives after the cancel and is dropped quietly,
+    # and the freed room goes to the deferred request.
+    batch = be.last_batch("a")
+    sched.handle(StepFinished(0.1, "a", tuple(x.state for x in batch)))
+    assert "r0" not in sched.requests and r1.instance == "a"
+    assert [x.state.request_id for x in be.last_batch("a")] == ["r1"]
+    assert not sched.cancel("r0") and sched.cancel("r1") and sched.in_flight == 0

@@ -1,0 +1,153 @@
+"""Where the offline pipeline writes its artifacts, and how the runtime loads them.
+
+Everything lives under ``data/artifacts/`` (git-ignored), or under ``$DILASERVE_ARTIFACTS``
+when set. ``dilaserve.serve``, ``dilaserve.sim`` and the notebooks load through these
+functions; a missing artifact raises :class:`MissingArtifactError` naming the Dagster
+command that builds it.
+
+Layout::
+
+    rollouts/step_table.parquet        one row per step (dilaserve.predict.schema)
+    rollouts/requests.parquet          one row per (request, threshold) rollout
+    predictor/booster.txt, meta.json   LightGBM predictor (+ one-shot rates in meta)
+    predictor/evaluation.json          held-out MAE / relative error tables
+    profiles/measured.json             embedded model on this host, TP 1 and 2
+    profiles/analytic/<model>-<gpu>.json   calibrated roofline, TP 1/2/4/8
+    dynamics/samples.parquet, summary.json step outcomes to replay
+    quality/threshold_quality.json     speed-quality table (fixed and mixed thresholds)
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_ROOT = REPO_ROOT / "data" / "artifacts"
+ENV_VAR = "DILASERVE_ARTIFACTS"
+
+PathLike = Union[str, Path]
+
+
+class MissingArtifactError(FileNotFoundError):
+    """An artifact the caller needs has not been built yet."""
+
+    def __init__(self, path: Path, asset: str):
+        self.path, self.asset = path, asset
+        super().__init__(
+            f"artifact {path} is missing: build it with\n"
+            f"  DAGSTER_HOME=data/dagster_home dagster asset materialize -m pipelines.definitions "
+            f"--select '+{asset}'\n(or `python -m pipelines materialize {asset}`) from the repo root"
+        )
+
+
+@dataclass(frozen=True)
+class ArtifactPaths:
+    root: Path
+
+    @property
+    def step_table(self) -> Path:
+        return self.root / "rollouts" / "step_table.parquet"
+
+    @property
+    def rollout_requests(self) -> Path:
+        return self.root / "rollouts" / "requests.parquet"
+
+    @property
+    def predictor_dir(self) -> Path:
+        return self.root / "predictor"
+
+    @property
+    def predictor_evaluation(self) -> Path:
+        return self.predictor_dir / "evaluation.json"
+
+    @property
+    def profiles_dir(self) -> Path:
+        return self.root / "profiles"
+
+    @property
+    def measured_profile(self) -> Path:
+        return self.profiles_dir / "measured.json"
+
+    def analytic_profile(self, name: str) -> Path:
+        """``name`` is ``<model>-<gpu>``, e.g. ``llada-8b-h100``."""
+        return self.profiles_dir / "analytic" / f"{name}.json"
+
+    @property
+    def dynamics_dir(self) -> Path:
+        return self.root / "dynamics"
+
+    @property
+    def threshold_quality(self) -> Path:
+        return self.root / "quality" / "threshold_quality.json"
+
+
+def artifact_paths(root: Optional[PathLike] = None) -> ArtifactPaths:
+    """Paths under ``root``, else ``$DILASERVE_ARTIFACTS``, else ``data/artifacts``."""
+    return ArtifactPaths(Path(root or os.environ.get(ENV_VAR) or DEFAULT_ROOT))
+
+
+def _need(path: Path, asset: str) -> Path:
+    if not path.exists():
+        raise MissingArtifactError(path, asset)
+    return path
+
+
+def load_step_table(root: Optional[PathLike] = None):
+    import polars as pl
+
+    return pl.read_parquet(_need(artifact_paths(root).step_table, "step_features"))
+
+
+def load_predictor(root: Optional[PathLike] = None):
+    """The tuned LightGBM :class:`~dilaserve.predict.base.StepPredictor`."""
+    from dilaserve.predict.lgbm import BOOSTER_FILE, LightGBMPredictor
+
+    folder = artifact_paths(root).predictor_dir
+    _need(folder / BOOSTER_FILE, "step_predictor")
+    return LightGBMPredictor.load(folder)
+
+
+def load_oneshot(root: Optional[PathLike] = None):
+    """The one-shot baseline fitted on the same training requests as the predictor."""
+    from dilaserve.predict.base import OneShotPredictor
+    from dilaserve.predict.lgbm import META_FILE
+
+    meta = json.loads(_need(artifact_paths(root).predictor_dir / META_FILE, "step_predictor").read_text())
+    return OneShotPredictor({float(k): v for k, v in meta["oneshot_steps_per_token"].items()})
+
+
+def load_predictor_evaluation(root: Optional[PathLike] = None) -> dict:
+    return json.loads(_need(artifact_paths(root).predictor_evaluation, "step_predictor").read_text())
+
+
+def load_profile(name: str = "measured", root: Optional[PathLike] = None):
+    """A :class:`~dilaserve.profile.types.LatencyProfile`: ``measured`` or ``<model>-<gpu>``."""
+    from dilaserve.profile.types import LatencyProfile
+
+    paths = artifact_paths(root)
+    if name == "measured":
+        return LatencyProfile.load(_need(paths.measured_profile, "measured_latency_profile"))
+    return LatencyProfile.load(_need(paths.analytic_profile(name), "analytic_latency_profiles"))
+
+
+def available_profiles(root: Optional[PathLike] = None) -> list[str]:
+    paths = artifact_paths(root)
+    names = ["measured"] if paths.measured_profile.exists() else []
+    return names + sorted(p.stem for p in (paths.profiles_dir / "analytic").glob("*.json"))
+
+
+def load_step_dynamics(root: Optional[PathLike] = None):
+    from dilaserve.predict.dynamics import SUMMARY_FILE, StepDynamics
+
+    folder = artifact_paths(root).dynamics_dir
+    _need(folder / SUMMARY_FILE, "step_dynamics")
+    return StepDynamics.load(folder)
+
+
+def load_threshold_quality(root: Optional[PathLike] = None):
+    from dilaserve.predict.quality import ThresholdQuality
+
+    return ThresholdQuality.load(_need(artifact_paths(root).threshold_quality, "threshold_quality"))

@@ -1,0 +1,241 @@
+"""RayBackend: real model instances as Ray actors.
+
+An instance of TP degree d is d :class:`InstanceWorker` actors in one
+placement group. Every worker holds a shard of the model (torch.distributed:
+gloo on CPU, NCCL on GPU) and an engine over it; a step is sent to all d
+workers with identical inputs, so they stay in lockstep through the
+all-reduces, and rank 0's result is used.
+
+The scheduler runs on the server's asyncio loop. ``submit_step`` returns at
+once; a task awaits the actors' results and reports :class:`StepFinished`
+to the scheduler on the same loop. Request state crosses the process boundary
+as ``RequestState.to_bytes()`` (a few KB); the KV cache never does.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import ray
+from ray.exceptions import RayActorError, RayError
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from dilaserve.cluster.base import (
+    Backend, EventSink, InstanceReady, InstanceSpec, InstanceStopped, StepAssignment, StepFinished,
+)
+from dilaserve.engine.state import RequestState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RayBackendConfig:
+    """How instances are placed on the Ray cluster."""
+
+    checkpoint: str
+    """Checkpoint folder every instance loads."""
+    device: str = "cpu"
+    """``cpu`` (one Ray CPU per worker, gloo) or ``cuda`` (one GPU per worker, NCCL)."""
+    torch_threads: int = 1
+    """Intra-op threads per CPU worker (keep workers x threads <= cores)."""
+    launch_timeout_s: float = 300.0
+    """An instance that is not ready by then is reported as failed."""
+
+
+@ray.remote(num_cpus=0)
+class InstanceWorker:
+    """One TP rank of one instance: a (sharded) model and its engine."""
+
+    def __init__(self, checkpoint: str, device: str, rank: int, world_size: int, master: str, torch_threads: int):
+        import torch
+
+        from dilaserve.engine import DenoisingEngine
+        from dilaserve.model.adapters import load_diffusion_lm
+
+        torch.set_num_threads(torch_threads)
+        self.rank = rank
+        # Ray exposes the one GPU it assigned to this actor as device 0.
+        dev = "cuda:0" if device == "cuda" else device
+        if world_size > 1:
+            from dilaserve.model.tensor_parallel import init_distributed, shard_model
+
+            init_distributed(rank, world_size, master, dev)
+        lm = load_diffusion_lm(checkpoint, device=dev)
+        if world_size > 1:
+            shard_model(lm.model, rank, world_size)
+        self.engine = DenoisingEngine(lm)
+
+    def ready(self) -> int:
+        return os.getpid()
+
+    def step(self, payload: list[tuple[bytes, float]]) -> list[bytes]:
+        states = [RequestState.from_bytes(blob) for blob, _ in payload]
+        results = self.engine.step(states, [thr for _, thr in payload])
+        for st, res in zip(states, results):
+            if res.error:
+                # A bad threshold is the control plane's bug, not the client's: log and
+                # return the state unchanged so the request is retried, never lost.
+                print(f"instance step error for {st.request_id}: {res.error}", flush=True)
+        return [s.to_bytes() for s in states]
+
+    def release(self, request_ids: list[str]) -> None:
+        for rid in request_ids:
+            self.engine.release(rid)
+
+
+@dataclass
+class _Instance:
+    spec: InstanceSpec
+    workers: list
+    pg: object
+    ready: bool = False
+    step_task: Optional[asyncio.Task] = None
+    dead: bool = False
+
+
+class RayBackend(Backend):
+    """Instances as Ray actors; events delivered on the asyncio loop that created it."""
+
+    def __init__(self, config: RayBackendConfig, clock: Optional[Callable[[], float]] = None):
+        self.config = config
+        self._t0 = time.monotonic()
+        self.clock = clock or (lambda: time.monotonic() - self._t0)
+        self._sink: Optional[EventSink] = None
+        self._instances: dict[str, _Instance] = {}
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._tasks: set[asyncio.Task] = set()
+        #: Called with (spec, exception) when an instance dies; for metrics and replacement.
+        self.on_failure: Optional[Callable[[InstanceSpec, BaseException], None]] = None
+        #: Called with (spec, seconds) after every step; for metrics.
+        self.on_step_time: Optional[Callable[[InstanceSpec, float], None]] = None
+
+    # ------------------------------------------------------------ helpers
+    def _spawn(self, coro) -> None:
+        loop = self._loop or asyncio.get_event_loop()
+        task = loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _emit(self, event) -> None:
+        if self._sink is not None:
+            self._sink(event)
+
+    @property
+    def instance_ids(self) -> list[str]:
+        return [i for i, inst in self._instances.items() if not inst.dead]
+
+    def worker_handles(self, instance_id: str) -> list:
+        """The actors of an instance (tests use this to kill one)."""
+        return list(self._instances[instance_id].workers)
+
+    # ------------------------------------------------------------ Backend
+    def bind(self, sink: EventSink) -> None:
+        self._sink = sink
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+
+    def launch_instance(self, spec: InstanceSpec) -> None:
+        cfg = self.config
+        bundle = {"GPU": 1, "CPU": 1} if cfg.device == "cuda" else {"CPU": 1}
+        pg = placement_group([dict(bundle) for _ in range(spec.tp)], strategy="STRICT_PACK")
+        from dilaserve.model.tensor_parallel import free_port
+
+        master = f"tcp://127.0.0.1:{free_port()}"
+        workers = []
+        for rank in range(spec.tp):
+            opts = dict(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=rank),
+                num_cpus=1, num_gpus=1 if cfg.device == "cuda" else 0, max_restarts=0,
+            )
+            workers.append(InstanceWorker.options(**opts).remote(cfg.checkpoint, cfg.device, rank, spec.tp, master, cfg.torch_threads))
+        inst = _Instance(spec, workers, pg)
+        self._instances[spec.instance_id] = inst
+        self._spawn(self._await_ready(inst))
+
+    async def _await_ready(self, inst: _Instance) -> None:
+        try:
+            await asyncio.wait_for(asyncio.gather(*(w.ready.remote() for w in inst.workers)), self.config.launch_timeout_s)
+        except (RayError, asyncio.TimeoutError) as e:
+            log.error("instance %s failed to start (%s); it is removed", inst.spec.instance_id, e)
+            self._fail(inst, e)
+            return
+        inst.ready = True
+        log.info("instance %s ready (TP-%d)", inst.spec.instance_id, inst.spec.tp)
+        self._emit(InstanceReady(self.clock(), inst.spec.instance_id))
+
+    def stop_instance(self, instance_id: str) -> None:
+        inst = self._instances.get(instance_id)
+        if inst is None:
+            return
+        self._teardown(inst)
+        self._emit(InstanceStopped(self.clock(), instance_id))
+
+    def _teardown(self, inst: _Instance) -> None:
+        inst.dead = True
+        for w in inst.workers:
+            try:
+                ray.kill(w, no_restart=True)
+            except Exception:  # already gone
+                pass
+        try:
+            remove_placement_group(inst.pg)
+        except Exception:
+            pass
+        self._instances.pop(inst.spec.instance_id, None)
+
+    def _fail(self, inst: _Instance, exc: BaseException) -> None:
+        """An instance died: free it and report it stopped, so its requests are re-queued."""
+        if inst.dead:
+            return
+        self._teardown(inst)
+        if self.on_failure is not None:
+            self.on_failure(inst.spec, exc)
+        self._emit(InstanceStopped(self.clock(), inst.spec.instance_id))
+
+    def submit_step(self, instance_id: str, batch: Sequence[StepAssignment]) -> None:
+        inst = self._instances[instance_id]
+        payload = [(a.state.to_bytes(), float(a.threshold)) for a in batch]
+        refs = [w.step.remote(payload) for w in inst.workers]
+        self._spawn(self._await_step(inst, refs, time.perf_counter()))
+
+    async def _await_step(self, inst: _Instance, refs: list, started: float) -> None:
+        try:
+            blobs = (await asyncio.gather(*refs))[0]
+        except (RayActorError, RayError) as e:
+            log.error("instance %s died during a step (%s): its requests resume elsewhere from their last state",
+                      inst.spec.instance_id, type(e).__name__)
+            self._fail(inst, e)
+            return
+        if inst.dead:
+            return
+        if self.on_step_time is not None:
+            self.on_step_time(inst.spec, time.perf_counter() - started)
+        states = tuple(RequestState.from_bytes(b) for b in blobs)
+        self._emit(StepFinished(self.clock(), inst.spec.instance_id, states))
+
+    def migrate(self, request_id: str, src: str, dst: str) -> None:
+        # The state travels with the next step; only the source's stale cache is dropped.
+        inst = self._instances.get(src)
+        if inst is not None:
+            for w in inst.workers:
+                w.release.remote([request_id])
+
+    def release(self, instance_id: str, request_ids: list[str]) -> None:
+        """Drop caches of cancelled requests."""
+        inst = self._instances.get(instance_id)
+        if inst is not None:
+            for w in inst.workers:
+                w.release.remote(request_ids)
+
+    async def shutdown(self) -> None:
+        for inst in list(self._instances.values()):
+            self._teardown(inst)
+        for t in list(self._tasks):
+            t.cancel()

@@ -1,0 +1,168 @@
+"""SimBackend: simulated instances on the simulator's event loop.
+
+It implements :class:`~dilaserve.cluster.base.Backend` and nothing more: it decides no
+placement, threshold or configuration. A step takes the latency profile's time for the
+batch it was given (times optional multiplicative noise); its outcome comes from a
+progress model (replayed dynamics or the real model) when the step finishes. Launching an
+instance takes a configurable time, and so does moving a request's data between instances.
+"""
+from __future__ import annotations
+
+import math
+import random
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
+
+from dilaserve.cluster.base import (
+    Backend, EventSink, InstanceReady, InstanceSpec, InstanceStopped, StepAssignment, StepFinished,
+)
+from dilaserve.engine.state import StepKind
+from dilaserve.profile.types import LatencyProfile
+from dilaserve.sim.loop import EventLoop
+from dilaserve.sim.progress import ProgressModel
+from dilaserve.sim.telemetry import Telemetry
+
+
+@dataclass(frozen=True)
+class SimBackendConfig:
+    """Timing of simulated instances.
+
+    Attributes:
+        launch_time_s: from ``launch_instance`` to ``InstanceReady`` (loading the weights).
+        stop_time_s: from ``stop_instance`` to ``InstanceStopped``.
+        migration_time_s: a migrated request's next step on its new instance starts no
+            earlier than this after the move (its state crossing the network).
+        latency_noise: sigma of a mean-one log-normal factor applied to every step's
+            latency; 0 makes step latency exactly the profile's.
+        seed: seeds the latency noise.
+    """
+
+    launch_time_s: float = 20.0
+    stop_time_s: float = 0.0
+    migration_time_s: float = 0.002
+    latency_noise: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("launch_time_s", "stop_time_s", "migration_time_s", "latency_noise"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"SimBackendConfig.{name}={getattr(self, name)} must be >= 0 (0 disables it)")
+
+
+def batch_step_latency(profile: LatencyProfile, tp: int, batch: Sequence[StepAssignment]) -> float:
+    """Latency of one step over a mixed batch, as the engine runs it.
+
+    Recompute requests run together over their whole canvases (``LP_recompute[their
+    tokens]``) and cache requests together over their blocks (``LP_cache[sum of block
+    lengths]``); a batch with both pays for both passes.
+    """
+    rec = cac = 0
+    for a in batch:
+        st = a.state
+        if st.use_cache and st.block_cached:
+            cac += st.block_length
+        else:
+            rec += st.num_tokens
+    lat = profile.latency(tp, rec, StepKind.RECOMPUTE) if rec else 0.0
+    if cac:
+        lat += profile.latency(tp, cac, StepKind.CACHE)
+    return lat
+
+
+class SimBackend(Backend):
+    def __init__(self, loop: EventLoop, profile: LatencyProfile, progress: ProgressModel,
+                 config: SimBackendConfig = SimBackendConfig(), telemetry: Optional[Telemetry] = None):
+        self.loop, self.profile, self.progress, self.config = loop, profile, progress, config
+        self.telemetry = telemetry or Telemetry()
+        self.specs: dict[str, InstanceSpec] = {}
+        self.ready: set[str] = set()
+        self.busy: set[str] = set()
+        self.migrations = 0
+        self.launches = 0
+        self._sink: Optional[EventSink] = None
+        self._data_ready_at: dict[str, float] = {}
+        self._launch_delay = config.launch_time_s
+        self._rng = random.Random(config.seed)
+
+    # ------------------------------------------------------------ Backend
+    def bind(self, sink: EventSink) -> None:
+        self._sink = sink
+
+    def launch_instance(self, spec: InstanceSpec) -> None:
+        if spec.instance_id in self.specs:
+            raise ValueError(f"instance {spec.instance_id} is already launched")
+        self._check_gpus(spec)
+        self.specs[spec.instance_id] = spec
+        self.launches += 1
+        self.loop.at(self.loop.now + self._launch_delay, lambda: self._on_ready(spec.instance_id))
+
+    def stop_instance(self, instance_id: str) -> None:
+        if instance_id in self.busy:
+            raise RuntimeError(f"stop_instance({instance_id}) while a step is in flight: drain it first")
+        self.ready.discard(instance_id)
+        self.loop.at(self.loop.now + self.config.stop_time_s, lambda: self._on_stopped(instance_id))
+
+    def migrate(self, request_id: str, src: str, dst: str) -> None:
+        self.migrations += 1
+        self._data_ready_at[request_id] = self.loop.now + self.config.migration_time_s
+
+    def submit_step(self, instance_id: str, batch: Sequence[StepAssignment]) -> None:
+        if instance_id not in self.ready:
+            raise RuntimeError(f"submit_step to {instance_id}, which is not ready (launched and not stopped)")
+        if instance_id in self.busy:
+            raise RuntimeError(f"submit_step to {instance_id} while its previous step is in flight")
+        now = self.loop.now
+        start = now
+        if self._data_ready_at:
+            for a in batch:
+                start = max(start, self._data_ready_at.pop(a.state.request_id, now))
+        latency = batch_step_latency(self.profile, self.specs[instance_id].tp, batch) * self._noise()
+        self.busy.add(instance_id)
+        self.telemetry.on_step(start, latency, batch)
+        batch = list(batch)
+        self.loop.at(start + latency, lambda: self._on_step(instance_id, batch))
+
+    # ------------------------------------------------------------ helpers
+    @contextmanager
+    def instant_launches(self) -> Iterator[None]:
+        """Launch without delay inside the block (the cluster already running at time 0)."""
+        self._launch_delay = 0.0
+        try:
+            yield
+        finally:
+            self._launch_delay = self.config.launch_time_s
+
+    def _noise(self) -> float:
+        s = self.config.latency_noise
+        return math.exp(self._rng.gauss(-0.5 * s * s, s)) if s else 1.0
+
+    def _check_gpus(self, spec: InstanceSpec) -> None:
+        for other in self.specs.values():
+            if other.node == spec.node and set(other.gpus) & set(spec.gpus):
+                raise RuntimeError(
+                    f"instance {spec.instance_id} wants GPUs {spec.gpus} of node {spec.node}, still held by "
+                    f"{other.instance_id}: stop it first"
+                )
+
+    def _emit(self, event) -> None:
+        if self._sink is None:
+            raise RuntimeError("SimBackend has no event sink: call bind() (the scheduler does) before using it")
+        self._sink(event)
+
+    def _on_ready(self, instance_id: str) -> None:
+        if instance_id not in self.specs:
+            return  # stopped before it finished launching
+        self.ready.add(instance_id)
+        self.telemetry.on_ready(self.loop.now, instance_id, self.specs[instance_id].tp)
+        self._emit(InstanceReady(self.loop.now, instance_id))
+
+    def _on_stopped(self, instance_id: str) -> None:
+        self.specs.pop(instance_id, None)
+        self.telemetry.on_stopped(self.loop.now, instance_id)
+        self._emit(InstanceStopped(self.loop.now, instance_id))
+
+    def _on_step(self, instance_id: str, batch: list[StepAssignment]) -> None:
+        self.progress.step(batch)
+        self.busy.discard(instance_id)
+        self._emit(StepFinished(self.loop.now, instance_id, tuple(a.state for a in batch)))

@@ -1,0 +1,1 @@
+"""Experiments on the simulator: ``python -m dilaserve.eval EXPERIMENT``."""

@@ -1,0 +1,80 @@
+"""``python -m dilaserve.eval EXPERIMENT [--quick] [--json] [--trace PATH] ...``
+
+Experiments: ``trace``, ``rate-sweep``, ``slo-sweep``, ``ablation``, ``all``. Each writes
+``results/<experiment>/`` (parquet tables, ``summary.md``, PNG plots) and prints the
+markdown summary. With ``--json`` the last line printed is one JSON object
+``{"policies": {NAME: {slo_attainment, slo_attainment_low, slo_attainment_high,
+mean_latency_s, p99_latency_s, quality, mean_threshold}}}``: every policy run, keyed by name
+for the first setting and ``NAME@SETTING`` for the others. For ``rate-sweep`` a policy's
+numbers pool all requests of the sweep; for ``slo-sweep`` they are those at scale 5; for
+``all``, the trace and ablation runs (the sweeps are in their tables).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from dilaserve.artifacts import MissingArtifactError
+from dilaserve.eval.context import SETTINGS, EvalContext, EvalOptions
+from dilaserve.eval.experiments import EXPERIMENTS
+from dilaserve.eval.report import policies_json, write
+from dilaserve.sim.traces import AZURE_CONV, TraceFormatError
+
+
+def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool]:
+    ap = argparse.ArgumentParser(prog="python -m dilaserve.eval", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
+    ap.add_argument("--quick", action="store_true", help="reduced run (minutes); the paper setting only "
+                    "unless --settings is given")
+    ap.add_argument("--json", action="store_true", help="end with one JSON line of per-policy results")
+    ap.add_argument("--trace", type=Path, default=AZURE_CONV,
+                    help="trace CSV in the Azure LLM trace format or BurstGPT's (default: the shipped "
+                         "Azure conversation trace)")
+    ap.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=None,
+                    help="cluster settings: paper (LLaDA-8B on H100, analytic), embedded (measured profile)")
+    ap.add_argument("--out", type=Path, default=Path("results"), help="results folder (default: results/)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--artifacts", type=Path, default=None, help="pipeline artifact folder")
+    ap.add_argument("--latency-noise", type=float, default=0.05, help="sigma of step-latency noise (0: none)")
+    a = ap.parse_args(argv)
+    settings = tuple(a.settings) if a.settings else (("paper",) if a.quick else ("paper", "embedded"))
+    try:
+        opts = EvalOptions(quick=a.quick, settings=settings, trace=a.trace, out=a.out, seed=a.seed,
+                           artifacts=a.artifacts, latency_noise=a.latency_noise)
+    except ValueError as e:
+        ap.error(str(e))
+    names = list(EXPERIMENTS) if a.experiment == "all" else [a.experiment]
+    return names, opts, a.json
+
+
+def main(argv: list[str]) -> int:
+    names, opts, as_json = parse(argv)
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    ctx = EvalContext(opts)
+    policies: dict[str, dict] = {}
+    t0 = time.perf_counter()
+    try:
+        for name in names:
+            print(f"running {name}{' (quick)' if opts.quick else ''} ...", file=sys.stderr, flush=True)
+            out = EXPERIMENTS[name](ctx)
+            text, _ = write(out, ctx)
+            print(text, flush=True)
+            if len(names) == 1 or name in ("trace", "ablation"):
+                for k, v in policies_json(out).items():
+                    policies.setdefault(k, v)
+    except (MissingArtifactError, TraceFormatError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"policies": policies}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,125 @@
+"""What every experiment needs: options, the loaded artifacts, the cluster settings, and a
+helper that runs policies on the simulator."""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Optional, Sequence
+
+from dilaserve import artifacts
+from dilaserve.reconfig.config import ClusterConfig, MonitorConfig
+from dilaserve.cluster.sim_backend import SimBackendConfig
+from dilaserve.sim.capacity import nominal_capacity_rps
+from dilaserve.sim.progress import ReplayProgress
+from dilaserve.sim.replay import ReplayTable
+from dilaserve.sim.setting import ClusterSetting, Predictors, with_dynamics
+from dilaserve.sim.simulator import SimConfig, SimResult, Simulator
+from dilaserve.sim.traces import AZURE_CONV, Trace, load_trace
+
+log = logging.getLogger(__name__)
+
+#: The paper's cluster: 16 GPUs = 4 nodes x 4, TP {1, 2, 4}, the analytic LLaDA-8B on H100 profile.
+PAPER = ("paper", "llada-8b-h100", (1, 2, 4))
+#: The embedded model's measured profile (TP 1 and 2 measured) on the same 16 slots.
+EMBEDDED = ("embedded", "measured", (1, 2))
+SETTINGS = {"paper": PAPER, "embedded": EMBEDDED}
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """Attributes:
+        quick: a reduced run (short phases, fewer sweep points) that takes minutes.
+        settings: which cluster settings to run (``paper``, ``embedded``).
+        trace: trace CSV (Azure format or BurstGPT) for the trace and ablation experiments.
+        out: results folder (git-ignored).
+        seed: seeds arrivals, replayed outcomes and latency noise.
+        artifacts: pipeline artifact folder (None: ``$DILASERVE_ARTIFACTS`` or data/artifacts).
+        latency_noise: sigma of the multiplicative step-latency noise.
+    """
+
+    quick: bool = False
+    settings: tuple[str, ...] = ("paper", "embedded")
+    trace: Path = AZURE_CONV
+    out: Path = Path("results")
+    seed: int = 0
+    artifacts: Optional[Path] = None
+    latency_noise: float = 0.05
+
+    def __post_init__(self) -> None:
+        bad = [s for s in self.settings if s not in SETTINGS]
+        if bad or not self.settings:
+            raise ValueError(f"unknown settings {bad or list(self.settings)}: choose from {sorted(SETTINGS)}")
+
+
+class EvalContext:
+    def __init__(self, options: EvalOptions):
+        self.options = options
+
+    # ------------------------------------------------------------ artifacts
+    @cached_property
+    def dynamics(self):
+        return artifacts.load_step_dynamics(self.options.artifacts)
+
+    @cached_property
+    def table(self) -> ReplayTable:
+        return ReplayTable(self.dynamics)
+
+    @cached_property
+    def quality(self):
+        return artifacts.load_threshold_quality(self.options.artifacts)
+
+    @cached_property
+    def predictors(self) -> Predictors:
+        return Predictors(artifacts.load_predictor(self.options.artifacts), artifacts.load_oneshot(self.options.artifacts))
+
+    @cached_property
+    def trace(self) -> Trace:
+        return load_trace(self.options.trace)
+
+    # ------------------------------------------------------------ settings
+    def setting(self, name: str) -> ClusterSetting:
+        label, profile, tps = SETTINGS[name]
+        # Quick runs last minutes, so the monitor's window shrinks with the tick interval.
+        monitor = MonitorConfig(window_s=60.0) if self.options.quick else MonitorConfig()
+        base = ClusterSetting(label, artifacts.load_profile(profile, self.options.artifacts),
+                              ClusterConfig(nodes=4, gpus_per_node=4, tp_degrees=tps), monitor=monitor)
+        return with_dynamics(base, self.dynamics)
+
+    @property
+    def settings(self) -> list[ClusterSetting]:
+        return [self.setting(s) for s in self.options.settings]
+
+    def sim_config(self) -> SimConfig:
+        backend = SimBackendConfig(latency_noise=self.options.latency_noise, seed=self.options.seed)
+        if self.options.quick:
+            # Phases of a quick run last ~a minute: tick often enough for reconfiguration to act.
+            return SimConfig(backend=replace(backend, launch_time_s=5.0), reconfig_interval_s=30.0,
+                             telemetry_bin_s=10.0)
+        return SimConfig(backend=backend)
+
+    def simulator(self, setting: ClusterSetting) -> Simulator:
+        progress = ReplayProgress(self.table, self.quality, seed=self.options.seed)
+        return Simulator(setting, progress, self.predictors, self.sim_config())
+
+    def capacity(self, setting: ClusterSetting, prompt_tokens, output_tokens) -> float:
+        return nominal_capacity_rps(setting, self.table, prompt_tokens, output_tokens,
+                                    setting.control.fixed_threshold)
+
+    # ------------------------------------------------------------ running
+    def run_policies(self, setting: ClusterSetting, policies: Sequence[str], workload, slo_s: float,
+                     label: str = "") -> list[SimResult]:
+        sim = self.simulator(setting)
+        out = []
+        for policy in policies:
+            t0 = time.perf_counter()
+            res = sim.run(policy, workload, slo_s)
+            s = res.summary
+            print(f"  [{setting.name}{label}] {policy:<28} attainment {s.slo_attainment:6.1%}  "
+                  f"mean {s.mean_latency_s:6.2f}s  thr {s.mean_threshold:.3f}  ({len(workload)} req, "
+                  f"{time.perf_counter() - t0:.0f}s wall)", file=sys.stderr, flush=True)
+            out.append(res)
+        return out

@@ -1,0 +1,127 @@
+"""The experiments of ``python -m dilaserve.eval``: each returns its runs, labelled.
+
+* ``trace``: the real trace shaped into a low-load and a high-load phase; dilaserve vs
+  infaas and llumnix, with the oracle bound.
+* ``rate-sweep``: Poisson arrivals, GSM8K-like lengths, at rising request rates.
+* ``slo-sweep``: one rate, SLO scale 1..10.
+* ``ablation``: the trace with each dilaserve mechanism switched off in turn.
+
+Load levels are fractions of the cluster's nominal capacity at the baselines' threshold
+(:func:`dilaserve.sim.capacity.nominal_capacity_rps`), so an experiment means the same on
+every latency profile; the absolute rates are reported next to the results.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from dilaserve.eval.context import EvalContext
+from dilaserve.sim.arrivals import PhaseSpec, poisson_workload, shape_trace
+from dilaserve.sim.lengths import GSM8K_OUTPUT_TOKENS, GSM8K_PROMPT_TOKENS
+from dilaserve.sim.setting import ClusterSetting
+from dilaserve.sim.simulator import SimResult
+from dilaserve.sim.slo import DEFAULT_SLO_SCALE, workload_slo
+from dilaserve.sim.workload import Phase, Workload
+
+MAIN_POLICIES = ("infaas", "llumnix", "dilaserve", "oracle")
+ABLATION_POLICIES = ("dilaserve", "dilaserve-no-load-control", "dilaserve-no-reconfig", "dilaserve-oneshot",
+                     "dilaserve-migrate-any-step")
+
+#: Trace phases as fractions of nominal capacity (low, high).
+TRACE_LOAD = (0.3, 0.8)
+RATE_LOADS = {False: (0.2, 0.4, 0.6, 0.8, 1.0, 1.2), True: (0.3, 0.7, 1.1)}
+SLO_SCALES = {False: (1, 2, 3, 4, 5, 6, 8, 10), True: (1, 3, 5, 10)}
+#: The slo-sweep's load, a fraction of nominal capacity.
+SLO_SWEEP_LOAD = 0.7
+
+
+@dataclass
+class Run:
+    """One policy on one workload: ``x`` is the swept value (rate or SLO scale), if any."""
+
+    experiment: str
+    setting: str
+    result: SimResult
+    workload: str
+    rate: float
+    slo_scale: float
+    x: Optional[float] = None
+    phases: tuple[Phase, ...] = ()
+
+
+@dataclass
+class ExperimentOutput:
+    name: str
+    runs: list[Run] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _slo(ctx: EvalContext, setting: ClusterSetting, wl: Workload, scale: float) -> float:
+    return workload_slo(wl, setting.profile, ctx.table, setting.block_length, setting.control.fixed_threshold, scale)
+
+
+def trace_workload(ctx: EvalContext, setting: ClusterSetting, phase_s: Optional[float] = None) -> Workload:
+    """The trace shaped into a low-load then a high-load phase, ``phase_s`` each
+    (default 1 h, 75 s in quick runs)."""
+    cap = ctx.capacity(setting, ctx.trace.prompt_tokens, ctx.trace.output_tokens)
+    dur = phase_s or (75.0 if ctx.options.quick else 3600.0)
+    low, high = (f * cap for f in TRACE_LOAD)
+    return shape_trace(ctx.trace, [PhaseSpec("low", dur, low), PhaseSpec("high", dur, high)], name="trace")
+
+
+def _trace_runs(ctx: EvalContext, name: str, policies) -> ExperimentOutput:
+    out = ExperimentOutput(name)
+    for setting in ctx.settings:
+        wl = trace_workload(ctx, setting)
+        slo = _slo(ctx, setting, wl, DEFAULT_SLO_SCALE)
+        rates = ", ".join(f"{p.name} {p.rate:.1f} req/s" for p in wl.phases)
+        out.notes.append(f"{setting.name}: {ctx.trace.source}, {len(wl)} requests, phases {rates}; SLO {slo:.2f} s")
+        for res in ctx.run_policies(setting, policies, wl, slo):
+            out.runs.append(Run(name, setting.name, res, "trace", wl.mean_rate, DEFAULT_SLO_SCALE, phases=wl.phases))
+    return out
+
+
+def trace(ctx: EvalContext) -> ExperimentOutput:
+    return _trace_runs(ctx, "trace", MAIN_POLICIES)
+
+
+def ablation(ctx: EvalContext) -> ExperimentOutput:
+    return _trace_runs(ctx, "ablation", ABLATION_POLICIES)
+
+
+def _poisson(ctx: EvalContext, setting: ClusterSetting, load: float) -> Workload:
+    cap = ctx.capacity(setting, [GSM8K_PROMPT_TOKENS], [GSM8K_OUTPUT_TOKENS])
+    dur = 30.0 if ctx.options.quick else 600.0
+    return poisson_workload(load * cap, dur, "gsm8k", seed=ctx.options.seed, name="gsm8k")
+
+
+def rate_sweep(ctx: EvalContext) -> ExperimentOutput:
+    out = ExperimentOutput("rate-sweep")
+    for setting in ctx.settings:
+        for load in RATE_LOADS[ctx.options.quick]:
+            wl = _poisson(ctx, setting, load)
+            slo = _slo(ctx, setting, wl, DEFAULT_SLO_SCALE)
+            rate = wl.meta["rate"]
+            for res in ctx.run_policies(setting, MAIN_POLICIES, wl, slo, f" {rate:.1f} req/s"):
+                out.runs.append(Run("rate-sweep", setting.name, res, "gsm8k", rate, DEFAULT_SLO_SCALE, x=rate))
+        out.notes.append(f"{setting.name}: Poisson, GSM8K-like lengths (prompt 1020, output 256), loads "
+                         f"{RATE_LOADS[ctx.options.quick]} x nominal capacity")
+    return out
+
+
+def slo_sweep(ctx: EvalContext) -> ExperimentOutput:
+    out = ExperimentOutput("slo-sweep")
+    for setting in ctx.settings:
+        wl = _poisson(ctx, setting, SLO_SWEEP_LOAD)
+        for scale in SLO_SCALES[ctx.options.quick]:
+            slo = _slo(ctx, setting, wl, scale)
+            for res in ctx.run_policies(setting, MAIN_POLICIES, wl, slo, f" SLO x{scale}"):
+                out.runs.append(Run("slo-sweep", setting.name, res, "gsm8k", wl.meta["rate"], scale, x=scale))
+        out.notes.append(f"{setting.name}: Poisson at {wl.meta['rate']:.1f} req/s ({SLO_SWEEP_LOAD} x nominal "
+                         "capacity), GSM8K-like lengths")
+    return out
+
+
+EXPERIMENTS: dict[str, Callable[[EvalContext], ExperimentOutput]] = {
+    "trace": trace, "rate-sweep": rate_sweep, "slo-sweep": slo_sweep, "ablation": ablation,
+}

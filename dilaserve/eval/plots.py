@@ -1,0 +1,99 @@
+"""PNG plots of experiment results (matplotlib, headless)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _by_setting(frame: pl.DataFrame):
+    settings = frame["setting"].unique(maintain_order=True).to_list()
+    fig, axes = plt.subplots(1, len(settings), figsize=(5.5 * len(settings), 4), squeeze=False)
+    return settings, fig, axes[0]
+
+
+def attainment_vs(summary: pl.DataFrame, x: str, xlabel: str, path: Path) -> Path:
+    """SLO attainment against ``x`` (rate or SLO scale), one line per policy, one panel per setting."""
+    settings, fig, axes = _by_setting(summary)
+    for ax, setting in zip(axes, settings):
+        sub = summary.filter(pl.col("setting") == setting).sort(x)
+        for policy in sub["policy"].unique(maintain_order=True):
+            p = sub.filter(pl.col("policy") == policy)
+            ax.plot(p[x], 100 * p["slo_attainment"], marker="o", label=policy)
+        ax.set(title=setting, xlabel=xlabel, ylabel="SLO attainment (%)", ylim=(-2, 102))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def latency_cdf(requests: pl.DataFrame, path: Path) -> Path:
+    settings, fig, axes = _by_setting(requests)
+    for ax, setting in zip(axes, settings):
+        sub = requests.filter((pl.col("setting") == setting) & (pl.col("status") == "finished"))
+        for policy in sub["policy"].unique(maintain_order=True):
+            lat = np.sort(sub.filter(pl.col("policy") == policy)["latency_s"].to_numpy())
+            ax.plot(lat, np.arange(1, len(lat) + 1) / max(len(lat), 1), label=policy)
+        slo = sub["deadline_s"] - sub["arrival_s"]
+        if slo.len():
+            ax.axvline(float(slo.median()), color="k", ls="--", lw=0.8, label="SLO")
+        ax.set(title=setting, xlabel="latency (s)", ylabel="CDF", xscale="log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def threshold_over_time(series: pl.DataFrame, phases: Sequence[tuple[str, str, float, float]], path: Path) -> Path:
+    """Mean step threshold per time bin; shaded phases (setting, name, start, end)."""
+    settings, fig, axes = _by_setting(series)
+    for ax, setting in zip(axes, settings):
+        sub = series.filter(pl.col("setting") == setting)
+        for policy in sub["policy"].unique(maintain_order=True):
+            p = sub.filter(pl.col("policy") == policy).sort("time_s")
+            ax.plot(p["time_s"], p["mean_threshold"], label=policy)
+        _shade(ax, setting, phases)
+        ax.set(title=setting, xlabel="time (s)", ylabel="mean step threshold")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def tp_mix_over_time(tp: pl.DataFrame, phases: Sequence[tuple[str, str, float, float]], end_s: dict, path: Path) -> Path:
+    """Ready instances per TP degree over time (step plot), one panel per (setting, policy)."""
+    keys = tp.select("setting", "policy").unique(maintain_order=True).rows()
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.6), squeeze=False)
+    for ax, (setting, policy) in zip(axes[0], keys):
+        sub = tp.filter((pl.col("setting") == setting) & (pl.col("policy") == policy))
+        times = sorted(set(sub["time_s"].to_list()) | {0.0})
+        for d in sorted(sub["tp"].unique().to_list()):
+            counts, last = [], 0
+            for t in times:
+                hit = sub.filter((pl.col("time_s") == t))
+                if hit.height:
+                    row = hit.filter(pl.col("tp") == d)
+                    last = int(row["instances"][0]) if row.height else 0
+                counts.append(last)
+            ax.step(times + [end_s.get(setting, times[-1])], counts + [counts[-1]], where="post", label=f"TP-{d}")
+        _shade(ax, setting, phases)
+        ax.set(title=f"{setting} / {policy}", xlabel="time (s)", ylabel="instances")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _shade(ax, setting: str, phases) -> None:
+    for s, name, start, end in phases:
+        if s == setting and name == "high":
+            ax.axvspan(start, end, color="tab:red", alpha=0.08, lw=0)

@@ -1,0 +1,236 @@
+"""Tensor parallelism for :class:`DiLaForMaskedDiffusion` over ``torch.distributed``.
+
+Megatron-style sharding of every block across ``world_size`` ranks:
+
+* attention: the fused ``qkv`` projection is column-parallel (each rank keeps the Q, K and
+  V rows of its own heads), attention runs on local heads, and ``out`` is row-parallel
+  (each rank keeps the input columns of its heads) followed by an all-reduce;
+* MLP: the fused ``gate_up`` is column-parallel (each rank keeps the same slice of gate and
+  of up, so ``chunk(2)`` still pairs them) and ``down`` is row-parallel + all-reduce.
+
+Embedding, norms and LM head stay replicated (they are small for the embedded model), so
+every rank ends with the full logits; the K/V a rank returns for caching covers its heads
+only, exactly what the same rank needs at the next cache step.
+
+Typical use, one process per rank (gloo on CPU, NCCL on GPU)::
+
+    init_distributed(rank, world_size, init_method)   # or let run_tp do it
+    model = shard_model(load(...), rank, world_size)
+
+:func:`run_tp` spawns the ranks on this host and returns rank 0's result; the Ray runtime
+uses :class:`TPWorker` as the body of each of an instance's workers.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .adapters import load_diffusion_lm
+from .modeling import Attention, DiLaForMaskedDiffusion, apply_rotary
+
+
+def default_backend(device: str) -> str:
+    return "nccl" if str(device).startswith("cuda") else "gloo"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rank_device(device: str, rank: int) -> str:
+    """The device of ``rank``: ``cuda`` means one GPU per rank (``cuda:<rank>``)."""
+    return f"cuda:{rank}" if str(device) == "cuda" else str(device)
+
+
+def init_distributed(rank: int, world_size: int, init_method: str, device: str = "cpu") -> None:
+    """Join the process group of one TP instance (``init_method`` e.g. ``tcp://127.0.0.1:29500``)."""
+    if str(device).startswith("cuda"):
+        torch.cuda.set_device(torch.device(rank_device(device, rank)))
+    if not dist.is_initialized():
+        dist.init_process_group(default_backend(device), init_method=init_method, rank=rank, world_size=world_size)
+
+
+class RowParallelLinear(nn.Linear):
+    """A linear layer holding a slice of the input features; all-reduces partial outputs."""
+
+    def __init__(self, in_features: int, out_features: int, group: Optional[dist.ProcessGroup] = None):
+        super().__init__(in_features, out_features, bias=False)
+        self.group = group
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, self.weight)
+        if dist.is_initialized() and dist.get_world_size(self.group) > 1:
+            dist.all_reduce(y, group=self.group)
+        return y
+
+
+class ShardedAttention(nn.Module):
+    """Attention over this rank's heads; same call signature as :class:`Attention`."""
+
+    def __init__(self, full: Attention, rank: int, world_size: int, group=None):
+        super().__init__()
+        self.n_head = full.n_head // world_size
+        self.head_dim = full.head_dim
+        hidden = full.qkv.in_features
+        local = self.n_head * self.head_dim
+        lo = rank * local
+        w = full.qkv.weight.detach().view(3, hidden, hidden)  # (q|k|v, out features, in features)
+        self.qkv = nn.Linear(hidden, 3 * local, bias=False, device=w.device, dtype=w.dtype)
+        self.qkv.weight.data.copy_(w[:, lo : lo + local].reshape(3 * local, hidden))
+        self.out = RowParallelLinear(local, hidden, group).to(device=w.device, dtype=w.dtype)
+        self.out.weight.data.copy_(full.out.weight.detach()[:, lo : lo + local])
+
+    def forward(self, x, cos, sin, key_mask, past=None):
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        new_kv = (k, v)
+        if past is not None:
+            k = torch.cat((past[0], k), dim=2)
+            v = torch.cat((past[1], v), dim=2)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
+        return self.out(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)), new_kv
+
+
+def _shard_mlp(mlp: nn.Module, rank: int, world_size: int, group) -> None:
+    gate_up, down = mlp.gate_up, mlp.down
+    inter = down.in_features
+    local = inter // world_size
+    lo = rank * local
+    w = gate_up.weight.detach().view(2, inter, -1)  # (gate|up, intermediate, hidden)
+    new_gu = nn.Linear(w.shape[2], 2 * local, bias=False, device=w.device, dtype=w.dtype)
+    new_gu.weight.data.copy_(w[:, lo : lo + local].reshape(2 * local, -1))
+    new_down = RowParallelLinear(local, down.out_features, group).to(device=w.device, dtype=w.dtype)
+    new_down.weight.data.copy_(down.weight.detach()[:, lo : lo + local])
+    mlp.gate_up, mlp.down = new_gu, new_down
+
+
+def shard_model(model: DiLaForMaskedDiffusion, rank: int, world_size: int, group=None) -> DiLaForMaskedDiffusion:
+    """Shard ``model`` in place for ``rank`` of ``world_size`` and return it.
+
+    Heads and the MLP width must divide evenly by ``world_size``.
+    """
+    cfg = model.config
+    if cfg.num_heads % world_size or cfg.intermediate_size % world_size:
+        raise ValueError(
+            f"TP degree {world_size} must divide num_heads ({cfg.num_heads}) and intermediate_size "
+            f"({cfg.intermediate_size}): pick a TP degree among the common divisors"
+        )
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside 0..{world_size - 1}")
+    if world_size == 1:
+        return model
+    for block in model.layers:
+        block.attn = ShardedAttention(block.attn, rank, world_size, group)
+        _shard_mlp(block.mlp, rank, world_size, group)
+    return model
+
+
+# ------------------------------------------------------------------ processes
+@dataclass(frozen=True)
+class TPWorker:
+    """What one rank of a TP instance needs to build its shard.
+
+    ``load()`` loads the checkpoint on ``device`` and shards it; call it after
+    :func:`init_distributed` (or inside :func:`run_tp`).
+    """
+
+    checkpoint: str
+    rank: int
+    world_size: int
+    device: str = "cpu"
+    threads: Optional[int] = None
+
+    def load(self) -> DiLaForMaskedDiffusion:
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        # the adapter validates the folder and says what is wrong with it
+        model = load_diffusion_lm(Path(self.checkpoint).resolve(), device=rank_device(self.device, self.rank)).model
+        if not isinstance(model, DiLaForMaskedDiffusion):
+            raise ValueError(
+                f"{self.checkpoint}: tensor parallelism here shards the embedded architecture only; "
+                f"got {type(model).__name__}"
+            )
+        return shard_model(model, self.rank, self.world_size)
+
+
+def _entry(rank: int, world_size: int, init_method: str, device: str, fn: Callable, args: tuple, queue) -> None:
+    try:
+        init_distributed(rank, world_size, init_method, device)
+        out = fn(rank, world_size, *args)
+        # Plain pickle copies tensors into bytes; the queue's own pickler would share them
+        # through file descriptors that vanish when this process exits before the parent reads.
+        queue.put((rank, True, pickle.dumps(out) if rank == 0 else None))
+    except BaseException:  # report to the parent instead of dying silently
+        queue.put((rank, False, traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _collect(queue, procs, timeout_s: float) -> list:
+    """One result per rank; fails fast if a rank dies without reporting (e.g. a crash)."""
+    results, deadline = [], time.monotonic() + timeout_s
+    while len(results) < len(procs):
+        if not queue.empty():
+            results.append(queue.get())
+            continue
+        reported = {r[0] for r in results}
+        dead = [i for i, p in enumerate(procs) if p.exitcode not in (None, 0) and i not in reported]
+        if dead or time.monotonic() > deadline:
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+            why = f"rank {dead[0]} exited with code {procs[dead[0]].exitcode}" if dead else f"no result within {timeout_s:.0f} s"
+            raise RuntimeError(f"tensor-parallel run failed: {why}")
+        time.sleep(0.02)
+    for p in procs:
+        p.join()
+    return results
+
+
+def run_tp(fn: Callable[..., Any], world_size: int, *args, device: str = "cpu", timeout_s: float = 600.0) -> Any:
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` spawned ranks on this host.
+
+    ``fn`` must be importable (module level). Returns rank 0's return value; raises
+    ``RuntimeError`` with the failing rank's traceback if any rank fails. A single rank
+    needs no process group and runs in this process (saving a process start).
+    """
+    if world_size == 1:
+        return fn(0, 1, *args)
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    init_method = f"tcp://127.0.0.1:{free_port()}"
+    # Spawned children import this package; keep their thread pools from oversubscribing.
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        procs = [ctx.Process(target=_entry, args=(r, world_size, init_method, device, fn, args, queue)) for r in range(world_size)]
+        for p in procs:
+            p.start()
+        results = _collect(queue, procs, timeout_s)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    failed = [r for r in results if not r[1]]
+    if failed:
+        raise RuntimeError(f"TP rank {failed[0][0]} failed:\n{failed[0][2]}")
+    return pickle.loads(next(r[2] for r in results if r[0] == 0))

@@ -1,0 +1,64 @@
+"""Per-policy summary of a simulated run."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import numpy as np
+import polars as pl
+
+#: Keys of the per-policy JSON object the eval and bench commands print.
+SUMMARY_KEYS = ("slo_attainment", "slo_attainment_low", "slo_attainment_high", "mean_latency_s",
+                "p99_latency_s", "quality", "mean_threshold")
+
+
+@dataclass(frozen=True)
+class PolicySummary:
+    """Attributes:
+        slo_attainment: share of all requests finished within their SLO (rejected and
+            unfinished requests count as misses).
+        slo_attainment_low / _high: the same over requests that arrived in the workload's
+            ``low`` / ``high`` phase; None when it has no such phase.
+        mean_latency_s / p99_latency_s: over finished requests.
+        quality: mean per-request quality of finished requests (see the run's estimator).
+        mean_threshold: mean over finished requests of each one's mean step threshold.
+    """
+
+    slo_attainment: float
+    slo_attainment_low: Optional[float]
+    slo_attainment_high: Optional[float]
+    mean_latency_s: float
+    p99_latency_s: float
+    quality: float
+    mean_threshold: float
+    requests: int
+    finished: int
+    rejected: int
+
+    def as_json(self) -> dict:
+        d = asdict(self)
+        return {k: (None if isinstance(d[k], float) and math.isnan(d[k]) else d[k]) for k in SUMMARY_KEYS}
+
+
+def _share(met: pl.Series) -> Optional[float]:
+    return float(met.mean()) if met.len() else None
+
+
+def summarize(requests: pl.DataFrame) -> PolicySummary:
+    """Summary of a run's per-request table (see :meth:`Simulator.run` for its columns)."""
+    fin = requests.filter(pl.col("status") == "finished")
+    lat = fin["latency_s"].to_numpy()
+    nan = float("nan")
+    return PolicySummary(
+        slo_attainment=_share(requests["met_slo"]) or 0.0,
+        slo_attainment_low=_share(requests.filter(pl.col("phase") == "low")["met_slo"]),
+        slo_attainment_high=_share(requests.filter(pl.col("phase") == "high")["met_slo"]),
+        mean_latency_s=float(lat.mean()) if len(lat) else nan,
+        p99_latency_s=float(np.quantile(lat, 0.99)) if len(lat) else nan,
+        quality=float(fin["quality"].mean()) if fin.height else nan,
+        mean_threshold=float(fin["mean_threshold"].mean()) if fin.height else nan,
+        requests=requests.height,
+        finished=fin.height,
+        rejected=int((requests["status"] == "rejected").sum()),
+    )

@@ -1,0 +1,75 @@
+"""A simulated cluster setting: the hardware (profile, nodes, TP degrees) and the control
+plane's configuration, plus the offline pieces the policies need (predictors)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+import numpy as np
+
+from dilaserve.control.config import ControlConfig
+from dilaserve.predict.base import OneShotPredictor, StepPredictor
+from dilaserve.predict.dynamics import StepDynamics
+from dilaserve.profile.types import LatencyProfile
+from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConfig
+
+
+@dataclass(frozen=True)
+class Predictors:
+    """The step predictors the policies may ask for: ``learned`` (dilaserve and most
+    ablations) and ``oneshot`` (the one-shot ablation). The oracle is built per run by the
+    simulator, which alone knows the truth."""
+
+    learned: Optional[StepPredictor] = None
+    oneshot: Optional[OneShotPredictor] = None
+
+
+@dataclass(frozen=True)
+class ClusterSetting:
+    """Attributes:
+        name: label in tables and plots (e.g. ``paper``, ``embedded``).
+        profile: step latency per TP degree.
+        cluster: nodes, GPUs per node, allowed TP degrees, batch limits.
+        control: candidate thresholds and the baselines' fixed threshold.
+        reconfig: reconfiguration settings (``tokens_per_step`` should come from the
+            replayed dynamics: see :func:`with_dynamics`).
+        monitor: workload monitor settings.
+        initial_tp: every policy starts from a static cluster of this TP degree (the
+            baselines stay on it).
+        block_length: denoising block length of the served model.
+    """
+
+    name: str
+    profile: LatencyProfile
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    control: ControlConfig = field(default_factory=ControlConfig)
+    reconfig: ReconfigConfig = field(default_factory=ReconfigConfig)
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    initial_tp: int = 1
+    block_length: int = 32
+
+    def __post_init__(self) -> None:
+        missing = [d for d in self.cluster.tp_degrees if not self.profile.has(d)]
+        if missing:
+            raise ValueError(
+                f"setting {self.name!r}: profile {self.profile.name!r} has no curves for TP {missing}: "
+                f"drop them from ClusterConfig.tp_degrees or use a profile that covers them"
+            )
+        if self.initial_tp not in self.cluster.tp_degrees:
+            raise ValueError(f"setting {self.name!r}: initial_tp {self.initial_tp} is not an allowed TP "
+                             f"degree {self.cluster.tp_degrees}")
+
+
+def tokens_per_step_for(dynamics: StepDynamics, thresholds) -> dict[float, float]:
+    """``T_c`` of the reconfiguration ILP at each candidate threshold, from the replayed
+    dynamics (interpolated between recorded thresholds)."""
+    tc = dynamics.mean_tokens_per_step()
+    xs = sorted(tc)
+    return {float(t): max(1.0, float(np.interp(t, xs, [tc[x] for x in xs]))) for t in thresholds}
+
+
+def with_dynamics(setting: ClusterSetting, dynamics: StepDynamics) -> ClusterSetting:
+    """The setting with the reconfigurator's ``T_c`` taken from ``dynamics``."""
+    tps = tokens_per_step_for(dynamics, setting.control.thresholds)
+    return replace(setting, reconfig=replace(setting.reconfig, tokens_per_step=tps,
+                                             block_length=setting.block_length))

@@ -1,0 +1,1 @@
+"""Assets of the offline pipeline, one module per domain."""

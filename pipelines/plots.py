@@ -1,0 +1,58 @@
+"""PNG plots written next to the artifacts (matplotlib, headless)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import polars as pl  # noqa: E402
+
+from dilaserve.engine.state import StepKind  # noqa: E402
+from dilaserve.profile.types import LatencyProfile  # noqa: E402
+
+
+def predictor_error_plot(by_decile: pl.DataFrame, by_threshold: pl.DataFrame, path: Path) -> Path:
+    """Relative error by progress decile and by threshold, one line/bar group per predictor."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    names = by_decile["predictor"].unique(maintain_order=True).to_list()
+    for name in names:
+        d = by_decile.filter(pl.col("predictor") == name)
+        a.plot(d["decile"] * 10 + 5, d["rel_err"], marker="o", label=name)
+    a.set(xlabel="progress through the request's steps (%)", ylabel="mean relative error", title="by progress decile")
+    thr = sorted(by_threshold["threshold"].unique().to_list())
+    width = 0.8 / max(len(names), 1)
+    for i, name in enumerate(names):
+        d = by_threshold.filter(pl.col("predictor") == name).sort("threshold")
+        b.bar([k + i * width for k in range(len(thr))], d["rel_err"], width, label=name)
+    b.set_xticks([k + width * (len(names) - 1) / 2 for k in range(len(thr))], [f"{t:g}" for t in thr])
+    b.set(xlabel="threshold", ylabel="mean relative error", title="by threshold")
+    a.legend()
+    return _save(fig, path)
+
+
+def latency_profile_plot(profiles: Mapping[str, LatencyProfile], path: Path) -> Path:
+    """Step latency vs tokens: one column per profile, recompute steps above cache steps,
+    one line per TP degree."""
+    fig, axes = plt.subplots(2, len(profiles), figsize=(3.6 * len(profiles) + 1, 6.5), squeeze=False)
+    for col, (name, prof) in enumerate(profiles.items()):
+        for row, kind in enumerate((StepKind.RECOMPUTE, StepKind.CACHE)):
+            ax = axes[row][col]
+            for tp in prof.tp_degrees:
+                c = prof.curve(tp, kind)
+                ax.plot(c.tokens, [s * 1e3 for s in c.latency_s], marker=".", label=f"TP-{tp}")
+            ax.set(xscale="log", yscale="log", title=f"{name}: {kind.value}", xlabel="tokens in batch")
+            if col == 0:
+                ax.set_ylabel("step latency (ms)")
+    axes[0][0].legend()
+    return _save(fig, path)
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,31 @@
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from pipelines.__main__ import command
+from pipelines.definitions import defs
+
+ASSETS = {"prompt_set", "model_checkpoint", "rollouts", "step_features", "step_predictor", "measured_latency_profile",
+          "analytic_latency_profiles", "threshold_quality", "step_dynamics"}
+
+
+def test_definitions_load_with_the_whole_graph():
+    graph = defs.resolve_asset_graph()
+    assert {k.to_user_string() for k in graph.get_all_asset_keys()} == ASSETS
+    assert {c.name for c in graph.asset_check_keys} == {"step_features_schema", "predictor_beats_oneshot", "analytic_profiles_calibrated"}
+    upstream = {k.to_user_string() for k in graph.get(dg.AssetKey("step_predictor")).parent_keys}
+    assert upstream == {"step_features"}
+
+
+def test_workspace_points_at_the_definitions():
+    ws = yaml.safe_load((Path(__file__).resolve().parents[2] / "workspace.yaml").read_text())
+    assert ws["load_from"][0]["python_module"]["module_name"] == "pipelines.definitions"
+
+
+def test_cli_wrapper_selects_upstream_of_named_assets():
+    assert command(["materialize"])[-1] == "*"
+    assert command(["materialize", "step_predictor", "step_dynamics"])[-1] == "+step_predictor,+step_dynamics"
+    with pytest.raises(SystemExit):
+        command(["deploy"])

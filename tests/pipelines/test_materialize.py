@@ -1,0 +1,59 @@
+"""The whole graph on a micro configuration, into a temp folder."""
+import numpy as np
+import pytest
+
+from dilaserve import artifacts
+from dilaserve.engine.state import StepKind
+from dilaserve.predict.base import PredictionBatch
+from dilaserve.predict.schema import validate_step_table
+
+from .micro import MICRO_RUN_CONFIG, materialize_micro
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("pipeline")
+    result = materialize_micro(folder)
+    return result, folder / "artifacts"
+
+
+def test_every_asset_materialises_and_every_check_passes(built):
+    result, _ = built
+    assert result.success
+    materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert len(materialized) == 9
+    checks = result.get_asset_check_evaluations()
+    assert {c.check_name for c in checks} == {"step_features_schema", "predictor_beats_oneshot", "analytic_profiles_calibrated"}
+    assert all(c.passed for c in checks), [(c.check_name, c.metadata) for c in checks]
+
+
+def test_artifacts_load_through_the_runtime_loaders(built):
+    _, root = built
+    table = validate_step_table(artifacts.load_step_table(root))
+    assert table["request_id"].n_unique() == MICRO_RUN_CONFIG["ops"]["prompt_set"]["config"]["n_requests"]
+
+    predictor, oneshot = artifacts.load_predictor(root), artifacts.load_oneshot(root)
+    batch = PredictionBatch.build(["a", "b"], np.array([[64, 0, 0, 0, 0, 0, 0, 0, 0, 0]] * 2, float), [0.5, 0.9])
+    assert predictor.predict(batch).shape == oneshot.predict(batch).shape == (2, 2)
+
+    measured = artifacts.load_profile("measured", root)
+    assert measured.tp_degrees == (1, 2) and measured.latency(2, 64, StepKind.CACHE) > 0
+    assert artifacts.available_profiles(root) == ["measured", "llada-8b-h100"]
+    assert artifacts.load_profile("llada-8b-h100", root).tp_degrees == (1, 2, 4)
+
+    assert set(artifacts.load_step_dynamics(root).mean_tokens_per_step()) == {0.5, 0.9}
+    assert [r.threshold for r in artifacts.load_threshold_quality(root).fixed] == [0.5, 0.9]
+    for png in ("predictor/error_by_decile.png", "profiles/measured.png", "profiles/analytic/analytic.png"):
+        assert (root / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_predictor_beats_oneshot_on_micro_data(built):
+    _, root = built
+    overall = {r["predictor"]: r for r in artifacts.load_predictor_evaluation(root)["overall"]}
+    assert overall["lightgbm"]["rel_err"] < overall["oneshot"]["rel_err"]
+    assert overall["lightgbm"]["mae"] < overall["oneshot"]["mae"]
+
+
+def test_missing_artifact_names_the_command(tmp_path):
+    with pytest.raises(artifacts.MissingArtifactError, match=r"dagster asset materialize .*\+step_predictor"):
+        artifacts.load_predictor(tmp_path)

@@ -1,0 +1,85 @@
+"""Baselines, dilaserve and the oracle end to end on a short stretch of the real trace."""
+import polars as pl
+import pytest
+
+from dilaserve.cluster.sim_backend import SimBackendConfig
+from dilaserve.sim.arrivals import PhaseSpec, shape_trace
+from dilaserve.sim.capacity import nominal_capacity_rps
+from dilaserve.sim.progress import ReplayProgress
+from dilaserve.sim.replay import ReplayTable
+from dilaserve.sim.simulator import SimConfig, Simulator
+from dilaserve.sim.slo import workload_slo
+from dilaserve.sim.traces import load_trace
+from tests.sim.builders import THRESHOLDS, predictors, quality, small_setting, varied_dynamics
+
+POLICIES = ("infaas", "llumnix", "dilaserve", "oracle")
+
+
+@pytest.fixture(scope="module")
+def runs():
+    dyn = varied_dynamics()
+    table = ReplayTable(dyn)
+    setting = small_setting(dyn)  # 4 GPUs, TP {1, 2, 4}
+    tr = load_trace()
+    cap = nominal_capacity_rps(setting, table, tr.prompt_tokens, tr.output_tokens, 0.9)
+    wl = shape_trace(tr, [PhaseSpec("low", 10, 0.3 * cap), PhaseSpec("high", 10, 1.0 * cap)])
+    slo = workload_slo(wl, setting.profile, table, 32, 0.9, scale=3)
+    cfg = SimConfig(backend=SimBackendConfig(latency_noise=0.05, launch_time_s=1.0), reconfig_interval_s=5.0)
+    sim = Simulator(setting, ReplayProgress(table, quality(), seed=0), predictors(table), cfg)
+    return wl, slo, {p: sim.run(p, wl, slo) for p in POLICIES}, sim
+
+
+def test_every_request_is_accounted_for(runs):
+    wl, slo, results, _ = runs
+    for policy, res in results.items():
+        r = res.requests
+        assert r.height == len(wl) and r["request_id"].n_unique() == len(wl), policy
+        assert (r["status"] == "finished").all(), policy
+        fin = r["latency_s"]
+        assert (fin > 0).all()
+        assert r["met_slo"].to_list() == (fin <= slo + 1e-9).to_list()
+        s = res.summary
+        assert 0 <= s.slo_attainment <= 1 and s.slo_attainment_low is not None and s.slo_attainment_high is not None
+        assert s.p99_latency_s >= s.mean_latency_s > 0
+        assert res.events > len(wl) and res.sim_s >= wl.requests[-1].arrival
+
+
+def test_baselines_run_fixed_thresholds_on_a_static_cluster(runs):
+    _, _, results, _ = runs
+    for policy in ("infaas", "llumnix"):
+        res = results[policy]
+        assert res.requests["mean_threshold"].to_list() == pytest.approx([0.9] * res.requests.height)
+        assert res.reconfig_launches == 0
+        assert res.tp_series["tp"].unique().to_list() == [1]
+    assert results["infaas"].migrations == 0
+
+
+def test_dilaserve_picks_thresholds_from_the_candidates_and_beats_baselines_under_load(runs):
+    _, _, results, _ = runs
+    thr = results["dilaserve"].threshold_series["mean_threshold"]
+    assert ((thr >= min(THRESHOLDS) - 1e-9) & (thr <= max(THRESHOLDS) + 1e-9)).all()
+    assert results["dilaserve"].summary.mean_threshold < 0.9  # it lowered some thresholds
+    best_baseline = max(results[p].summary.slo_attainment for p in ("infaas", "llumnix"))
+    assert results["dilaserve"].summary.slo_attainment >= best_baseline
+    assert results["oracle"].summary.slo_attainment >= results["dilaserve"].summary.slo_attainment - 0.05
+
+
+def test_runs_are_deterministic(runs):
+    wl, slo, results, sim = runs
+    again = sim.run("llumnix", wl, slo)
+    assert again.requests.equals(results["llumnix"].requests)
+
+
+def test_ablation_policies_run():
+    dyn = varied_dynamics()
+    table = ReplayTable(dyn)
+    setting = small_setting(dyn)
+    wl = shape_trace(load_trace(), [PhaseSpec("high", 5, 6.0)])
+    slo = workload_slo(wl, setting.profile, table, 32, 0.9)
+    sim = Simulator(setting, ReplayProgress(table, quality()), predictors(table), SimConfig(reconfig_interval_s=2.0))
+    for policy in ("dilaserve-no-load-control", "dilaserve-no-reconfig", "dilaserve-oneshot",
+                   "dilaserve-migrate-any-step"):
+        res = sim.run(policy, wl, slo)
+        assert res.summary.finished == len(wl), policy
+    with pytest.raises(ValueError, match="needs a learned step predictor"):
+        Simulator(setting, ReplayProgress(table, quality())).run("dilaserve", wl, slo)
