@@ -234,8 +234,13 @@ class RayBackend(Backend):
             for w in inst.workers:
                 w.release.remote(request_ids)
 
-    async def shutdown(self) -> None:
-        for inst in list(self._instances.values()):
-            self._teardown(inst)
+    async def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Kill every instance. Bounded: a cluster that is itself going down may never
+        answer a placement-group removal, and shutdown must not hang on it."""
         for t in list(self._tasks):
             t.cancel()
+        for inst in list(self._instances.values()):
+            try:
+                await asyncio.wait_for(asyncio.to_thread(self._teardown, inst), timeout_s)
+            except asyncio.TimeoutError:
+                log.warning("instance %s did not confirm its teardown within %.0fs", inst.spec.instance_id, timeout_s)

@@ -57,6 +57,9 @@ class TrainConfig:
     intermediate_size: int = _f(384, "SwiGLU width")
     max_position_embeddings: int = _f(256, "longest canvas (prompt + generation)")
     tasks: list[str] = _f(sorted(TASKS), "task names to train on")
+    curriculum_steps: int = _f(
+        800, "first steps mask the whole answer and skip the loss on end-of-sequence padding: a small model "
+        "that learns where answers end before what they say stalls on copying the prompt")
     init_from: str = _f("", "start from the weights of this checkpoint folder (fresh optimizer) instead of random")
     threads: int = _f(0, "torch intra-op threads (0: torch's default); 1 is faster on a shared machine")
 
@@ -68,8 +71,13 @@ class TrainConfig:
             raise ValueError("max_steps and batch_size must be at least 1")
 
 
-def make_batch(tasks: list[Task], tok, batch_size: int, rng: random.Random, gen: torch.Generator, eps: float):
-    """One training batch of a single task and generation length (little padding)."""
+def make_batch(tasks: list[Task], tok, batch_size: int, rng: random.Random, gen: torch.Generator, eps: float,
+               curriculum: bool = False):
+    """One training batch of a single task and generation length (little padding).
+
+    Returns ``(noisy, attention, targets, masked, t, gen_length, weight)``; ``weight`` is
+    the per-position loss weight (0 on end-of-sequence padding during the curriculum).
+    """
     task = rng.choice(tasks)
     size = rng.choice(task.sizes)
     target_len = task.sample(rng, size).gen_length
@@ -86,19 +94,27 @@ def make_batch(tasks: list[Task], tok, batch_size: int, rng: random.Random, gen:
     ids = torch.full((batch_size, T), tok.pad_token_id, dtype=torch.long)
     attn = torch.zeros(batch_size, T, dtype=torch.bool)
     is_resp = torch.zeros(batch_size, T, dtype=torch.bool)
+    padding = torch.zeros(batch_size, T, dtype=torch.bool)  # EOS fill after the answer's own EOS
     for i, (p, r) in enumerate(zip(prompts, responses)):
         ids[i, : len(p)] = torch.tensor(p)
         ids[i, len(p) : len(p) + len(r)] = torch.tensor(r)
         attn[i, : len(p) + len(r)] = True
         is_resp[i, len(p) : len(p) + len(r)] = True
-    t = eps + (1 - eps) * torch.rand(batch_size, 1, generator=gen)
+        padding[i, len(p) + r.index(eos) + 1 : len(p) + len(r)] = True
+    if curriculum:
+        t = torch.ones(batch_size, 1)
+    else:
+        t = eps + (1 - eps) * torch.rand(batch_size, 1, generator=gen)
     masked = (torch.rand(batch_size, T, generator=gen) < t) & is_resp
     noisy = torch.where(masked, torch.full_like(ids, tok.mask_token_id), ids)
-    return noisy, attn, ids, masked, t, target_len
+    weight = (~padding).float() if curriculum else torch.ones(batch_size, T)
+    return noisy, attn, ids, masked, t, target_len, weight
 
 
-def masked_diffusion_loss(logits, targets, masked, t, gen_length: int) -> torch.Tensor:
+def masked_diffusion_loss(logits, targets, masked, t, gen_length: int, weight=None) -> torch.Tensor:
     ce = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
+    if weight is not None:
+        ce = ce * weight
     return ((ce * masked / t).sum(dim=1) / gen_length).mean()
 
 
@@ -145,9 +161,10 @@ def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusi
     for step in bar:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
-        noisy, attn, targets, masked, t, gl = make_batch(tasks, tok, cfg.batch_size, rng, gen, cfg.eps)
+        noisy, attn, targets, masked, t, gl, weight = make_batch(
+            tasks, tok, cfg.batch_size, rng, gen, cfg.eps, curriculum=step < cfg.curriculum_steps)
         logits = model(noisy, attention_mask=attn).logits
-        loss = masked_diffusion_loss(logits, targets, masked, t, gl)
+        loss = masked_diffusion_loss(logits, targets, masked, t, gl, weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -104,9 +104,18 @@ class Reconfigurator:
                 return None
             node_counts, batch, obj = list(target.node_counts), target.batch, target.objective
             reason = "improvement" if cur_obj is not None else "current cluster cannot meet the SLOs"
-        placement = solve_placement(self.cluster.nodes, self.cluster.gpus_per_node, node_counts,
-                                    existing, self.config.time_limit_s)
-        plan = build_plan(placement, existing, self.cluster, counts, batch, obj, cur_obj, reason)
+        plan = self.plan_to(node_counts, existing, batch, obj, cur_obj, reason)
         log.info("reconfig at %.1fs: %s -> %s (%s): keep %d, launch %d, stop %d",
                  now, current_counts, counts, reason, len(plan.keep), len(plan.steps), len(plan.stops))
         return plan
+
+    def plan_to(
+        self, node_counts: Sequence[dict[int, int]], existing: Sequence[InstanceSpec], batch: Optional[dict] = None,
+        objective: Optional[float] = None, current_objective: Optional[float] = None, reason: str = "operator request",
+    ) -> ReconfigPlan:
+        """Stage 2 only: the least disruptive plan from ``existing`` to ``node_counts``
+        (per node, instances per TP degree), e.g. for an operator-chosen configuration."""
+        counts = dict(Counter(d for nc in node_counts for d, n in nc.items() for _ in range(n)))
+        placement = solve_placement(self.cluster.nodes, self.cluster.gpus_per_node, list(node_counts),
+                                    existing, self.config.time_limit_s)
+        return build_plan(placement, existing, self.cluster, counts, batch or {}, objective, current_objective, reason)

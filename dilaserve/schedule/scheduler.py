@@ -230,7 +230,17 @@ class GlobalScheduler:
             return
         plan = self.reconfigurator.propose(self.now, self.pool.active_specs())
         if plan is not None:
-            self.executor = PlanExecutor(plan)
+            self.executor = PlanExecutor(plan)  # advanced at the end of this event
+
+    def apply_plan(self, plan) -> bool:
+        """Start executing a plan made outside a tick (e.g. by an operator);
+        False while another plan is still executing."""
+        if self.executor is not None and not self.executor.done:
+            log.warning("reconfiguration refused: the previous plan is still executing")
+            return False
+        self.executor = PlanExecutor(plan)
+        self._advance_plan()
+        return True
 
     # ============================================================ placement
     def _mask(self, req: TrackedRequest) -> np.ndarray:

@@ -39,14 +39,14 @@ def test_attention_is_bidirectional(tiny_checkpoint):
 
 def test_short_training_lowers_the_loss(tmp_path):
     cfg = TrainConfig(out=str(tmp_path / "ck"), max_steps=40, batch_size=16, hidden_size=32, num_layers=2,
-                      num_heads=2, intermediate_size=64, warmup_steps=5, lr=3e-3, max_minutes=2)
+                      num_heads=2, intermediate_size=64, warmup_steps=5, lr=3e-3, max_minutes=2, curriculum_steps=10)
     tok = build_tokenizer()
     gen = torch.Generator().manual_seed(5)
     batches = [make_batch([TASKS["list"]], tok, 32, random.Random(i), gen, 1e-3) for i in range(3)]
 
     def held_out_loss(model):
         with torch.no_grad():
-            return sum(masked_diffusion_loss(model(n, attention_mask=a).logits, y, m, t, g).item() for n, a, y, m, t, g in batches)
+            return sum(masked_diffusion_loss(model(n, attention_mask=a).logits, y, m, t, g).item() for n, a, y, m, t, g, _ in batches)
 
     torch.manual_seed(cfg.seed)
     before = held_out_loss(build_model(cfg, tok))  # the same initial weights train() starts from

@@ -1,0 +1,1 @@
+"""``python -m dilaserve.serve``: the OpenAI-compatible HTTP front end and its runtime."""

@@ -1,0 +1,156 @@
+"""The HTTP API: OpenAI-compatible completions and chat completions, SSE streaming,
+``/v1/models``, ``/health`` and Prometheus ``/metrics``."""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Optional, Union
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .protocol import ChatCompletionRequest, CompletionRequest, DecodeInfo, Usage, error_body, new_id, now
+from .runtime import BadRequest, Generation, RequestHandle, ServeError, ServingRuntime
+
+log = logging.getLogger(__name__)
+
+
+def _error(status: int, message: str, type_: str, param: Optional[str] = None) -> JSONResponse:
+    return JSONResponse(error_body(message, type_, param, status), status_code=status)
+
+
+def _usage(g: Generation) -> dict:
+    return Usage(prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens,
+                 total_tokens=g.prompt_tokens + g.completion_tokens).model_dump()
+
+
+def _info(g: Generation) -> dict:
+    return DecodeInfo(steps=g.steps, thresholds=g.thresholds, latency_ms=round(g.latency_s * 1000, 1),
+                      slo_ms=round(g.slo_s * 1000, 1), slo_met=g.slo_met, instances=g.instances).model_dump()
+
+
+def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI:
+    """The ASGI app; with ``manage_lifecycle`` the runtime starts and drains with the server."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if manage_lifecycle:
+            await runtime.start()
+        try:
+            yield
+        finally:
+            if manage_lifecycle:
+                await runtime.shutdown()
+
+    app = FastAPI(title="DiLaServe", lifespan=lifespan)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError):
+        first = exc.errors()[0] if exc.errors() else {}
+        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        msg = first.get("msg", "invalid request")
+        if first.get("type") == "json_invalid":
+            msg = "the request body is not valid JSON"
+        return _error(400, f"{'.'.join(loc) + ': ' if loc else ''}{msg}", "invalid_request_error", ".".join(loc) or None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        return _error(exc.status_code, str(exc.detail), "invalid_request_error")
+
+    @app.exception_handler(ServeError)
+    async def _serve_error(request: Request, exc: ServeError):
+        return _error(exc.status, str(exc), exc.type, exc.param)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):
+        log.exception("unexpected error while serving %s", request.url.path)
+        return _error(500, f"internal error: {type(exc).__name__}", "server_error")
+
+    @app.get("/health")
+    async def health():
+        if not runtime.started or not runtime.accepting:
+            return JSONResponse({"status": "unavailable"}, status_code=503)
+        return {"status": "ok", **runtime.status()}
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(runtime.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [{"id": runtime.model_name, "object": "model", "created": now(), "owned_by": "dilaserve"}]}
+
+    def _check_model(name: str) -> None:
+        if name != runtime.model_name:
+            raise BadRequest(f"unknown model {name!r}; this server serves {runtime.model_name!r} (see /v1/models)", "model")
+
+    async def _run(request: Request, body: Union[CompletionRequest, ChatCompletionRequest], chat: bool):
+        _check_model(body.model)
+        handle = runtime.submit(body.prompt, body.max_tokens, body.slo_ms, body.deadline, body.priority, body.min_threshold)
+        rid = new_id("chatcmpl" if chat else "cmpl")
+        if body.stream:
+            return StreamingResponse(_sse(request, handle, rid, chat), media_type="text/event-stream")
+        gen = await _await_or_cancel(request, handle)
+        if gen is None:
+            return Response(status_code=499)
+        choice = ({"index": 0, "message": {"role": "assistant", "content": gen.text}, "finish_reason": gen.finish_reason}
+                  if chat else {"index": 0, "text": gen.text, "logprobs": None, "finish_reason": gen.finish_reason})
+        return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": now(),
+                "model": runtime.model_name, "choices": [choice], "usage": _usage(gen), "dilaserve": _info(gen)}
+
+    async def _await_or_cancel(request: Request, handle: RequestHandle) -> Optional[Generation]:
+        """Wait for the result; if the client disconnects first, free its slot."""
+        while True:
+            try:
+                return await asyncio.wait_for(asyncio.shield(handle.done), timeout=0.5)
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    runtime.cancel(handle)
+                    return None
+
+    async def _sse(request: Request, handle: RequestHandle, rid: str, chat: bool) -> AsyncIterator[bytes]:
+        obj = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(text: Optional[str], finish: Optional[str] = None, extra: Optional[dict] = None) -> bytes:
+            if chat:
+                delta = {"content": text} if text is not None else {}
+                choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            else:
+                choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            payload = {"id": rid, "object": obj, "created": now(), "model": runtime.model_name, "choices": [choice], **(extra or {})}
+            return f"data: {json.dumps(payload)}\n\n".encode()
+
+        try:
+            if chat:
+                yield chunk(None, extra=None).replace(b'"delta": {}', b'"delta": {"role": "assistant"}')
+            first = True
+            while True:
+                piece = await handle.chunks.get()
+                if piece is None:
+                    break
+                yield chunk(("" if first else " ") + piece)
+                first = False
+            try:
+                gen = await handle.done
+            except ServeError as e:
+                yield f"data: {json.dumps(error_body(str(e), e.type, e.param, e.status))}\n\n".encode()
+            else:
+                yield chunk(None if chat else "", gen.finish_reason, {"usage": _usage(gen), "dilaserve": _info(gen)})
+            yield b"data: [DONE]\n\n"
+        except asyncio.CancelledError:  # the client disconnected mid-stream
+            runtime.cancel(handle)
+            raise
+
+    @app.post("/v1/completions")
+    async def completions(request: Request, body: CompletionRequest):
+        return await _run(request, body, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request, body: ChatCompletionRequest):
+        return await _run(request, body, chat=True)
+
+    return app

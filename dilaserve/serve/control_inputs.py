@@ -1,0 +1,85 @@
+"""The control plane's inputs for serving: latency profile, step predictor, step rates.
+
+Each comes from the offline pipeline's artifacts. A missing artifact is not
+fatal; the documented fallbacks keep the server up and say so in the log:
+
+* profile: ``--profile PATH`` if given, else the pipeline's measured profile,
+  else a quick in-process measurement of the served model (TP 1 only; TP
+  degrees it lacks get no instances, and reconfiguration plans without them);
+* predictor: the tuned LightGBM predictor, else the one-shot baseline fitted
+  by the pipeline, else a one-shot baseline with conservative built-in rates;
+* tokens per step per threshold (stage 1 of reconfiguration): from the
+  threshold-quality table, else built-in defaults.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Optional
+
+from dilaserve import artifacts
+from dilaserve.predict.base import OneShotPredictor, StepPredictor
+from dilaserve.profile.types import LatencyProfile
+
+log = logging.getLogger(__name__)
+
+#: Conservative steps per output token by threshold, used when no rollouts exist.
+DEFAULT_STEPS_PER_TOKEN = {0.5: 0.35, 0.6: 0.4, 0.7: 0.5, 0.8: 0.6, 0.9: 0.75, 1.0: 1.0}
+
+
+@dataclass
+class ControlInputs:
+    profile: LatencyProfile
+    predictor: StepPredictor
+    oneshot: OneShotPredictor
+    tokens_per_step: Optional[dict[float, float]]
+    notes: list[str]
+
+
+def _rates_for(thresholds) -> dict[float, float]:
+    keys = sorted(DEFAULT_STEPS_PER_TOKEN)
+    return {t: DEFAULT_STEPS_PER_TOKEN[min(keys, key=lambda k: abs(k - t))] for t in thresholds}
+
+
+def quick_profile(checkpoint: str, device: str) -> LatencyProfile:
+    """A small TP-1 measurement of ``checkpoint`` (a few seconds on CPU)."""
+    from dilaserve.profile.measure import MeasureConfig, measure_profile
+
+    cfg = MeasureConfig(tp_degrees=(1,), recompute_tokens=(64, 128, 512, 1024), cache_tokens=(32, 128, 512), repeats=2)
+    return measure_profile(checkpoint, cfg, device=device, name="startup-quick")
+
+
+def load_control_inputs(checkpoint: str, device: str, thresholds, artifacts_root: str, profile_path: Optional[str] = None) -> ControlInputs:
+    notes: list[str] = []
+    paths = artifacts.artifact_paths(artifacts_root)
+    if profile_path:
+        profile = LatencyProfile.load(profile_path)
+    elif paths.measured_profile.exists():
+        profile = LatencyProfile.load(paths.measured_profile)
+    else:
+        notes.append(f"no measured latency profile at {paths.measured_profile}: measuring TP-1 at startup "
+                     "(materialise the latency_profiles asset for TP-2 and better numbers)")
+        profile = quick_profile(checkpoint, device)
+
+    oneshot = None
+    try:
+        oneshot = artifacts.load_oneshot(artifacts_root)
+    except (FileNotFoundError, KeyError, ValueError) as e:
+        notes.append(f"no fitted one-shot rates ({type(e).__name__}); using built-in conservative rates")
+        oneshot = OneShotPredictor(_rates_for(thresholds))
+    try:
+        predictor: StepPredictor = artifacts.load_predictor(artifacts_root)
+    except (FileNotFoundError, ValueError) as e:
+        notes.append(f"no LightGBM step predictor ({type(e).__name__}: {str(e).splitlines()[0]}); "
+                     "falling back to the one-shot predictor")
+        predictor = oneshot
+
+    tokens_per_step = None
+    try:
+        quality = artifacts.load_threshold_quality(artifacts_root)
+        tokens_per_step = {r.threshold: max(1.0, 1.0 / r.steps_per_token) for r in quality.fixed}
+    except FileNotFoundError:
+        notes.append("no threshold-quality table: reconfiguration plans with built-in tokens-per-step rates")
+    for n in notes:
+        log.warning(n)
+    return ControlInputs(profile, predictor, oneshot, tokens_per_step, notes)

@@ -1,0 +1,364 @@
+"""The serving runtime: the global scheduler driving Ray instances on one asyncio loop.
+
+Requests enter through :meth:`ServingRuntime.submit`, which validates them and
+posts a ``RequestArrived`` event. Backend events (steps finished, instances
+ready or lost) arrive on the same loop; the runtime observes them on their way
+to the scheduler to stream committed blocks and to keep metrics, and resolves
+each request when the scheduler reports its outcome. The scheduler itself is
+the very object the simulator drives.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from dilaserve.cluster.base import InstanceReady, InstanceSpec, InstanceStopped, StepFinished
+from dilaserve.cluster.ray_backend import RayBackend, RayBackendConfig
+from dilaserve.control.config import ControlConfig
+from dilaserve.control.request import TrackedRequest
+from dilaserve.engine.state import RequestState, new_request
+from dilaserve.model.adapters import describe_checkpoint
+from dilaserve.reconfig.config import ClusterConfig, ReconfigConfig
+from dilaserve.reconfig.reconfigurator import Reconfigurator
+from dilaserve.schedule import GlobalScheduler
+from dilaserve.schedule.events import ReconfigTick, RequestArrived, RequestOutcome
+from dilaserve.schedule.policies import get_policy
+
+from .config import ServeConfig
+from .control_inputs import load_control_inputs
+from .metrics import ServeMetrics
+
+log = logging.getLogger(__name__)
+
+
+def connect_ray(cfg: ServeConfig) -> bool:
+    """Join ``--ray-address`` or start a local cluster; True if this call started Ray.
+
+    Call it before the HTTP server installs its signal handlers: Ray's core worker
+    installs its own SIGTERM handler, which would otherwise pre-empt the graceful drain.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if cfg.ray_address:
+        ray.init(address=cfg.ray_address, log_to_driver=False)
+    else:
+        # CPU slots stand in for GPUs: one Ray CPU per TP rank.
+        ray.init(num_cpus=cfg.num_slots if cfg.device == "cpu" else None, include_dashboard=False, log_to_driver=False)
+    return True
+
+
+class ServeError(Exception):
+    """An error the API reports to the client with an HTTP status."""
+
+    status = 500
+    type = "server_error"
+
+    def __init__(self, message: str, param: Optional[str] = None):
+        super().__init__(message)
+        self.param = param
+
+
+class BadRequest(ServeError):
+    status, type = 400, "invalid_request_error"
+
+
+class Overloaded(ServeError):
+    status, type = 429, "rate_limit_error"
+
+
+class Unavailable(ServeError):
+    status, type = 503, "service_unavailable"
+
+
+@dataclass
+class Generation:
+    """A finished request, as the API reports it."""
+
+    request_id: str
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    steps: int
+    thresholds: list[float]
+    latency_s: float
+    slo_s: float
+    slo_met: bool
+    instances: list[str]
+    finish_reason: str
+
+
+@dataclass(eq=False)
+class RequestHandle:
+    """The client's side of one request: a stream of committed text and a final result."""
+
+    request_id: str
+    prompt_tokens: int
+    slo_s: float
+    arrival: float
+    chunks: asyncio.Queue = field(default_factory=asyncio.Queue)
+    done: Optional[asyncio.Future] = None
+    last_state: Optional[RequestState] = None
+    streamed_to: int = 0  # response positions already streamed
+    instances: list[str] = field(default_factory=list)
+
+
+class ServingRuntime:
+    def __init__(self, cfg: ServeConfig):
+        self.cfg = cfg
+        policy = get_policy(cfg.policy)  # unknown names fail here, with the list of choices
+        if policy.predictor == "oracle":
+            raise ValueError("the oracle policy needs the true remaining steps: it exists only in the simulator")
+        self.policy = policy
+        self.info = describe_checkpoint(cfg.model)
+        self.model_name = cfg.served_model_name or self.info.name
+        self.metrics = ServeMetrics()
+        self.handles: dict[str, RequestHandle] = {}
+        self.accepting = False
+        self.started = False
+        self.notes: list[str] = []
+        self._ids = itertools.count()
+        self._instance_ids = itertools.count()
+        self._owns_ray = False
+        self._tick_task: Optional[asyncio.Task] = None
+        self.scheduler: Optional[GlobalScheduler] = None
+        self.backend: Optional[RayBackend] = None
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+
+    # ================================================================ lifecycle
+    async def start(self, ready_timeout_s: float = 300.0) -> None:
+        cfg = self.cfg
+        self.loop = asyncio.get_running_loop()
+        self._owns_ray = connect_ray(cfg)
+        inputs = await asyncio.to_thread(load_control_inputs, cfg.model, cfg.device, cfg.thresholds, cfg.artifacts)
+        self.notes = inputs.notes
+        predictor = inputs.oneshot if self.policy.predictor == "oneshot" else inputs.predictor
+        self.backend = RayBackend(RayBackendConfig(cfg.model, cfg.device, cfg.torch_threads))
+        self.backend.on_failure = self._on_instance_failure
+        self.backend.on_step_time = lambda spec, s: self.metrics.step_latency.labels(str(spec.tp)).observe(s)
+        reconfigurator = None
+        if cfg.reconfig_interval_s > 0 and self.policy.reconfig:
+            cluster = ClusterConfig(
+                nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node, tp_degrees=tuple(cfg.tp_degrees),
+                max_batch_tokens={d: cfg.max_batch_tokens * d for d in cfg.tp_degrees},
+            )
+            rc = ReconfigConfig(interval_s=cfg.reconfig_interval_s, block_length=cfg.block_length,
+                                **({"tokens_per_step": inputs.tokens_per_step} if inputs.tokens_per_step else {}))
+            reconfigurator = Reconfigurator(cluster, inputs.profile, rc)
+        self.scheduler = GlobalScheduler(
+            self.backend, inputs.profile, self.policy, control=ControlConfig(thresholds=tuple(sorted(cfg.thresholds))),
+            predictor=predictor, reconfigurator=reconfigurator, on_outcome=self._on_outcome,
+        )
+        self.backend.bind(self._on_backend_event)  # observe events on their way to the scheduler
+        self.scheduler.start(self._initial_specs())
+        deadline = time.monotonic() + ready_timeout_s
+        while not self._ready_instances() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if not self._ready_instances():
+            raise RuntimeError(f"no instance became ready within {ready_timeout_s:.0f}s; see the Ray worker logs")
+        if reconfigurator is not None:
+            self._tick_task = asyncio.get_running_loop().create_task(self._tick_loop())
+        self.accepting = self.started = True
+        log.info("serving %s with policy %s on %d instance(s)", self.model_name, self.policy.name, len(self._ready_instances()))
+
+    def _spec(self, tp: int, node: int, first_gpu: int) -> InstanceSpec:
+        return InstanceSpec(f"inst-{next(self._instance_ids)}", tp, node, tuple(range(first_gpu, first_gpu + tp)),
+                            self.cfg.max_batch_tokens * tp)
+
+    def _initial_specs(self) -> list[InstanceSpec]:
+        cfg = self.cfg
+        return [self._spec(cfg.initial_tp, n, g) for n in range(cfg.nodes) for g in range(0, cfg.gpus_per_node, cfg.initial_tp)]
+
+    def _ready_instances(self) -> list[str]:
+        pool = self.scheduler.pool if self.scheduler else None
+        if pool is None:
+            return []
+        return [pool.ids[s] for s in np.flatnonzero(pool.ready & pool.active)]
+
+    async def shutdown(self) -> None:
+        """Stop accepting, let in-flight requests finish (bounded), fail the rest, free the cluster."""
+        self.accepting = False
+        deadline = time.monotonic() + self.cfg.drain_timeout_s
+        while self.handles and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for rid, h in list(self.handles.items()):
+            if h.done is not None and not h.done.done():
+                h.done.set_exception(Unavailable("the server is shutting down; retry on another replica"))
+            h.chunks.put_nowait(None)
+            if self.scheduler is not None:
+                self.scheduler.cancel(rid, reason="server shutdown")
+        self.handles.clear()
+        if self._tick_task is not None:
+            self._tick_task.cancel()
+        if self.backend is not None:
+            await self.backend.shutdown()
+        if self._owns_ray:
+            import ray
+
+            ray.shutdown()
+
+    # ================================================================ requests
+    def submit(self, prompt: str, max_tokens: Optional[int] = None, slo_ms: Optional[float] = None,
+               deadline: Optional[float] = None, priority: int = 0, min_threshold: float = 0.0) -> RequestHandle:
+        """Validate and enqueue one request; raises :class:`ServeError` subclasses."""
+        if not self.accepting:
+            raise Unavailable("the server is not accepting requests (starting up or shutting down)")
+        if self.scheduler.in_flight >= self.cfg.max_queue:
+            self.metrics.rejected.labels("overloaded").inc()
+            raise Overloaded(f"{self.scheduler.in_flight} requests in flight (limit --max-queue {self.cfg.max_queue}); retry later")
+        if min_threshold > max(self.cfg.thresholds):
+            raise BadRequest(f"min_threshold {min_threshold} is above every candidate threshold {sorted(self.cfg.thresholds)}",
+                             "min_threshold")
+        ids = self.info.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        if not ids:
+            raise BadRequest("the prompt is empty after tokenisation", "prompt")
+        bl = self.cfg.block_length
+        gen_length = bl * math.ceil((max_tokens or self.cfg.default_max_tokens) / bl)
+        now = self.backend.clock()
+        if deadline is not None:
+            slo_s = deadline - time.time()
+        else:
+            slo_s = (slo_ms if slo_ms is not None else self.cfg.default_slo_ms) / 1000.0
+        rid = f"cmpl-{next(self._ids)}-{int(time.time() * 1000) % 10**8}"
+        try:
+            state = new_request(rid, ids, gen_length, bl, self.info.mask_id, self.info.eos_id,
+                                use_cache=self.info.supports_cache, max_context=self.info.max_context)
+        except ValueError as e:
+            raise BadRequest(str(e), "max_tokens" if "gen_length" in str(e) else "prompt") from None
+        handle = RequestHandle(rid, len(ids), slo_s, now)
+        handle.done = asyncio.get_running_loop().create_future()
+        self.handles[rid] = handle
+        req = TrackedRequest(state, arrival=now, deadline=now + slo_s, priority=priority, min_threshold=min_threshold)
+        self.scheduler.handle(RequestArrived(now, req))
+        self._refresh_gauges()
+        return handle
+
+    def cancel(self, handle: RequestHandle) -> None:
+        """The client went away: free its slot (its in-flight step is dropped)."""
+        if self.handles.pop(handle.request_id, None) is not None:
+            self.scheduler.cancel(handle.request_id)
+            self.metrics.requests.labels("cancelled").inc()
+            self._refresh_gauges()
+
+    # ================================================================ events
+    def _on_backend_event(self, ev) -> None:
+        if isinstance(ev, StepFinished):
+            for st in ev.states:
+                h = self.handles.get(st.request_id)
+                if h is None:
+                    continue
+                h.last_state = st
+                if not h.instances or h.instances[-1] != ev.instance_id:
+                    h.instances.append(ev.instance_id)
+                if st.thresholds_used:
+                    self.metrics.threshold.observe(st.thresholds_used[-1])
+                self._stream(h, st)
+        migrations = self.scheduler.migrations
+        executor = self.scheduler.executor
+        self.scheduler.handle(ev)
+        self.metrics.migrations.inc(self.scheduler.migrations - migrations)
+        if self.scheduler.executor is not executor and self.scheduler.executor is not None:
+            self.metrics.reconfigurations.inc()
+        if isinstance(ev, (InstanceReady, InstanceStopped)):
+            self._refresh_instances()
+        self._refresh_gauges()
+
+    def _stream(self, h: RequestHandle, st: RequestState) -> None:
+        """Queue the text of every block that is now fully committed."""
+        masked = np.flatnonzero(st.response == st.mask_id)
+        upto = st.gen_length if st.finished or masked.size == 0 else int(masked[0]) // st.block_length * st.block_length
+        if upto <= h.streamed_to:
+            return
+        ids = st.response[h.streamed_to : upto]
+        eos = np.flatnonzero(ids == st.eos_id)
+        if eos.size:
+            ids = ids[: eos[0]]
+        text = self.info.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
+        h.streamed_to = upto
+        if text:
+            h.chunks.put_nowait(text)
+
+    def _on_outcome(self, out: RequestOutcome) -> None:
+        h = self.handles.pop(out.request_id, None)
+        if h is None:
+            return
+        if out.status == "finished":
+            st = h.last_state
+            answer = st.answer_ids()
+            gen = Generation(
+                request_id=out.request_id,
+                text=self.info.tokenizer.decode(answer.tolist(), skip_special_tokens=True),
+                prompt_tokens=h.prompt_tokens, completion_tokens=int(answer.size), steps=st.steps_done,
+                thresholds=[round(t, 4) for t in st.thresholds_used], latency_s=out.latency, slo_s=h.slo_s,
+                slo_met=out.met_slo, instances=list(h.instances),
+                finish_reason="stop" if answer.size < st.gen_length else "length",
+            )
+            self.metrics.record_finish(out.met_slo, st.steps_done, out.latency)
+            h.chunks.put_nowait(None)
+            h.done.set_result(gen)
+        else:
+            self.metrics.requests.labels(out.status).inc()
+            h.chunks.put_nowait(None)
+            err = BadRequest(f"request rejected: {out.reason}") if out.status == "rejected" else Unavailable(out.reason or out.status)
+            h.done.set_exception(err)
+
+    def _on_instance_failure(self, spec: InstanceSpec, exc: BaseException) -> None:
+        """An instance died: its requests are re-queued by the scheduler; start a replacement."""
+        self.metrics.instance_failures.inc()
+        if not self.accepting:
+            return
+        log.warning("replacing failed instance %s (TP-%d) on GPUs %s", spec.instance_id, spec.tp, spec.gpus)
+        replacement = self._spec(spec.tp, spec.node, spec.gpus[0])
+        asyncio.get_running_loop().call_soon(self.scheduler.start, [replacement])
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.reconfig_interval_s)
+            self._on_backend_event(ReconfigTick(self.backend.clock()))
+
+    # ================================================================ metrics
+    def _refresh_gauges(self) -> None:
+        s = self.scheduler
+        self.metrics.waiting.set(len(s.deferred))
+        self.metrics.running.set(s.in_flight - len(s.deferred))
+
+    def _refresh_instances(self) -> None:
+        pool = self.scheduler.pool
+        ready = np.flatnonzero(pool.ready & pool.active)
+        for tp in self.cfg.tp_degrees:
+            self.metrics.instances.labels(str(tp)).set(int((pool.tp[ready] == tp).sum()))
+
+    def status(self) -> dict:
+        return {
+            "model": self.model_name, "policy": self.policy.name, "instances": self._ready_instances(),
+            "running": self.scheduler.in_flight if self.scheduler else 0, "notes": self.notes,
+        }
+
+
+def reconfigure_to(runtime: ServingRuntime, node_counts: list[dict[int, int]]) -> bool:
+    """Apply an operator-chosen configuration live (stage 2 only: least disruptive placement).
+
+    ``node_counts`` gives, per node, instances per TP degree, e.g. ``[{2: 1}]`` for one
+    TP-2 instance on a 2-slot node. Requests in flight migrate off drained instances;
+    none is dropped. Returns False while a previous plan is still executing.
+    """
+    cfg = runtime.cfg
+    sched = runtime.scheduler
+    reconf = sched.reconfigurator or Reconfigurator(
+        ClusterConfig(nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node, tp_degrees=tuple(cfg.tp_degrees),
+                      max_batch_tokens={d: cfg.max_batch_tokens * d for d in cfg.tp_degrees}),
+        sched.profile,
+    )
+    plan = reconf.plan_to(node_counts, sched.pool.active_specs())
+    ok = sched.apply_plan(plan)
+    if ok:
+        runtime.metrics.reconfigurations.inc()
+    return ok

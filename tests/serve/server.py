@@ -1,0 +1,55 @@
+"""Run the real server (uvicorn + runtime + Ray instances) on loopback in a thread."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import httpx
+import uvicorn
+
+from dilaserve.serve.api import build_app
+from dilaserve.serve.config import ServeConfig
+from dilaserve.serve.runtime import ServingRuntime
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    def __init__(self, **overrides):
+        self.port = free_port()
+        self.cfg = ServeConfig(port=self.port, **overrides)
+        self.runtime = ServingRuntime(self.cfg)
+        config = uvicorn.Config(build_app(self.runtime), host="127.0.0.1", port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 240) -> "LiveServer":
+        self.thread.start()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if not self.thread.is_alive():
+                raise RuntimeError("the server thread died during start-up")
+            time.sleep(0.2)
+        raise TimeoutError("server did not become healthy")
+
+    def on_loop(self, fn, *args):
+        """Run ``fn(*args)`` on the server's event loop and return its result."""
+        async def call():
+            return fn(*args)
+        return asyncio.run_coroutine_threadsafe(call(), self.runtime.loop).result(timeout=30)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=120)

@@ -1,0 +1,152 @@
+"""The HTTP API over loopback against real Ray instances of the embedded model."""
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from dilaserve.engine import DenoisingEngine
+from dilaserve.tasks import TASKS, task_suite
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def post(server, path, body, **kw):
+    return httpx.post(server.url + path, json=body, timeout=kw.pop("timeout", 120), **kw)
+
+
+def replay(engine, prompt, gen_length, thresholds):
+    """Decode locally with the per-step thresholds the server reports."""
+    st = engine.new_request(prompt, gen_length)
+    for thr in thresholds:
+        engine.step([st], [thr])
+    assert st.finished
+    return engine.decode(st)
+
+
+@pytest.fixture(scope="module")
+def engine(server):
+    return DenoisingEngine.from_pretrained(server.cfg.model)
+
+
+def test_completions_are_real_decodes_graded_by_the_tasks(server, engine):
+    suite = task_suite(2, seed=99)
+    graded = []
+    for inst in suite:
+        r = post(server, "/v1/completions", {"model": server.runtime.model_name, "prompt": inst.prompt,
+                                              "max_tokens": inst.gen_length, "slo_ms": 60000})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        text, info = body["choices"][0]["text"], body["dilaserve"]
+        assert body["object"] == "text_completion" and body["choices"][0]["finish_reason"] in ("stop", "length")
+        assert body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"]
+        assert info["steps"] == len(info["thresholds"]) >= 1 and info["slo_met"] in (True, False)
+        assert all(t in server.cfg.thresholds for t in info["thresholds"])
+        # The same checkpoint decoding with the same per-step thresholds gives the same answer.
+        assert text == replay(engine, inst.prompt, inst.gen_length, info["thresholds"])
+        graded.append(TASKS[inst.task].grade(inst, text))
+    assert len(graded) == len(suite)
+
+
+def test_chat_completions_and_models(server):
+    models = httpx.get(server.url + "/v1/models").json()
+    assert [m["id"] for m in models["data"]] == [server.runtime.model_name]
+    r = post(server, "/v1/chat/completions", {"model": server.runtime.model_name, "max_tokens": 32,
+                                                "messages": [{"role": "user", "content": "list : c a f"}]})
+    assert r.status_code == 200, r.text
+    msg = r.json()["choices"][0]["message"]
+    assert msg["role"] == "assistant" and isinstance(msg["content"], str)
+
+
+def test_streaming_sends_blocks_then_done(server, engine):
+    prompt = "arith : 3 + 4 - 2 , 5 - 1 + 3 , 2 + 2 + 1"
+    body = {"model": server.runtime.model_name, "prompt": prompt, "max_tokens": 64, "stream": True}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    final = chunks[-1]
+    assert final["choices"][0]["finish_reason"] in ("stop", "length") and "usage" in final
+    pieces = [c["choices"][0]["text"] for c in chunks[:-1]]
+    assert 1 <= len(pieces) <= 2, "one chunk per committed block of a two-block canvas"
+    assert "".join(pieces) == replay(engine, prompt, 64, final["dilaserve"]["thresholds"])
+
+
+def test_concurrent_requests_all_complete(server):
+    async def run():
+        async with httpx.AsyncClient(base_url=server.url, timeout=180) as c:
+            prompts = [i.prompt for i in task_suite(3, seed=5)]
+            rs = await asyncio.gather(*(c.post("/v1/completions", json={"model": server.runtime.model_name, "prompt": p, "max_tokens": 32})
+                                        for p in prompts))
+            return rs
+    rs = asyncio.run(run())
+    assert [r.status_code for r in rs] == [200] * len(rs)
+    assert len({r.json()["id"] for r in rs}) == len(rs)
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"prompt": "list : a"}, "model"),
+    ({"model": "MODEL", "max_tokens": "lots", "prompt": "list : a"}, "max_tokens"),
+    ({"model": "MODEL"}, "prompt"),
+    ({"model": "other-model", "prompt": "list : a"}, "model"),
+    ({"model": "MODEL", "prompt": "list " * 400, "max_tokens": 32}, "prompt"),
+    ({"model": "MODEL", "prompt": "list : a", "slo_ms": -5}, "slo_ms"),
+    ({"model": "MODEL", "prompt": "list : a", "slo_ms": "fast"}, "slo_ms"),
+    ({"model": "MODEL", "prompt": "list : a", "min_threshold": 2}, "min_threshold"),
+    ({"model": "MODEL", "prompt": ["a", "b"]}, "prompt"),
+])
+def test_bad_requests_get_openai_style_400(server, body, param):
+    body = {k: (server.runtime.model_name if v == "MODEL" else v) for k, v in body.items()}
+    r = post(server, "/v1/completions", body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["type"] == "invalid_request_error" and err["message"]
+    assert param in (err["param"] or "") or param in err["message"]
+
+
+def test_malformed_json_gets_400(server):
+    r = httpx.post(server.url + "/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "error" in r.json()
+
+
+def test_overload_past_the_queue_gets_429_and_the_server_survives(server):
+    rt = server.runtime
+    old = rt.cfg.max_queue
+    rt.cfg.max_queue = 2
+
+    async def burst():
+        async with httpx.AsyncClient(base_url=server.url, timeout=180) as c:
+            return await asyncio.gather(*(c.post("/v1/completions", json={"model": rt.model_name, "prompt": "list : a b c d", "max_tokens": 32})
+                                          for _ in range(8)))
+    try:
+        codes = [r.status_code for r in asyncio.run(burst())]
+    finally:
+        rt.cfg.max_queue = old
+    assert 429 in codes and 200 in codes and set(codes) <= {200, 429}
+    assert httpx.get(server.url + "/health").status_code == 200
+
+
+def test_disconnected_client_frees_its_slot(server):
+    rt = server.runtime
+    body = {"model": rt.model_name, "prompt": "arith : 1 + 2 - 3 , 4 - 1 + 2 , 5 + 1 - 2 , 2 + 2 + 2 , 3 + 1 - 4 , 6 - 2 + 1",
+            "max_tokens": 128, "stream": True, "slo_ms": 60000}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as r:
+        assert r.status_code == 200
+        next(r.iter_lines())  # the request is in flight; now hang up
+    import time
+
+    deadline = time.monotonic() + 30
+    while server.on_loop(lambda: rt.scheduler.in_flight) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert server.on_loop(lambda: rt.scheduler.in_flight) == 0
+    metrics = httpx.get(server.url + "/metrics").text
+    assert 'dilaserve:requests_total{status="cancelled"}' in metrics
+
+
+def test_metrics_are_prometheus_text(server):
+    text = httpx.get(server.url + "/metrics").text
+    for name in ("dilaserve:num_requests_running", "dilaserve:num_requests_waiting", "dilaserve:slo_attainment",
+                 "dilaserve:request_steps_bucket", "dilaserve:step_threshold_bucket", "dilaserve:step_latency_seconds_bucket",
+                 'dilaserve:instances{tp="1"}', "dilaserve:migrations_total", "dilaserve:reconfigurations_total"):
+        assert name in text, name

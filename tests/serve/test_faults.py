@@ -1,0 +1,90 @@
+"""Faults and live changes: a killed instance actor and a live reconfiguration."""
+import asyncio
+import threading
+import time
+
+import httpx
+import pytest
+import ray
+
+from dilaserve.serve.runtime import reconfigure_to
+from dilaserve.tasks import TASKS, get_task
+from tests.serve.server import LiveServer
+
+pytestmark = pytest.mark.timeout(600)
+
+LONG = "arith : 1 + 2 - 3 , 4 - 1 + 2 , 5 + 1 - 2 , 2 + 2 + 2 , 3 + 1 - 4 , 6 - 2 + 1 , 7 - 5 + 1 , 2 * 3 - 1"
+
+
+@pytest.fixture(scope="module")
+def cluster_server(ray_cluster):
+    s = LiveServer(reconfig_interval_s=0, default_slo_ms=120000).start()
+    yield s
+    s.stop()
+
+
+def send_many(server, n, prompt=LONG, max_tokens=128):
+    """Fire ``n`` requests concurrently from a background thread; returns (thread, results)."""
+    results = []
+
+    async def run():
+        async with httpx.AsyncClient(base_url=server.url, timeout=300) as c:
+            rs = await asyncio.gather(*(c.post("/v1/completions", json={"model": server.runtime.model_name, "prompt": prompt,
+                                                                        "max_tokens": max_tokens}) for _ in range(n)))
+            results.extend(rs)
+
+    t = threading.Thread(target=lambda: asyncio.run(run()))
+    t.start()
+    return t, results
+
+
+def wait_until(fn, timeout_s=120, every=0.05):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if fn():
+            return True
+        time.sleep(every)
+    return False
+
+
+def instances(server):
+    rt = server.runtime
+    return server.on_loop(lambda: {rt.scheduler.pool.ids[s]: (int(rt.scheduler.pool.tp[s]), len(rt.scheduler.pool.members[s]))
+                                   for s in range(len(rt.scheduler.pool.ids)) if rt.scheduler.pool.ids[s] and rt.scheduler.pool.ready[s]})
+
+
+def test_killed_instance_actor_loses_no_request(cluster_server):
+    server, rt = cluster_server, cluster_server.runtime
+    before = instances(server)
+    assert len(before) == 2
+    thread, results = send_many(server, 6)
+    # wait until requests are mid-decode on some instance, then kill its actor
+    assert wait_until(lambda: any(n for _, n in instances(server).values()) and
+                      server.on_loop(lambda: sum(1 for h in rt.handles.values() if h.last_state is not None)) >= 2)
+    victim = max(instances(server).items(), key=lambda kv: kv[1][1])[0]
+    for handle in server.on_loop(rt.backend.worker_handles, victim):
+        ray.kill(handle, no_restart=True)
+    thread.join(timeout=400)
+    assert [r.status_code for r in results] == [200] * 6, [r.text for r in results if r.status_code != 200]
+    task, texts = get_task("arith"), [r.json()["choices"][0]["text"] for r in results]
+    assert len(set(texts)) == 1, "every copy of the prompt decodes the same way, resumed or not"
+    assert victim not in instances(server)
+    assert wait_until(lambda: len(instances(server)) == 2, 120), "a replacement instance starts"
+    assert "dilaserve:instance_failures_total 1.0" in httpx.get(server.url + "/metrics").text
+
+
+def test_live_reconfiguration_two_tp1_to_one_tp2(cluster_server):
+    server, rt = cluster_server, cluster_server.runtime
+    assert sorted(tp for tp, _ in instances(server).values()) == [1, 1]
+    thread, results = send_many(server, 4)
+    assert wait_until(lambda: server.on_loop(lambda: rt.scheduler.in_flight) == 4)
+    assert server.on_loop(reconfigure_to, rt, [{2: 1}])
+    thread.join(timeout=500)
+    assert [r.status_code for r in results] == [200] * 4, [r.text for r in results if r.status_code != 200]
+    assert wait_until(lambda: sorted(tp for tp, _ in instances(server).values()) == [2], 180)
+    # the TP-2 instance (two gloo ranks) serves, and decodes like the TP-1 instances did
+    r = httpx.post(server.url + "/v1/completions", json={"model": rt.model_name, "prompt": LONG, "max_tokens": 128}, timeout=300)
+    assert r.status_code == 200 and r.json()["dilaserve"]["instances"][-1] in instances(server)
+    assert r.json()["choices"][0]["text"] == results[0].json()["choices"][0]["text"] or r.json()["dilaserve"]["thresholds"] != results[0].json()["dilaserve"]["thresholds"]
+    metrics = httpx.get(server.url + "/metrics").text
+    assert 'dilaserve:instances{tp="2"} 1.0' in metrics and "dilaserve:reconfigurations_total 1.0" in metrics
