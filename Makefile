@@ -1,6 +1,9 @@
 # Two commands on a fresh machine:
-#   make run    set up (once) and run the main job on the embedded default model
+#   make run    set up (once) and serve the embedded default model on 127.0.0.1:8000
 #   make test   set up (once) and run the whole test suite
+# More:
+#   make demo        decode task prompts at a few thresholds and print accuracy / steps
+#   make artifacts   materialise the offline pipeline (predictor, profiles, quality, dynamics)
 #
 # GPU hosts install their own CUDA build of torch first and skip ours:
 #   make setup TORCH_SPEC=
@@ -10,7 +13,7 @@ PY := $(VENV)/bin/python
 # The CPU build; a bare `torch` would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup run test bench clean-venv
+.PHONY: setup run demo artifacts test bench clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,7 +25,13 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 run: setup
+	$(PY) -m dilaserve.serve
+
+demo: setup
 	$(PY) -m dilaserve.demo
+
+artifacts: setup
+	$(PY) -m pipelines materialize
 
 test: setup
 	$(PY) -m pytest -q

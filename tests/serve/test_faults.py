@@ -19,6 +19,8 @@ LONG = "arith : 1 + 2 - 3 , 4 - 1 + 2 , 5 + 1 - 2 , 2 + 2 + 2 , 3 + 1 - 4 , 6 - 
 @pytest.fixture(scope="module")
 def cluster_server(ray_cluster):
     s = LiveServer(reconfig_interval_s=0, default_slo_ms=120000).start()
+    # /health turns green with the first ready instance; these tests need both
+    assert wait_until(lambda: len(instances(s)) == 2, 180)
     yield s
     s.stop()
 

@@ -1,0 +1,34 @@
+"""The app-side server handle: dropping it or stopping it ends the server process."""
+import gc
+import subprocess
+import sys
+
+from dilaserve.serve.app_support import ServerHandle, serve_command
+
+
+def _fake_server(tmp_path):
+    # A stand-in process: what is under test is the handle's lifecycle, not the server.
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    return ServerHandle(proc, port=1, log_path=tmp_path / "log")
+
+
+def test_dropping_the_handle_terminates_the_server(tmp_path):
+    handle = _fake_server(tmp_path)
+    proc = handle.proc
+    del handle
+    gc.collect()
+    assert proc.wait(timeout=10) == -15
+
+
+def test_stop_is_idempotent_and_reports_the_exit_code(tmp_path):
+    handle = _fake_server(tmp_path)
+    assert handle.alive and not handle.healthy()  # nothing listens on port 1
+    assert handle.stop(timeout_s=10) == -15
+    assert handle.stop() == -15 and not handle.alive
+    assert handle.log_tail() == ""  # no log file written: empty, not an error
+
+
+def test_serve_command_passes_flags_through():
+    cmd = serve_command(8123, "some/artifacts", ["--reconfig-interval-s", 0])
+    assert cmd[1:] == ["-m", "dilaserve.serve", "--port", "8123", "--artifacts", "some/artifacts",
+                       "--reconfig-interval-s", "0"]
