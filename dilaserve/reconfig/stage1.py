@@ -266,10 +266,16 @@ def check_capacity_plan(pb: CapacityProblem, plan: CapacityPlan, tol: float = 1e
             bad.append(f"class {k}: steps by threshold and by TP degree differ")
         if lat[k] > cls.slo_s * (1 + tol) + tol:
             bad.append(f"class {k}: latency {lat[k]:.4f}s > SLO {cls.slo_s}s")
-    rates = np.array([k.rate for k in pb.classes])
-    for j, d in enumerate(D):
-        load = rates @ plan.steps_on[:, j]
-        cap = plan.counts[d] * plan.batch[d] / pb.latency[d, plan.batch[d]]
+    for d, (load, cap) in load_and_capacity(pb, plan).items():
         if load > cap * (1 + tol) + tol:
             bad.append(f"TP-{d}: load {load:.3f} > capacity {cap:.3f} request-steps/s")
     return bad
+
+
+def load_and_capacity(pb: CapacityProblem, plan: CapacityPlan) -> dict[int, tuple[float, float]]:
+    """Per TP degree: (arrival load, capacity) of the plan, both in request-steps per second."""
+    rates = np.array([k.rate for k in pb.classes])
+    return {
+        d: (float(rates @ plan.steps_on[:, j]), plan.counts[d] * plan.batch[d] / pb.latency[d, plan.batch[d]])
+        for j, d in enumerate(pb.degrees)
+    }

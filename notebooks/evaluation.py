@@ -1,0 +1,179 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="DiLaServe: evaluation report")
+
+
+@app.cell
+def _():
+    import math
+    from pathlib import Path
+
+    import marimo as mo
+    import matplotlib.pyplot as plt
+    import polars as pl
+
+    from dilaserve.artifacts import MissingArtifactError
+    from dilaserve.eval.context import SETTINGS, EvalContext, EvalOptions
+    from dilaserve.eval.experiments import EXPERIMENTS
+    from dilaserve.eval.report import write
+    from dilaserve.sim.traces import TraceFormatError
+    return (
+        EXPERIMENTS, EvalContext, EvalOptions, MissingArtifactError, Path, SETTINGS, TraceFormatError, math, mo,
+        pl, plt, write,
+    )
+
+
+@app.cell
+def _(mo):
+    mo.md("""
+    # Evaluation report
+
+    Results of `python -m dilaserve.eval EXPERIMENT` (simulated clusters, every policy on
+    the same workload): SLO attainment, latency and quality per policy. Load the tables an
+    earlier run wrote under `results/<experiment>/`, or run a quick experiment from here
+    (a few minutes; it needs the pipeline's artifacts).
+
+    Open with `marimo edit notebooks/evaluation.py`; headless:
+    `python notebooks/evaluation.py --results=DIR --experiment=trace`
+    (add `--run` to run the quick experiment first).
+    """)
+    return
+
+
+@app.cell
+def _(EXPERIMENTS, Path, mo):
+    # --results=DIR (default results/), --experiment=NAME, --run (run it, quick, on load)
+    args = mo.cli_args()
+    results_dir = Path(str(args.get("results", "results")))
+    default_experiment = str(args.get("experiment", "trace"))
+    run_on_load = "run" in args
+    mo.stop(default_experiment not in EXPERIMENTS,
+            mo.callout(mo.md(f"Unknown experiment `{default_experiment}`: choose one of {sorted(EXPERIMENTS)}."),
+                       kind="danger"))
+    return default_experiment, results_dir, run_on_load
+
+
+@app.cell
+def _(EXPERIMENTS, SETTINGS, default_experiment, mo):
+    experiment = mo.ui.dropdown(list(EXPERIMENTS), value=default_experiment, label="experiment")
+    settings = mo.ui.multiselect(sorted(SETTINGS), value=["paper"], label="cluster settings (for a run)")
+    run = mo.ui.run_button(label="run it (quick)")
+    mo.hstack([experiment, settings, run], justify="start")
+    return experiment, run, settings
+
+
+@app.cell
+def _(
+    EXPERIMENTS, EvalContext, EvalOptions, MissingArtifactError, TraceFormatError, experiment, mo, results_dir, run,
+    run_on_load, settings, write,
+):
+    # Runs only on a click (or --run): a quick experiment still takes minutes.
+    run_message = None
+    if run.value or run_on_load:
+        _ctx = EvalContext(EvalOptions(quick=True, settings=tuple(settings.value) or ("paper",), out=results_dir))
+        try:
+            with mo.status.spinner(title=f"Running {experiment.value} (quick) on the simulator"):
+                write(EXPERIMENTS[experiment.value](_ctx), _ctx)
+            run_message = mo.callout(mo.md(f"Ran `{experiment.value}` (quick) into `{results_dir}`."), kind="success")
+        except (MissingArtifactError, TraceFormatError) as e:
+            print(f"error: {e}")
+            run_message = mo.callout(mo.md(f"**The run needs pipeline artifacts.**\n\n```\n{e}\n```"), kind="danger")
+    run_message
+    return (run_message,)
+
+
+@app.cell
+def _(experiment, mo, pl, results_dir, run_message):
+    run_message  # reload after a run
+    folder = results_dir / experiment.value
+    _missing = not (folder / "summary.parquet").exists()
+    if _missing:
+        print(f"no results in {folder}: run `python -m dilaserve.eval {experiment.value} --quick --out {results_dir}`")
+    mo.stop(_missing, mo.callout(mo.md(
+        f"No results for `{experiment.value}` in `{folder}`. Click **run it (quick)**, or run\n\n"
+        f"```\npython -m dilaserve.eval {experiment.value} --quick --out {results_dir}\n```"), kind="warn"))
+    summary = pl.read_parquet(folder / "summary.parquet")
+    requests = pl.read_parquet(folder / "requests.parquet")
+    print(f"loaded {folder}: {summary.height} runs, policies {summary['policy'].unique(maintain_order=True).to_list()}")
+    return folder, requests, summary
+
+
+@app.cell
+def _(mo, summary):
+    _policies = summary["policy"].unique(maintain_order=True).to_list()
+    policy_filter = mo.ui.multiselect(_policies, value=_policies, label="policies")
+    metric = mo.ui.dropdown({
+        "SLO attainment": "slo_attainment", "attainment, low load": "slo_attainment_low",
+        "attainment, high load": "slo_attainment_high", "mean latency (s)": "mean_latency_s",
+        "p99 latency (s)": "p99_latency_s", "quality": "quality", "mean threshold": "mean_threshold",
+    }, value="SLO attainment", label="metric")
+    mo.hstack([policy_filter, metric], justify="start")
+    return metric, policy_filter
+
+
+@app.cell
+def _(math, metric, mo, pl, plt, policy_filter, summary):
+    shown = summary.filter(pl.col("policy").is_in(policy_filter.value))
+    mo.stop(shown.is_empty(), mo.md("_Pick at least one policy._"))
+    _col = metric.value
+    _settings = shown["setting"].unique(maintain_order=True).to_list()
+    _fig, _axes = plt.subplots(1, len(_settings), figsize=(5.5 * len(_settings), 3.6), squeeze=False)
+    for _ax, _setting in zip(_axes[0], _settings):
+        _sub = shown.filter(pl.col("setting") == _setting)
+        if all(math.isnan(x) for x in _sub["x"]):
+            # One run per policy: bars.
+            _ax.bar(_sub["policy"].to_list(), _sub[_col].fill_null(float("nan")).to_list(), color="tab:blue")
+            _ax.tick_params(axis="x", rotation=30)
+        else:
+            # A sweep (rate or SLO scale): one line per policy over the swept value.
+            for _p in _sub["policy"].unique(maintain_order=True):
+                _s = _sub.filter(pl.col("policy") == _p).sort("x")
+                _ax.plot(_s["x"], _s[_col], marker="o", label=_p)
+            _ax.set_xlabel("request rate (req/s)" if _sub["experiment"][0] == "rate-sweep" else "SLO scale")
+            _ax.legend(fontsize=7)
+        _ax.set(title=_setting, ylabel=metric.selected_key)
+        _ax.grid(alpha=0.3)
+    _fig.tight_layout()
+    _fig
+    return (shown,)
+
+
+@app.cell
+def _(mo, shown):
+    _cols = ["setting", "policy", "x", "rate", "slo_s", "slo_attainment", "slo_attainment_low", "slo_attainment_high",
+             "mean_latency_s", "p99_latency_s", "quality", "mean_threshold", "requests", "finished", "rejected",
+             "migrations", "reconfig_launches"]
+    mo.ui.table(shown.select([c for c in _cols if c in shown.columns]), selection=None, label="per policy")
+    return
+
+
+@app.cell
+def _(mo, pl, plt, policy_filter, requests):
+    # Where each policy's requests land against the SLO: latency / SLO, finished requests only.
+    _done = requests.filter((pl.col("status") == "finished") & pl.col("policy").is_in(policy_filter.value))
+    mo.stop(_done.is_empty())
+    _fig, _ax = plt.subplots(figsize=(6.5, 3.5))
+    for _key, _g in _done.group_by("setting", "policy", maintain_order=True):
+        _ratio = (_g["latency_s"] / (_g["deadline_s"] - _g["arrival_s"])).sort().to_numpy()
+        _ax.plot(_ratio, [(i + 1) / len(_ratio) for i in range(len(_ratio))], label=" / ".join(_key))
+    _ax.axvline(1.0, color="k", ls="--", lw=0.8)
+    _ax.set(xscale="log", xlabel="latency / SLO", ylabel="share of requests", title="latency relative to the SLO")
+    _ax.grid(alpha=0.3)
+    _ax.legend(fontsize=7)
+    _fig.tight_layout()
+    _fig
+    return
+
+
+@app.cell
+def _(folder, mo):
+    # The report's own plots and summary, as `python -m dilaserve.eval` wrote them.
+    _pngs = sorted(folder.glob("*.png"))
+    _summary = (folder / "summary.md").read_text() if (folder / "summary.md").exists() else ""
+    mo.ui.tabs({"summary.md": mo.md(_summary), **{p.name: mo.image(src=p) for p in _pngs}})
+    return
+
+
+if __name__ == "__main__":
+    app.run()

@@ -1,0 +1,274 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="DiLaServe: reconfiguration explorer")
+
+
+@app.cell
+def _():
+    from collections import Counter
+    from dataclasses import replace
+
+    import marimo as mo
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from dilaserve import artifacts
+    from dilaserve.profile.analytic import GPUS, MODELS, analytic_profile
+    from dilaserve.reconfig.config import ClusterConfig, ReconfigConfig
+    from dilaserve.reconfig.monitor import RequestClass
+    from dilaserve.reconfig.plan import static_layout
+    from dilaserve.reconfig.reconfigurator import Reconfigurator
+    from dilaserve.reconfig.stage1 import (
+        check_capacity_plan, class_latency, load_and_capacity, solve_capacity, step_latency_table,
+    )
+    return (
+        ClusterConfig, Counter, GPUS, MODELS, ReconfigConfig, Reconfigurator, RequestClass, analytic_profile,
+        artifacts, check_capacity_plan, class_latency, load_and_capacity, mo, np, plt, replace,
+        solve_capacity, static_layout, step_latency_table,
+    )
+
+
+@app.cell
+def _(mo):
+    mo.md("""
+    # Reconfiguration explorer
+
+    Set the cluster shape, the arrival rate of each request class and the SLO; the two-stage
+    ILP of `dilaserve.reconfig` is solved live. **Stage 1** picks how many instances of each
+    TP degree every node runs, one batch size per degree, and how each class's denoising
+    steps split across thresholds and TP degrees (maximising the rate-weighted average
+    threshold). **Stage 2** places the new instances so that as many running ones as
+    possible survive, and yields the migration plan from the current configuration.
+
+    Open with `marimo edit notebooks/reconfig.py`; headless:
+    `python notebooks/reconfig.py --nodes=1 --gpus-per-node=2 --rate-scale=0.125`.
+    """)
+    return
+
+
+@app.cell
+def _(mo):
+    # Command-line defaults for the widgets, so headless runs stay small.
+    args = mo.cli_args()
+    default_nodes = int(args.get("nodes", 4))
+    default_gpn = str(args.get("gpus-per-node", 4))
+    default_time_limit = float(args.get("time-limit-s", 5.0))
+    # Scales the default arrival rates (sized for 16 GPUs) to a smaller or larger cluster.
+    rate_scale = float(args.get("rate-scale", 1.0))
+    default_current_tp = args.get("current-tp")
+    return default_current_tp, default_gpn, default_nodes, default_time_limit, rate_scale
+
+
+@app.cell
+def _(GPUS, MODELS, artifacts, default_gpn, default_nodes, mo):
+    # Analytic (roofline) profiles are computed here for any TP degree; stored profiles
+    # come from the pipeline's artifacts when they exist.
+    profile_options = [f"analytic: {m} on {g}" for m in MODELS for g in GPUS]
+    profile_options += [f"stored: {n}" for n in artifacts.available_profiles()]
+    nodes = mo.ui.slider(1, 16, value=default_nodes, label="nodes", show_value=True)
+    gpus_per_node = mo.ui.dropdown(["1", "2", "4", "8"], value=default_gpn, label="GPUs per node")
+    tp_choice = mo.ui.multiselect(["1", "2", "4", "8"], value=["1", "2", "4"], label="TP degrees")
+    profile_name = mo.ui.dropdown(profile_options, value=profile_options[0], label="latency profile")
+    mo.vstack([mo.md("### Cluster"), mo.hstack([nodes, gpus_per_node, tp_choice, profile_name], justify="start")])
+    return gpus_per_node, nodes, profile_name, tp_choice
+
+
+@app.cell
+def _(default_time_limit, mo, rate_scale):
+    # Request classes: (prompt tokens, output tokens), the shape of the monitor's length buckets.
+    shapes = [(256, 128), (256, 512), (1024, 256), (1024, 1024)]
+    rates = mo.ui.array([mo.ui.number(start=0.0, stop=1000.0, step=0.5, value=v * rate_scale, label=f"prompt {p} / output {o} (req/s)")
+                         for (p, o), v in zip(shapes, (24.0, 12.0, 16.0, 6.0))])
+    slo_scale = mo.ui.slider(1.0, 10.0, step=0.5, value=5.0, show_value=True,
+                             label="SLO scale (x latency alone on TP-1 at threshold 0.9)")
+    time_limit = mo.ui.number(start=0.5, stop=60.0, step=0.5, value=default_time_limit, label="ILP time limit (s)")
+    mo.vstack([mo.md("### Workload"), rates, mo.hstack([slo_scale, time_limit], justify="start")])
+    return rates, shapes, slo_scale, time_limit
+
+
+@app.cell
+def _(ClusterConfig, analytic_profile, artifacts, gpus_per_node, mo, nodes, profile_name, tp_choice):
+    gpn = int(gpus_per_node.value)
+    # A TP group never spans nodes: degrees that do not divide the node are dropped, and said so.
+    degrees = sorted(int(d) for d in tp_choice.value if gpn % int(d) == 0)
+    dropped = sorted(int(d) for d in tp_choice.value if gpn % int(d))
+    mo.stop(not degrees, mo.callout(mo.md(f"No chosen TP degree fits a node of {gpn} GPUs: pick TP 1."), kind="warn"))
+    _kind, _name = profile_name.value.split(": ", 1)
+    if _kind == "analytic":
+        _model, _gpu = _name.split(" on ")
+        profile = analytic_profile(_model, _gpu, degrees)
+    else:
+        profile = artifacts.load_profile(_name)
+    cluster = ClusterConfig(nodes=nodes.value, gpus_per_node=gpn, tp_degrees=tuple(degrees),
+                            max_batch_tokens={d: 32768 * d for d in degrees})
+    _notes = [f"Cluster: {cluster.nodes} x {gpn} = {cluster.total_gpus} GPUs, TP {degrees}, profile `{profile.name}` "
+              f"(has TP {list(profile.tp_degrees)})."]
+    if dropped:
+        _notes.append(f"TP {dropped} dropped: it does not divide {gpn} GPUs per node.")
+    mo.md("\n\n".join(_notes))
+    return cluster, profile
+
+
+@app.cell
+def _(
+    ReconfigConfig, Reconfigurator, RequestClass, cluster, profile, rates, shapes, slo_scale, step_latency_table,
+    time_limit,
+):
+    config = ReconfigConfig(time_limit_s=float(time_limit.value))
+    rec = Reconfigurator(cluster, profile, config)
+    _mean_tokens = sum(p + o for p, o in shapes) / len(shapes)
+    _lat = step_latency_table(profile, cluster, rec.degrees, _mean_tokens, config.block_length)
+    # The SLO of a class: scale x its latency alone on the smallest TP degree at threshold 0.9,
+    # in stage 1's own latency model (steps = output / tokens-per-step, each a batch-1 step).
+    _t_high = config.tokens_per_step[max(config.tokens_per_step)]
+    _alone = {o: o / _t_high * _lat[min(rec.degrees), 1] for _, o in shapes}
+    classes = [RequestClass((i, 0), rate=float(r), prompt_tokens=float(p), output_tokens=float(o),
+                            slo_s=float(slo_scale.value) * _alone[o])
+               for i, ((p, o), r) in enumerate(zip(shapes, rates.value)) if r > 0]
+    return classes, config, rec
+
+
+@app.cell
+def _(check_capacity_plan, classes, config, mo, rec, solve_capacity):
+    mo.stop(not classes, mo.callout(mo.md("Give at least one class a positive arrival rate."), kind="warn"))
+    problem = rec.problem(classes)
+    with mo.status.spinner(title="Solving stage 1 (capacity planning)"):
+        plan = solve_capacity(problem, config.time_limit_s, config.tiebreak_time_s)
+    violations = check_capacity_plan(problem, plan) if plan is not None else []
+    if plan is None:
+        print("stage 1: infeasible or unsolved within the time limit")
+    else:
+        print(f"stage 1: counts {plan.counts} batch {plan.batch} quality {plan.quality:.4f} "
+              f"slack {plan.slack:.3f} ({plan.solve.solver}, {plan.solve.seconds:.2f}s)")
+    return plan, problem, violations
+
+
+@app.cell
+def _(mo, plan, violations):
+    mo.stop(plan is None, mo.callout(mo.md(
+        "**Stage 1 is infeasible** (or found no solution in the time limit): no TP mix serves these rates "
+        "within the SLO. The reconfigurator then falls back to all TP-1. Lower the rates, raise the SLO "
+        "scale or add nodes."), kind="danger"))
+    _msg = [f"**Chosen TP mix:** {', '.join(f'{n} x TP-{d}' for d, n in sorted(plan.counts.items()) if n) or 'none'}; "
+            f"batch size per degree {dict(sorted(plan.batch.items()))}.",
+            f"Average threshold per output token (rate-weighted): **{plan.quality:.3f}**; mean SLO slack "
+            f"{100 * plan.slack:.0f}%; solved by {plan.solve.solver} in {plan.solve.seconds:.2f} s ({plan.solve.status})."]
+    if violations:
+        _msg.append(f"Constraint check found: {violations}")
+    mo.callout(mo.md("\n\n".join(_msg)), kind="warn" if violations else "success")
+    return
+
+
+@app.cell
+def _(cluster, mo, plan, plt):
+    mo.stop(plan is None)
+    # One row per node, one coloured block per instance (width = its TP degree).
+    _colors = {1: "tab:blue", 2: "tab:orange", 4: "tab:green", 8: "tab:red"}
+    _fig, _ax = plt.subplots(figsize=(7, 0.5 + 0.45 * cluster.nodes))
+    for _n, _nc in enumerate(plan.node_counts):
+        _x = 0
+        for _d in sorted(_nc, reverse=True):
+            for _ in range(_nc[_d]):
+                _ax.barh(_n, _d, left=_x, color=_colors.get(_d, "grey"), edgecolor="white")
+                _ax.text(_x + _d / 2, _n, f"TP-{_d}", ha="center", va="center", color="white", fontsize=8)
+                _x += _d
+    _ax.set(xlabel="GPU", ylabel="node", xlim=(0, cluster.gpus_per_node), title="instances per node (stage 1)")
+    _ax.set_yticks(range(cluster.nodes))
+    _ax.invert_yaxis()
+    _fig.tight_layout()
+    _fig
+    return
+
+
+@app.cell
+def _(class_latency, mo, np, plan, plt, problem):
+    mo.stop(plan is None)
+    # Share of each class's steps at each threshold (rows of s[k, c]), and its latency vs SLO.
+    _share = plan.steps_at / np.maximum(plan.steps_at.sum(axis=1, keepdims=True), 1e-9)
+    _labels = [f"p{int(k.prompt_tokens)}/o{int(k.output_tokens)}" for k in problem.classes]
+    _fig, (_a1, _a2) = plt.subplots(1, 2, figsize=(11, 3.2))
+    _bottom = np.zeros(len(_labels))
+    for _c, _t in enumerate(problem.thresholds):
+        _a1.bar(_labels, _share[:, _c], bottom=_bottom, label=f"{_t:g}")
+        _bottom += _share[:, _c]
+    _a1.set(ylabel="share of steps", title="threshold split per class")
+    _a1.legend(title="threshold", fontsize=7, loc="lower right")
+    _lat = class_latency(problem, plan.batch, plan.steps_on)
+    _slo = np.array([k.slo_s for k in problem.classes])
+    _x = np.arange(len(_labels))
+    _a2.bar(_x - 0.2, _lat, 0.4, label="planned latency")
+    _a2.bar(_x + 0.2, _slo, 0.4, label="SLO")
+    _a2.set_xticks(_x, _labels)
+    _a2.set(ylabel="seconds", title="latency per class vs SLO")
+    _a2.legend(fontsize=7)
+    _fig.tight_layout()
+    _table = [{"class": lab, "rate (req/s)": k.rate, "steps": round(float(plan.steps_at[i].sum()), 1),
+               **{f"steps on TP-{d}": round(float(plan.steps_on[i, j]), 1) for j, d in enumerate(problem.degrees)},
+               "latency (s)": round(float(_lat[i]), 3), "SLO (s)": round(k.slo_s, 3)}
+              for i, (lab, k) in enumerate(zip(_labels, problem.classes))]
+    mo.vstack([_fig, mo.ui.table(_table, selection=None)])
+    return
+
+
+@app.cell
+def _(load_and_capacity, mo, plan, plt, problem):
+    mo.stop(plan is None)
+    _lc = load_and_capacity(problem, plan)
+    _ds = sorted(_lc)
+    _fig, _ax = plt.subplots(figsize=(6, 3))
+    _ax.bar([f"TP-{d}" for d in _ds], [_lc[d][1] for d in _ds], color="lightgrey", label="capacity")
+    _ax.bar([f"TP-{d}" for d in _ds], [_lc[d][0] for d in _ds], width=0.5, color="tab:blue", label="arrival load")
+    _ax.set(ylabel="request-steps / s", title="capacity vs load per TP degree")
+    _ax.legend(fontsize=8)
+    _fig.tight_layout()
+    _fig
+    return
+
+
+@app.cell
+def _(cluster, default_current_tp, mo):
+    # The running configuration the migration plan starts from: a uniform cluster of one degree.
+    _options = [f"all TP-{d}" for d in cluster.tp_degrees]
+    _default = f"all TP-{default_current_tp}" if f"all TP-{default_current_tp}" in _options else _options[0]
+    current_choice = mo.ui.dropdown(_options, value=_default, label="current configuration")
+    mo.vstack([mo.md("### Migration plan (stage 2)"), current_choice])
+    return (current_choice,)
+
+
+@app.cell
+def _(Counter, cluster, config, current_choice, mo, plan, problem, rec, replace, solve_capacity, static_layout):
+    mo.stop(plan is None)
+    existing = static_layout(cluster, int(current_choice.value.removeprefix("all TP-")), prefix="cur")
+    # Score the running configuration the way the reconfigurator does: stage 1 with its counts pinned.
+    _current = solve_capacity(replace(problem, fixed_counts=dict(Counter(e.tp for e in existing))),
+                              config.time_limit_s, config.tiebreak_time_s)
+    current_objective = _current.objective if _current else None
+    migration = rec.plan_to(list(plan.node_counts), existing, plan.batch, plan.objective, current_objective)
+    print(f"stage 2: keep {len(migration.keep)}, launch {len(migration.steps)}, stop {len(migration.stops)}")
+    return current_objective, existing, migration
+
+
+@app.cell
+def _(config, current_objective, existing, migration, mo, plan):
+    if current_objective is None:
+        _verdict = "the current configuration cannot meet the SLOs: the plan applies at once."
+    else:
+        _gain = plan.objective / current_objective - 1 if current_objective > 0 else float("inf")
+        _apply = _gain >= config.min_improvement
+        _verdict = (f"objective {plan.objective:.4f} vs current {current_objective:.4f} ({100 * _gain:+.1f}%): "
+                    + ("applied" if _apply else "kept as is")
+                    + f" under the {100 * config.min_improvement:.0f}% trigger.")
+    _rows = [{"step": i + 1, "launch": s.launch.instance_id, "TP": s.launch.tp, "node": s.launch.node,
+              "GPUs": str(list(s.launch.gpus)), "drain and stop first": ", ".join(s.stop_first) or "-"}
+             for i, s in enumerate(migration.steps)]
+    mo.vstack([
+        mo.md(f"From {len(existing)} running instances: keep **{len(migration.keep)}**, launch "
+              f"**{len(migration.steps)}** one at a time, stop **{len(migration.stops)}**. Trigger: {_verdict}"),
+        mo.ui.table(_rows, selection=None) if _rows else mo.md("_Nothing to launch: the current cluster is the plan._"),
+    ])
+    return
+
+
+if __name__ == "__main__":
+    app.run()

@@ -1,0 +1,243 @@
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium", app_title="DiLaServe: threshold explorer")
+
+
+@app.cell
+def _():
+    import os
+
+    import marimo as mo
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import polars as pl
+
+    from dilaserve import artifacts
+    from dilaserve.engine import DEFAULT_CHECKPOINT, DenoisingEngine
+    from dilaserve.tasks import TASKS, task_suite
+    return DEFAULT_CHECKPOINT, DenoisingEngine, TASKS, artifacts, mo, np, os, pl, plt, task_suite
+
+
+@app.cell
+def _(mo):
+    mo.md("""
+    # Threshold explorer
+
+    A denoising step commits every masked token whose confidence clears the threshold: a
+    lower threshold takes fewer steps and makes more mistakes. This notebook shows that
+    trade-off as the offline pipeline measured it (the threshold-quality and step-feature
+    tables), how well the step predictor foresees the remaining steps, and replays one
+    request step by step on the embedded model.
+
+    Open with `marimo edit notebooks/thresholds.py`; headless:
+    `python notebooks/thresholds.py --artifacts=DIR --prompts=1` (or set `$DILASERVE_ARTIFACTS`).
+    """)
+    return
+
+
+@app.cell
+def _(DEFAULT_CHECKPOINT, artifacts, mo, os):
+    # --artifacts=DIR (else $DILASERVE_ARTIFACTS, else data/artifacts), --prompts=N task
+    # prompts per task to pick from, --checkpoint=DIR the model the replay decodes with.
+    args = mo.cli_args()
+    root = str(args.get("artifacts") or os.environ.get(artifacts.ENV_VAR) or artifacts.DEFAULT_ROOT)
+    prompts_per_task = int(args.get("prompts", 4))
+    checkpoint = str(args.get("checkpoint") or DEFAULT_CHECKPOINT)
+    mo.md(f"Artifacts: `{root}`")
+    return checkpoint, prompts_per_task, root
+
+
+@app.cell
+def _(artifacts, mo, root):
+    def load(loader):
+        """The artifact, or None and a callout naming the command that builds it."""
+        try:
+            return loader(root), None
+        except artifacts.MissingArtifactError as e:
+            print(f"missing artifact: {e}")
+            return None, mo.callout(mo.md(f"**Missing artifact.**\n\n```\n{e}\n```"), kind="warn")
+    return (load,)
+
+
+@app.cell
+def _(artifacts, load):
+    quality, quality_missing = load(artifacts.load_threshold_quality)
+    step_table, steps_missing = load(artifacts.load_step_table)
+    evaluation, evaluation_missing = load(artifacts.load_predictor_evaluation)
+    return evaluation, evaluation_missing, quality, quality_missing, step_table, steps_missing
+
+
+@app.cell
+def _(mo):
+    mo.md("""
+    ## Speed against quality
+    """)
+    return
+
+
+@app.cell
+def _(mo, plt, quality, quality_missing):
+    mo.stop(quality is None, quality_missing)
+    _fig, _ax = plt.subplots(figsize=(6, 3.8))
+    _steps = [r.mean_steps for r in quality.fixed]
+    _acc = [100 * r.accuracy for r in quality.fixed]
+    _ax.plot(_steps, _acc, marker="o", label="fixed threshold")
+    for _r in quality.fixed:
+        _ax.annotate(f"{_r.threshold:g}", (_r.mean_steps, 100 * _r.accuracy), textcoords="offset points", xytext=(4, 4))
+    if quality.mixed.n:
+        _ax.scatter([quality.mixed.mean_steps], [100 * quality.mixed.accuracy], color="tab:red", marker="s",
+                    label=f"random per-step mix (mean thr {quality.mixed.mean_threshold:.2f})")
+    _ax.set(xlabel="mean denoising steps per request", ylabel="accuracy (%)", title="speed-quality frontier")
+    _ax.grid(alpha=0.3)
+    _ax.legend(fontsize=8)
+    _fig.tight_layout()
+    _rows = [{"threshold": r.threshold, "accuracy": round(r.accuracy, 3), "mean steps": round(r.mean_steps, 2),
+              "steps per token": round(r.steps_per_token, 3), "requests": r.n} for r in quality.fixed]
+    mo.vstack([
+        _fig,
+        mo.ui.table(_rows, selection=None),
+        mo.md(f"Mixed thresholds: measured accuracy {quality.mixed.accuracy:.3f} vs {quality.mixed.expected_accuracy:.3f} "
+              f"predicted from the fixed rows (mix factor {quality.mix_factor:.2f})."),
+    ])
+    return
+
+
+@app.cell
+def _(mo):
+    mo.md("""
+    ## Step counts
+    """)
+    return
+
+
+@app.cell
+def _(mo, np, pl, plt, step_table, steps_missing):
+    mo.stop(step_table is None, steps_missing)
+    # One row per step: a request's step count at a threshold is its number of rows.
+    per_request = step_table.group_by("request_id", "threshold").agg(pl.len().alias("steps")).sort("threshold")
+    _thresholds = per_request["threshold"].unique().sort().to_list()
+    _fig, (_a1, _a2) = plt.subplots(1, 2, figsize=(11, 3.5))
+    _bins = np.arange(0.5, per_request["steps"].max() + 1.5, max(1, per_request["steps"].max() // 30))
+    for _t in _thresholds:
+        _a1.hist(per_request.filter(pl.col("threshold") == _t)["steps"], bins=_bins, alpha=0.5, label=f"{_t:g}")
+    _a1.set(xlabel="steps per request", ylabel="requests", title="step-count distribution")
+    _a1.legend(title="threshold", fontsize=7)
+    _a2.boxplot([step_table.filter(pl.col("threshold") == _t)["tokens_committed"].to_numpy() for _t in _thresholds],
+                tick_labels=[f"{_t:g}" for _t in _thresholds])
+    _a2.set(xlabel="threshold", ylabel="tokens committed", title="tokens committed per step")
+    _fig.tight_layout()
+    _fig
+    return
+
+
+@app.cell
+def _(mo):
+    mo.md("""
+    ## Remaining-step prediction
+    """)
+    return
+
+
+@app.cell
+def _(evaluation, evaluation_missing, mo, plt):
+    mo.stop(evaluation is None, evaluation_missing)
+    # Held-out requests, grouped by how far through its steps a request was (progress decile).
+    _fig, _ax = plt.subplots(figsize=(6.5, 3.5))
+    for _name in dict.fromkeys(r["predictor"] for r in evaluation["by_decile"]):
+        _rows = [r for r in evaluation["by_decile"] if r["predictor"] == _name]
+        _ax.plot([10 * r["decile"] + 5 for r in _rows], [100 * r["rel_err"] for r in _rows], marker="o", label=_name)
+    _ax.set(xlabel="progress (% of the request's steps done)", ylabel="mean relative error (%)",
+            title="remaining-step error by progress")
+    _ax.grid(alpha=0.3)
+    _ax.legend(fontsize=8)
+    _fig.tight_layout()
+    mo.vstack([_fig, mo.ui.table(evaluation["overall"], selection=None, label="overall (held-out requests)")])
+    return
+
+
+@app.cell
+def _(mo):
+    mo.md("""
+    ## Replay a request
+    """)
+    return
+
+
+@app.cell
+def _(mo, prompts_per_task, quality, task_suite):
+    # Thresholds measured by the pipeline, else the candidate set of the design.
+    _candidates = [r.threshold for r in quality.fixed] if quality is not None else [0.5, 0.6, 0.7, 0.8, 0.9]
+    instances = task_suite(prompts_per_task, seed=0)
+    threshold = mo.ui.slider(steps=sorted(_candidates), value=max(_candidates), label="threshold", show_value=True)
+    request = mo.ui.dropdown({f"{inst.task}: {inst.prompt}": i for i, inst in enumerate(instances)},
+                             value=f"{instances[0].task}: {instances[0].prompt}", label="request")
+    mo.hstack([threshold, request], justify="start")
+    return instances, request, threshold
+
+
+@app.cell
+def _(DenoisingEngine, checkpoint, mo):
+    # Loaded once: changing the threshold or the request only re-runs the replay.
+    with mo.status.spinner(title="Loading the model"):
+        engine = DenoisingEngine.from_pretrained(checkpoint)
+    return (engine,)
+
+
+@app.cell
+def _(TASKS, engine, instances, mo, request, threshold):
+    inst = instances[request.value]
+    state = engine.new_request(inst.prompt, inst.gen_length)
+    # Snapshot the canvas after every step: the slider below scrubs through them.
+    snapshots = [state.response.copy()]
+    with mo.status.spinner(title=f"Decoding at threshold {threshold.value:g}"):
+        while not state.finished:
+            engine.step([state], [threshold.value])
+            snapshots.append(state.response.copy())
+    engine.release(state.request_id)
+    answer = engine.decode(state)
+    correct = TASKS[inst.task].grade(inst, answer)
+    print(f"replay at {threshold.value:g}: {state.steps_done} steps, answer {answer!r}, correct {correct}")
+    return answer, correct, snapshots, state
+
+
+@app.cell
+def _(mo, state):
+    step = mo.ui.slider(0, state.steps_done, value=state.steps_done, label="after step", show_value=True)
+    step
+    return (step,)
+
+
+@app.cell
+def _(answer, correct, engine, mo, plt, snapshots, state, step):
+    _now, _before = snapshots[step.value], snapshots[max(step.value - 1, 0)]
+    _tokens = engine.tokenizer.convert_ids_to_tokens(_now.tolist())
+    _cells = []
+    for _i, _tok in enumerate(_tokens):
+        if _now[_i] == state.mask_id:
+            _cells.append('<span style="color:#bbb">&#9617;</span>')
+        elif _now[_i] == state.eos_id:
+            _cells.append('<span style="color:#bbb;font-size:70%">eos</span>')
+        elif step.value and _now[_i] != _before[_i]:  # committed by this very step
+            _cells.append(f'<mark><b>{_tok}</b></mark>')
+        else:
+            _cells.append(_tok)
+    _canvas = mo.Html('<div style="font-family:monospace;line-height:1.8">' + " ".join(_cells) + "</div>")
+    _fig, _ax = plt.subplots(figsize=(6.5, 2.2))
+    _ax.bar(range(1, state.steps_done + 1), state.tokens_per_step, color="tab:blue")
+    if step.value:
+        _ax.bar([step.value], [state.tokens_per_step[step.value - 1]], color="tab:red")
+    _ax.set(xlabel="step", ylabel="tokens committed", title="tokens committed per step")
+    _fig.tight_layout()
+    mo.vstack([
+        mo.md(f"Step **{step.value}** of {state.steps_done} (highlighted: tokens this step committed; "
+              f"&#9617;: still masked)."),
+        _canvas,
+        _fig,
+        mo.md(f"Final answer: `{answer}`: **{'correct' if correct else 'wrong'}**."),
+    ])
+    return
+
+
+if __name__ == "__main__":
+    app.run()

@@ -1,0 +1,97 @@
+"""Every notebook runs headless as a script on tiny inputs, and passes `marimo check`."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from .tiny_inputs import build_eval_results, build_threshold_artifacts
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOKS = REPO / "notebooks"
+NAMES = ("thresholds", "reconfig", "evaluation", "serve_app")
+
+
+def run_notebook(name: str, *args: str, artifacts: Path | None = None, timeout: float = 120) -> str:
+    """``python notebooks/NAME.py ARGS``; returns stdout + stderr, asserts a clean exit."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    if artifacts is not None:
+        env["DILASERVE_ARTIFACTS"] = str(artifacts)
+    proc = subprocess.run([sys.executable, str(NOTEBOOKS / f"{name}.py"), *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "Traceback" not in out, out[-4000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_artifacts(tmp_path_factory):
+    return build_threshold_artifacts(tmp_path_factory.mktemp("artifacts"))
+
+
+def test_marimo_check_passes():
+    files = [str(NOTEBOOKS / f"{n}.py") for n in NAMES]
+    proc = subprocess.run([sys.executable, "-m", "marimo", "check", "--strict", *files], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_thresholds_on_tiny_artifacts(tiny_artifacts):
+    out = run_notebook("thresholds", "--prompts=1", artifacts=tiny_artifacts)
+    assert "missing artifact" not in out
+    assert re.search(r"replay at 0\.9: \d+ steps", out), out[-2000:]
+
+
+def test_thresholds_names_the_command_for_a_missing_artifact(tmp_path):
+    out = run_notebook("thresholds", "--prompts=1", artifacts=tmp_path)
+    assert "missing artifact" in out and "dagster asset materialize" in out and "+threshold_quality" in out
+    assert "replay at" in out  # the replay needs no artifact and still runs
+
+
+def test_reconfig_solves_both_stages():
+    out = run_notebook("reconfig", "--nodes=1", "--gpus-per-node=2", "--rate-scale=0.125", "--time-limit-s=2",
+                       "--current-tp=2")
+    assert re.search(r"stage 1: counts \{1: \d+, 2: \d+\}", out), out[-2000:]
+    assert re.search(r"stage 2: keep \d+, launch \d+, stop \d+", out), out[-2000:]
+
+
+def test_evaluation_loads_results(tmp_path):
+    build_eval_results(tmp_path)
+    out = run_notebook("evaluation", f"--results={tmp_path}", "--experiment=trace")
+    assert "loaded" in out and "'dilaserve'" in out and "'infaas'" in out, out[-2000:]
+
+
+def test_evaluation_without_results_says_how_to_make_them(tmp_path):
+    out = run_notebook("evaluation", f"--results={tmp_path}")
+    assert "python -m dilaserve.eval trace --quick" in out
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.timeout(300)
+def test_serve_app_starts_answers_and_stops(tmp_path):
+    # An empty artifacts folder: the server's documented fallbacks, not whatever data/ holds.
+    out = run_notebook("serve_app", "--start", "--reconfig-interval-s=0", f"--artifacts={tmp_path}",
+                       "--prompt=list : c a f b", timeout=280)
+    m = re.search(r"server pid (\d+) healthy at (\S+)", out)
+    assert m, out[-4000:]
+    assert re.search(r"answer: .* steps: [1-9]\d* thresholds: \[[0-9., ]+\]", out), out[-4000:]
+    assert "metrics: " in out
+    # The app leaves nothing behind: the server exits once the notebook has.
+    pid = int(m.group(1))
+    deadline = time.monotonic() + 90
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _gone(pid), f"server {pid} still running after the app exited"

@@ -1,0 +1,78 @@
+"""Tiny inputs for the notebooks, built with the library itself: pipeline artifacts from a
+few rollouts of the embedded model, and an evaluation results folder from a short simulation."""
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from dilaserve import artifacts
+from dilaserve.engine import DenoisingEngine
+from dilaserve.eval.context import EvalContext, EvalOptions
+from dilaserve.eval.experiments import ExperimentOutput, Run
+from dilaserve.eval.report import write
+from dilaserve.predict.evaluate import evaluate
+from dilaserve.predict.lgbm import TuningConfig, train_predictor
+from dilaserve.predict.prompts import synthetic_prompts
+from dilaserve.predict.quality import ThresholdQuality
+from dilaserve.predict.rollouts import fixed_threshold_jobs, mixed_threshold_jobs, run_rollouts
+from dilaserve.predict.schema import validate_step_table
+from dilaserve.sim.arrivals import PhaseSpec, shape_trace
+from dilaserve.sim.progress import ReplayProgress
+from dilaserve.sim.replay import ReplayTable
+from dilaserve.sim.simulator import SimConfig, Simulator
+from dilaserve.sim.traces import load_trace
+from tests.sim.builders import predictors, quality, small_setting, varied_dynamics
+
+THRESHOLDS = [0.5, 0.9]
+
+
+@contextmanager
+def one_torch_thread():
+    """Decode on one thread: on a busy 2-core machine, two torch threads fight and run ~50x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def build_threshold_artifacts(root: Path, n_prompts: int = 4) -> Path:
+    """Step table, threshold-quality table and predictor evaluation for ``n_prompts`` short prompts."""
+    paths = artifacts.artifact_paths(root)
+    prompts = [p for p in synthetic_prompts(4 * n_prompts, seed=1) if p.gen_length == 32][:n_prompts]
+    with one_torch_thread():
+        engine = DenoisingEngine.from_pretrained()
+        fixed = run_rollouts(engine, fixed_threshold_jobs(prompts, THRESHOLDS))
+        mixed = run_rollouts(engine, mixed_threshold_jobs(prompts, THRESHOLDS), seed=1)
+    table = validate_step_table(fixed.steps)
+    paths.step_table.parent.mkdir(parents=True, exist_ok=True)
+    table.write_parquet(paths.step_table)
+    ThresholdQuality.from_rollouts(fixed.requests, mixed.requests, mixed.steps).save(paths.threshold_quality)
+    trained = train_predictor(table, TuningConfig(n_trials=1, timeout_s=10, max_trees=5, test_fraction=0.3,
+                                                  val_fraction=0.4))
+    held_out = table.filter(table["request_id"].is_in(trained.test_requests))
+    ev = evaluate({"lightgbm": trained.predictor, "oneshot": trained.oneshot}, held_out)
+    paths.predictor_evaluation.parent.mkdir(parents=True, exist_ok=True)
+    paths.predictor_evaluation.write_text(json.dumps(ev.to_dict()))
+    return root
+
+
+def build_eval_results(out: Path) -> Path:
+    """``out/trace/``: a 10-second two-phase trace run by three policies on a one-node cluster."""
+    dyn = varied_dynamics()
+    table = ReplayTable(dyn)
+    setting = small_setting(dyn)
+    wl = shape_trace(load_trace(), [PhaseSpec("low", 5, 2.0), PhaseSpec("high", 5, 8.0)])
+    sim = Simulator(setting, ReplayProgress(table, quality()), predictors(table), SimConfig(reconfig_interval_s=2.0))
+    runs = ExperimentOutput("trace", notes=["tiny"])
+    for policy in ("infaas", "llumnix", "dilaserve"):
+        runs.runs.append(Run("trace", setting.name, sim.run(policy, wl, 2.0), "trace", wl.mean_rate, 5.0,
+                             phases=wl.phases))
+    ctx = EvalContext(EvalOptions(out=out, settings=("paper",)))
+    ctx.__dict__.update(dynamics=dyn, quality=quality())  # injected: nothing is loaded from artifacts
+    write(runs, ctx)
+    return out
