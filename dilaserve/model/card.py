@@ -45,6 +45,18 @@ def render(path: Path, rows, per_task: int, log: dict) -> str:
     ]
     lines += [f"| {r.label} | {r.accuracy:.3f} | {r.mean_steps:.2f} |" for r in rows]
     lines += ["", "`sequential` commits one token per step: the quality reference for the thresholds.", ""]
+    best = max((r.accuracy for r in rows if r.label == "0.9"), default=0.0)
+    if best < 0.9:
+        lines += [
+            "## Status: under-trained",
+            "",
+            f"Accuracy at threshold 0.9 is {best:.1%}, below the 90% this checkpoint is meant to reach. The",
+            "steps fall with the threshold as they should, but the answers are wrong: the model has learned",
+            "the answer formats and lengths, not yet to copy the prompt's items into the answer. Train",
+            "longer (`python -m dilaserve.model.train`, which starts with a copy curriculum) and re-run",
+            "this card.",
+            "",
+        ]
     return "\n".join(lines)
 
 
