@@ -3,9 +3,9 @@
 Each comes from the offline pipeline's artifacts. A missing artifact is not
 fatal; the documented fallbacks keep the server up and say so in the log:
 
-* profile: ``--profile PATH`` if given, else the pipeline's measured profile,
-  else a quick in-process measurement of the served model (TP 1 only; TP
-  degrees it lacks get no instances, and reconfiguration plans without them);
+* profile: the pipeline's measured profile, else a quick measurement of the
+  served model at start-up, at every TP degree the cluster may use (a few
+  seconds per degree on CPU);
 * predictor: the tuned LightGBM predictor, else the one-shot baseline fitted
   by the pipeline, else a one-shot baseline with conservative built-in rates;
 * tokens per step per threshold (stage 1 of reconfiguration): from the
@@ -41,25 +41,23 @@ def _rates_for(thresholds) -> dict[float, float]:
     return {t: DEFAULT_STEPS_PER_TOKEN[min(keys, key=lambda k: abs(k - t))] for t in thresholds}
 
 
-def quick_profile(checkpoint: str, device: str) -> LatencyProfile:
-    """A small TP-1 measurement of ``checkpoint`` (a few seconds on CPU)."""
+def quick_profile(checkpoint: str, device: str, tp_degrees=(1,)) -> LatencyProfile:
+    """A small measurement of ``checkpoint`` at each TP degree (a few seconds each on CPU)."""
     from dilaserve.profile.measure import MeasureConfig, measure_profile
 
-    cfg = MeasureConfig(tp_degrees=(1,), recompute_tokens=(64, 128, 512, 1024), cache_tokens=(32, 128, 512), repeats=2)
+    cfg = MeasureConfig(tp_degrees=tuple(tp_degrees), recompute_tokens=(64, 128, 512, 1024),
+                        cache_tokens=(32, 128, 512), repeats=2)
     return measure_profile(checkpoint, cfg, device=device, name="startup-quick")
 
 
-def load_control_inputs(checkpoint: str, device: str, thresholds, artifacts_root: str, profile_path: Optional[str] = None) -> ControlInputs:
+def load_control_inputs(checkpoint: str, device: str, thresholds, artifacts_root: str, tp_degrees=(1,)) -> ControlInputs:
     notes: list[str] = []
     paths = artifacts.artifact_paths(artifacts_root)
-    if profile_path:
-        profile = LatencyProfile.load(profile_path)
-    elif paths.measured_profile.exists():
-        profile = LatencyProfile.load(paths.measured_profile)
-    else:
-        notes.append(f"no measured latency profile at {paths.measured_profile}: measuring TP-1 at startup "
-                     "(materialise the latency_profiles asset for TP-2 and better numbers)")
-        profile = quick_profile(checkpoint, device)
+    profile = LatencyProfile.load(paths.measured_profile) if paths.measured_profile.exists() else None
+    if profile is None or not all(profile.has(d) for d in tp_degrees):
+        notes.append(f"no measured latency profile for TP {list(tp_degrees)} at {paths.measured_profile}: measuring "
+                     "at start-up (`make artifacts` builds a better one)")
+        profile = quick_profile(checkpoint, device, tp_degrees)
 
     oneshot = None
     try:

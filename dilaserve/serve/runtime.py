@@ -138,7 +138,9 @@ class ServingRuntime:
         cfg = self.cfg
         self.loop = asyncio.get_running_loop()
         self._owns_ray = connect_ray(cfg)
-        inputs = await asyncio.to_thread(load_control_inputs, cfg.model, cfg.device, cfg.thresholds, cfg.artifacts)
+        usable = tuple(d for d in cfg.tp_degrees if d <= cfg.gpus_per_node)
+        inputs = await asyncio.to_thread(load_control_inputs, cfg.model, cfg.device, cfg.thresholds, cfg.artifacts,
+                                         usable if self.info.supports_cache else (1,))
         self.notes = inputs.notes
         predictor = inputs.oneshot if self.policy.predictor == "oneshot" else inputs.predictor
         self.backend = RayBackend(RayBackendConfig(cfg.model, cfg.device, cfg.torch_threads))
@@ -352,6 +354,10 @@ def reconfigure_to(runtime: ServingRuntime, node_counts: list[dict[int, int]]) -
     """
     cfg = runtime.cfg
     sched = runtime.scheduler
+    missing = sorted({d for nc in node_counts for d in nc if not sched.profile.has(d)})
+    if missing:
+        raise ValueError(f"the latency profile has no TP {missing}: instances of those degrees would get no "
+                         f"requests; measure them first (`make artifacts`) or choose from TP {list(sched.profile.tp_degrees)}")
     reconf = sched.reconfigurator or Reconfigurator(
         ClusterConfig(nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node, tp_degrees=tuple(cfg.tp_degrees),
                       max_batch_tokens={d: cfg.max_batch_tokens * d for d in cfg.tp_degrees}),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import tempfile
 import threading
 import time
 
@@ -23,6 +24,8 @@ def free_port() -> int:
 class LiveServer:
     def __init__(self, **overrides):
         self.port = free_port()
+        # No pipeline artifacts, as on a fresh clone: the server measures its profile at start-up.
+        overrides.setdefault("artifacts", tempfile.mkdtemp(prefix="no-artifacts-"))
         self.cfg = ServeConfig(port=self.port, **overrides)
         self.runtime = ServingRuntime(self.cfg)
         config = uvicorn.Config(build_app(self.runtime), host="127.0.0.1", port=self.port, log_level="warning")
