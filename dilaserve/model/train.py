@@ -15,7 +15,7 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -23,45 +23,38 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from dilaserve.tasks import TASKS, Task
-from dilaserve.utils.cli import parse_dataclass
+from dilaserve.utils.cli import option, parse_dataclass
 
 from .configuration import DiLaConfig
 from .modeling import DiLaForMaskedDiffusion
 from .tokenizer import build_tokenizer
 
 
-def _f(default, help: str):
-    """A config field with its ``--help`` text."""
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
-
-
 @dataclass
 class TrainConfig:
     """Training hyperparameters (each is a ``--kebab-case`` flag)."""
 
-    out: str = _f("data/checkpoints/run", "folder the checkpoint (weights, config, tokenizer, train log) is written to")
-    max_steps: int = _f(8000, "optimizer steps; the cosine learning-rate schedule spans them")
-    max_minutes: float = _f(45.0, "wall-clock budget; training stops early (and saves) when it runs out")
-    batch_size: int = _f(64, "sequences per optimizer step")
-    lr: float = _f(2e-3, "peak learning rate")
-    warmup_steps: int = _f(300, "linear warm-up steps")
-    weight_decay: float = _f(0.01, "AdamW weight decay")
-    eps: float = _f(0.05, "lower bound of the mask ratio t ~ U(eps, 1); it also bounds the 1/t loss weight, whose variance slows a small model down")
-    seed: int = _f(0, "seed for data, masking and initialisation")
-    save_every_minutes: float = _f(5.0, "also save a checkpoint this often while training")
-    hidden_size: int = _f(128, "model width")
-    num_layers: int = _f(4, "transformer blocks")
-    num_heads: int = _f(4, "attention heads")
-    intermediate_size: int = _f(384, "SwiGLU width")
-    max_position_embeddings: int = _f(256, "longest canvas (prompt + generation)")
-    tasks: list[str] = _f(sorted(TASKS), "task names to train on")
-    curriculum_steps: int = _f(
+    out: str = option("data/checkpoints/run", "folder the checkpoint (weights, config, tokenizer, train log) is written to")
+    max_steps: int = option(8000, "optimizer steps; the cosine learning-rate schedule spans them")
+    max_minutes: float = option(45.0, "wall-clock budget; training stops early (and saves) when it runs out")
+    batch_size: int = option(64, "sequences per optimizer step")
+    lr: float = option(2e-3, "peak learning rate")
+    warmup_steps: int = option(300, "linear warm-up steps")
+    weight_decay: float = option(0.01, "AdamW weight decay")
+    eps: float = option(0.05, "lower bound of the mask ratio t ~ U(eps, 1); it also bounds the 1/t loss weight, whose variance slows a small model down")
+    seed: int = option(0, "seed for data, masking and initialisation")
+    save_every_minutes: float = option(5.0, "also save a checkpoint this often while training")
+    hidden_size: int = option(128, "model width")
+    num_layers: int = option(4, "transformer blocks")
+    num_heads: int = option(4, "attention heads")
+    intermediate_size: int = option(384, "SwiGLU width")
+    max_position_embeddings: int = option(256, "longest canvas (prompt + generation)")
+    tasks: list[str] = option(sorted(TASKS), "task names to train on")
+    curriculum_steps: int = option(
         800, "first steps mask the whole answer and skip the loss on end-of-sequence padding: a small model "
         "that learns where answers end before what they say stalls on copying the prompt")
-    init_from: str = _f("", "start from the weights of this checkpoint folder (fresh optimizer) instead of random")
-    threads: int = _f(0, "torch intra-op threads (0: torch's default); 1 is faster on a shared machine")
+    init_from: str = option("", "start from the weights of this checkpoint folder (fresh optimizer) instead of random")
+    threads: int = option(0, "torch intra-op threads (0: torch's default); 1 is faster on a shared machine")
 
     def __post_init__(self) -> None:
         unknown = set(self.tasks) - set(TASKS)

@@ -1,44 +1,39 @@
 """Server configuration: one dataclass, every field a documented ``--kebab-case`` flag."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from dilaserve.engine import DEFAULT_CHECKPOINT
-
-
-def _f(default, help: str):
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+from dilaserve.utils.cli import option
 
 
 @dataclass
 class ServeConfig:
     """``python -m dilaserve.serve`` options."""
 
-    model: str = _f(str(DEFAULT_CHECKPOINT), "checkpoint folder to serve (the embedded default model by default)")
-    served_model_name: Optional[str] = _f(None, "model name in the API (default: the checkpoint folder's name)")
-    host: str = _f("127.0.0.1", "address to listen on")
-    port: int = _f(8000, "port to listen on")
-    device: str = _f("cpu", "cpu (instances use CPU slots, gloo) or cuda (GPUs, NCCL)")
-    num_slots: int = _f(2, "GPUs (or CPU slots with --device cpu) the cluster may use")
-    slots_per_node: int = _f(2, "GPUs (or CPU slots) per node; a TP group never spans nodes")
-    tp_degrees: list[int] = _f([1, 2], "tensor-parallel degrees reconfiguration may use")
-    initial_tp: int = _f(1, "TP degree of the instances launched at start (the cluster starts uniform)")
-    thresholds: list[float] = _f([0.5, 0.6, 0.7, 0.8, 0.9], "candidate denoising thresholds")
-    default_slo_ms: float = _f(20000.0, "SLO for requests that send neither slo_ms nor deadline")
-    policy: str = _f("dilaserve", "scheduling policy: dilaserve, infaas, llumnix or an ablation")
-    reconfig_interval_s: float = _f(60.0, "seconds between reconfiguration ticks (0 disables reconfiguration)")
-    max_batch_tokens: int = _f(4096, "tokens one instance may hold in its batch")
-    max_queue: int = _f(256, "requests in flight (running + waiting) before new ones get HTTP 429")
-    default_max_tokens: int = _f(64, "generation length when a request sends no max_tokens")
-    block_length: int = _f(32, "denoising block length")
-    artifacts: str = _f("data/artifacts", "folder with the pipeline's predictor and latency profiles")
-    ray_address: Optional[str] = _f(None, "join an existing Ray cluster (default: start a local one)")
-    torch_threads: int = _f(1, "intra-op threads per CPU worker")
-    drain_timeout_s: float = _f(30.0, "on SIGINT/SIGTERM, wait this long for in-flight requests before failing them")
-    log_level: str = _f("info", "logging level")
+    model: str = option(str(DEFAULT_CHECKPOINT), "checkpoint folder to serve (the embedded default model by default)")
+    served_model_name: Optional[str] = option(None, "model name in the API (default: the checkpoint folder's name)")
+    host: str = option("127.0.0.1", "address to listen on")
+    port: int = option(8000, "port to listen on")
+    device: str = option("cpu", "cpu (instances use CPU slots, gloo) or cuda (GPUs, NCCL)")
+    num_slots: int = option(2, "GPUs (or CPU slots with --device cpu) the cluster may use")
+    slots_per_node: int = option(2, "GPUs (or CPU slots) per node; a TP group never spans nodes")
+    tp_degrees: list[int] = option([1, 2], "tensor-parallel degrees reconfiguration may use")
+    initial_tp: int = option(1, "TP degree of the instances launched at start (the cluster starts uniform)")
+    thresholds: list[float] = option([0.5, 0.6, 0.7, 0.8, 0.9], "candidate denoising thresholds")
+    default_slo_ms: float = option(20000.0, "SLO for requests that send neither slo_ms nor deadline")
+    policy: str = option("dilaserve", "scheduling policy: dilaserve, infaas, llumnix or an ablation")
+    reconfig_interval_s: float = option(60.0, "seconds between reconfiguration ticks (0 disables reconfiguration)")
+    max_batch_tokens: int = option(4096, "tokens one instance may hold in its batch")
+    max_queue: int = option(256, "requests in flight (running + waiting) before new ones get HTTP 429")
+    default_max_tokens: int = option(64, "generation length when a request sends no max_tokens")
+    block_length: int = option(32, "denoising block length")
+    artifacts: str = option("data/artifacts", "folder with the pipeline's predictor and latency profiles")
+    ray_address: Optional[str] = option(None, "join an existing Ray cluster (default: start a local one)")
+    torch_threads: int = option(1, "intra-op threads per CPU worker")
+    drain_timeout_s: float = option(30.0, "on SIGINT/SIGTERM, wait this long for in-flight requests before failing them")
+    log_level: str = option("info", "logging level")
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):

@@ -15,6 +15,13 @@ from typing import Any, Optional, Type, TypeVar
 T = TypeVar("T")
 
 
+def option(default, help: str):
+    """A config dataclass field with its ``--help`` text (lists get a fresh copy per instance)."""
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata={"help": help})
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
 def _base_type(tp: Any) -> tuple[Any, bool]:
     """(element type, is_list) for annotations like int, Optional[str], list[float]."""
     origin = typing.get_origin(tp)
