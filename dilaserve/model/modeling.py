@@ -68,7 +68,7 @@ class Attention(nn.Module):
         self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
 
     def forward(self, x, cos, sin, key_mask, past: Optional[tuple[torch.Tensor, torch.Tensor]] = None):
-        B, T, C = x.shape
+        B, T, _ = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         new_kv = (k, v)
@@ -78,7 +78,8 @@ class Attention(nn.Module):
             k = torch.cat((past[0], k), dim=2)
             v = torch.cat((past[1], v), dim=2)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
-        return self.out(y.transpose(1, 2).reshape(B, T, C)), new_kv
+        # n_head * head_dim rather than the model width: a tensor-parallel shard holds fewer heads
+        return self.out(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)), new_kv
 
 
 class MLP(nn.Module):

@@ -38,7 +38,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .adapters import load_diffusion_lm
-from .modeling import Attention, DiLaForMaskedDiffusion, apply_rotary
+from .modeling import Attention, DiLaForMaskedDiffusion
 
 
 def default_backend(device: str) -> str:
@@ -78,11 +78,11 @@ class RowParallelLinear(nn.Linear):
         return y
 
 
-class ShardedAttention(nn.Module):
-    """Attention over this rank's heads; same call signature as :class:`Attention`."""
+class ShardedAttention(Attention):
+    """Attention over this rank's heads; ``forward`` is :class:`Attention`'s own."""
 
     def __init__(self, full: Attention, rank: int, world_size: int, group=None):
-        super().__init__()
+        nn.Module.__init__(self)  # the weights come from ``full``, not from a config
         self.n_head = full.n_head // world_size
         self.head_dim = full.head_dim
         hidden = full.qkv.in_features
@@ -93,17 +93,6 @@ class ShardedAttention(nn.Module):
         self.qkv.weight.data.copy_(w[:, lo : lo + local].reshape(3 * local, hidden))
         self.out = RowParallelLinear(local, hidden, group).to(device=w.device, dtype=w.dtype)
         self.out.weight.data.copy_(full.out.weight.detach()[:, lo : lo + local])
-
-    def forward(self, x, cos, sin, key_mask, past=None):
-        B, T, _ = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        new_kv = (k, v)
-        if past is not None:
-            k = torch.cat((past[0], k), dim=2)
-            v = torch.cat((past[1], v), dim=2)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
-        return self.out(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)), new_kv
 
 
 def _shard_mlp(mlp: nn.Module, rank: int, world_size: int, group) -> None:
