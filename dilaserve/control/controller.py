@@ -11,11 +11,12 @@ from typing import Optional, Sequence
 import numpy as np
 
 from dilaserve.control.config import ControlConfig
-from dilaserve.control.load import CapacityModel, RequestShape, remaining_time, request_load
+from dilaserve.control.load import CacheStepLatency, CapacityModel, RequestShape, request_load, split_cost_row
 from dilaserve.control.load_control import cap_thresholds
 from dilaserve.control.predictions import PredictionCache
 from dilaserve.control.request import TrackedRequest
-from dilaserve.control.thresholds import allowed_below_cap, walk_thresholds
+from dilaserve.control.thresholds import pick_threshold
+from dilaserve.engine.state import StepKind
 from dilaserve.predict.base import StepPredictor
 from dilaserve.profile.types import LatencyProfile
 
@@ -45,6 +46,7 @@ class ThresholdController:
         self.thresholds = np.array(config.thresholds)
         self.fixed_index = config.index_of(config.fixed_threshold)
         self.capacity = CapacityModel(profile, config.capacity_batch_grid)
+        self.cache_step = CacheStepLatency(profile)
         self.predictions = (
             PredictionCache(predictor, config.thresholds, refresh_every_steps or config.refresh_every_steps)
             if predictor is not None else None
@@ -118,13 +120,20 @@ class ThresholdController:
                 if r.allowed[self.fixed_index]:
                     r.threshold_index = self.fixed_index
             return
-        steps = PredictionCache.steps_left(reqs)
-        shape = RequestShape.of(reqs)
-        remaining = remaining_time(steps, shape, self.profile, tp, inst_tokens, inst_requests)
-        allowed = allowed_below_cap(np.stack([r.allowed for r in reqs]), np.array([r.cap_index for r in reqs]))
-        slo_left = np.array([r.slo_left(now) for r in reqs])
-        for r, j in zip(reqs, walk_thresholds(allowed, remaining, slo_left).tolist()):
-            r.threshold_index = j
+        # Request by request in plain Python (a stepped batch holds a few requests): the
+        # numbers are those of remaining_time and walk_thresholds, bit for bit.
+        lp_recompute = self.profile.latency(tp, inst_tokens, StepKind.RECOMPUTE)
+        batch = max(inst_requests, 1)
+        for r in reqs:
+            st = r.state
+            if st.use_cache:
+                # Cache steps feed one block per request of the batch: LP_cache[B x n_reqs].
+                lp_cache = self.cache_step(tp, float(st.block_length) * batch)
+                remaining = split_cost_row(PredictionCache.steps_left_row(r), st.recompute_left_lower_bound,
+                                           True, lp_cache, lp_recompute)
+            else:
+                remaining = split_cost_row(PredictionCache.steps_left_row(r), 0.0, False, 0.0, lp_recompute)
+            r.threshold_index = pick_threshold(r.allowed, r.cap_index, remaining, r.slo_left(now))
 
     def threshold(self, req: TrackedRequest) -> float:
         return float(self.thresholds[req.threshold_index])

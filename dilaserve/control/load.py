@@ -8,7 +8,7 @@ with the block only). Without caching every step is a recompute step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -57,6 +57,21 @@ def split_cost(
     return np.where(use_cache[:, None], cached, steps * ru)
 
 
+def split_cost_row(
+    steps: Sequence[float], recompute_left: float, use_cache: bool,
+    cache_unit: float, recompute_unit: float,
+) -> list[float]:
+    """One row of :func:`split_cost` in plain Python, the same float operations in the same
+    order (so the same numbers bit for bit): threshold selection prices the few requests of
+    one batch per event, where numpy's per-call cost would dominate.
+    """
+    if not use_cache:
+        return [s * recompute_unit for s in steps]
+    rl = float(recompute_left)
+    fixed = rl * recompute_unit
+    return [(max(s, rl) - rl) * cache_unit + fixed for s in steps]
+
+
 def request_load(steps: np.ndarray, shape: RequestShape) -> np.ndarray:
     """ReqLoad(r, gamma) in token-steps, ``(m, t)``.
 
@@ -79,6 +94,27 @@ def remaining_time(
     block_tokens = shape.block_length * max(inst_requests, 1)
     lp_c = profile.curve(tp, StepKind.CACHE).many(block_tokens)
     return split_cost(steps, shape.recompute_left, shape.use_cache, lp_c, lp_r)
+
+
+class CacheStepLatency:
+    """``LP_cache[tp][tokens]`` for one token count at a time, memoised.
+
+    Threshold selection needs it per request per event, always at a few values (block
+    length x requests in the batch); the value is :meth:`StepCurve.many`'s, as in
+    :func:`remaining_time`.
+    """
+
+    def __init__(self, profile: LatencyProfile):
+        self.profile = profile
+        self._memo: dict[tuple[int, float], float] = {}
+
+    def __call__(self, tp: int, tokens: float) -> float:
+        key = (tp, tokens)
+        lat = self._memo.get(key)
+        if lat is None:
+            curve = self.profile.curve(tp, StepKind.CACHE)
+            lat = self._memo[key] = float(curve.many(np.array([tokens], dtype=np.float64))[0])
+        return lat
 
 
 class CapacityModel:

@@ -36,8 +36,9 @@ class PredictionCache:
         batch = PredictionBatch.build([r.request_id for r in reqs], progress, self.thresholds)
         pred = self.predictor.predict(batch)
         self.calls += 1
-        for r, row in zip(reqs, pred):
-            r.steps_pred = row
+        # Plain floats: threshold selection reads them one request at a time.
+        for r, row in zip(reqs, pred.tolist()):
+            r.steps_pred = tuple(row)
             r.pred_masked = max(r.masked_left, 1)
             r.pred_step = r.state.steps_done
 
@@ -49,6 +50,12 @@ class PredictionCache:
     @staticmethod
     def steps_left(reqs: Sequence[TrackedRequest]) -> np.ndarray:
         """Current estimate of remaining steps, ``(len(reqs), n_thresholds)``, at least 1."""
-        pred = np.stack([r.steps_pred for r in reqs])
+        pred = np.array([r.steps_pred for r in reqs], dtype=np.float64)
         scale = np.array([r.masked_left / r.pred_masked for r in reqs])
         return np.maximum(pred * scale[:, None], 1.0)
+
+    @staticmethod
+    def steps_left_row(req: TrackedRequest) -> list[float]:
+        """One request's row of :meth:`steps_left` in plain Python (same numbers)."""
+        scale = req.masked_left / req.pred_masked
+        return [max(p * scale, 1.0) for p in req.steps_pred]

@@ -38,7 +38,7 @@ class TrackedRequest:
     threshold_index: int = -1
     instance: Optional[str] = None
     #: Predicted remaining steps per candidate threshold at the last refresh.
-    steps_pred: Optional[np.ndarray] = None
+    steps_pred: Optional[tuple[float, ...]] = None
     pred_masked: int = 0
     pred_step: int = -1
     #: The SLO had already passed when the request arrived (served best-effort at the lowest threshold).

@@ -6,8 +6,9 @@ from hypothesis import given, settings, strategies as hst
 
 from dilaserve.control import (
     CapacityModel, ControlConfig, PredictionCache, RequestShape, ThresholdController,
-    cap_thresholds, remaining_time, request_load, walk_thresholds,
+    cap_thresholds, remaining_time, request_load, split_cost, walk_thresholds,
 )
+from dilaserve.control.load import split_cost_row
 from dilaserve.predict.base import OneShotPredictor, StepPredictor
 from dilaserve.profile.types import LatencyProfile, StepCurve
 from tests.control.builders import commit, make_request
@@ -37,6 +38,29 @@ def test_threshold_walk_hand_case():
     slo_left = np.array([5.0, 2.5, 0.5, 0.5])
     # 4 <= 5 -> 0.9; 2 <= 2.5 -> 0.7; nothing fits -> lowest allowed (0.5, then 0.7 for row 3)
     np.testing.assert_array_equal(walk_thresholds(allowed, remaining, slo_left), [2, 1, 0, 1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(hst.data())
+def test_threshold_walk_matches_its_array_form(data):
+    # The walk as array operations: highest fitting allowed index, else the lowest allowed.
+    m, t = data.draw(hst.integers(1, 6)), data.draw(hst.integers(1, 5))
+    allowed = np.array(data.draw(hst.lists(hst.lists(hst.booleans(), min_size=t, max_size=t), min_size=m, max_size=m)))
+    remaining = np.array(data.draw(hst.lists(hst.lists(hst.floats(0, 10), min_size=t, max_size=t), min_size=m, max_size=m)))
+    slo_left = np.array(data.draw(hst.lists(hst.floats(-1, 10), min_size=m, max_size=m)))
+    fits = allowed & (remaining <= slo_left[:, None])
+    expect = np.where(fits.any(axis=1), t - 1 - np.argmax(fits[:, ::-1], axis=1), np.argmax(allowed, axis=1))
+    np.testing.assert_array_equal(walk_thresholds(allowed, remaining, slo_left), expect)
+
+
+@settings(max_examples=200, deadline=None)
+@given(hst.lists(hst.floats(1, 500), min_size=1, max_size=5), hst.integers(0, 8), hst.booleans(),
+       hst.floats(1e-4, 1), hst.floats(1e-4, 1))
+def test_split_cost_row_equals_array_form_exactly(steps, rl, use_cache, cu, ru):
+    # Threshold selection uses the row form; load control the array form: same numbers.
+    row = split_cost_row(steps, rl, use_cache, cu, ru)
+    arr = split_cost(np.array([steps]), np.array([float(rl) if use_cache else 0.0]), np.array([use_cache]), cu, ru)
+    assert row == arr[0].tolist()
 
 
 def test_select_uses_cache_aware_remaining_time():
