@@ -30,7 +30,9 @@ def feature_matrix(progress: np.ndarray, thresholds: Sequence[float]) -> np.ndar
     progress = np.atleast_2d(np.asarray(progress, dtype=np.float64))
     thr = np.asarray(thresholds, dtype=np.float64)
     n, t = progress.shape[0], thr.shape[0]
-    out = np.empty((n * t, len(FEATURE_NAMES)), dtype=np.float64)
-    out[:, 0] = np.tile(thr, n)
-    out[:, 1:] = np.repeat(progress, t, axis=0)
-    return out
+    # Two broadcast copies into a (n, t, 11) view: cheaper than tile + repeat on the few
+    # rows the control plane predicts per event.
+    out = np.empty((n, t, len(FEATURE_NAMES)), dtype=np.float64)
+    out[:, :, 0] = thr
+    out[:, :, 1:] = progress[:, None, :]
+    return out.reshape(n * t, len(FEATURE_NAMES))

@@ -26,6 +26,7 @@ import optuna
 import polars as pl
 
 from dilaserve.predict.base import OneShotPredictor, PredictionBatch, StepPredictor
+from dilaserve.predict.booster_call import BoosterCall
 from dilaserve.predict.features import FEATURE_NAMES
 
 
@@ -124,10 +125,10 @@ class LightGBMPredictor(StepPredictor):
             )
         self.booster = booster
         self.meta = dict(meta or {})
+        self._predict = BoosterCall(booster)
 
     def predict_rows(self, batch: PredictionBatch) -> np.ndarray:
-        x = np.ascontiguousarray(batch.features, dtype=np.float64)
-        return np.exp(self.booster.predict(x, num_threads=1))
+        return np.exp(self._predict(batch.features))
 
     def save(self, folder: str | Path) -> Path:
         """Write ``booster.txt`` (LightGBM text) and ``meta.json`` (features, params, metrics)."""

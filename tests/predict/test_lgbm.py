@@ -3,6 +3,7 @@ import polars as pl
 import pytest
 
 from dilaserve.predict.base import PredictionBatch
+from dilaserve.predict.booster_call import BoosterCall
 from dilaserve.predict.evaluate import evaluate
 from dilaserve.predict.features import FEATURE_NAMES
 from dilaserve.predict.lgbm import LightGBMPredictor, TuningConfig, features_of, oneshot_rates, split_by_request, train_predictor
@@ -48,6 +49,18 @@ def test_save_load_round_trip_and_batched_predict(tmp_path, trained, step_table)
     np.testing.assert_allclose(got, trained.predictor.predict(batch))
     assert loaded.meta["features"] == list(FEATURE_NAMES)
     assert loaded.meta["oneshot_steps_per_token"]
+
+
+def test_direct_booster_call_predicts_as_booster_predict(trained, step_table):
+    booster = trained.predictor.booster
+    call = BoosterCall(booster)
+    for x in (features_of(step_table)[:1], features_of(step_table)[:15], features_of(step_table)[::3]):
+        np.testing.assert_array_equal(call(x), booster.predict(x, num_threads=1))
+    # A strided view (e.g. one column per row removed later) is made contiguous first.
+    x = features_of(step_table)
+    np.testing.assert_array_equal(call(x[::2]), booster.predict(np.ascontiguousarray(x[::2])))
+    with pytest.raises(Exception, match="(?i)feature|column"):
+        call(x[:, :5])
 
 
 def test_load_rejects_a_different_feature_list(tmp_path, trained):
