@@ -88,7 +88,10 @@ class ThresholdQuality:
         ts = list(thresholds_used)
         if not ts:
             raise ValueError("no thresholds given: pass the threshold of every step of the request")
-        base = float(np.mean([self.accuracy(t) for t in ts]))
+        # One interpolation per distinct threshold, not per step (a request has hundreds
+        # of steps at a handful of thresholds); the mean is over every step as before.
+        acc = {t: self.accuracy(t) for t in set(ts)}
+        base = float(np.mean([acc[t] for t in ts]))
         return base if len(set(ts)) == 1 else min(1.0, base * self.mix_factor)
 
     def to_dict(self) -> dict:
