@@ -31,7 +31,7 @@ class RequestShape:
         use_cache = np.array([s.use_cache for s in st], dtype=bool)
         rl = np.array([s.recompute_left_lower_bound for s in st], dtype=np.float64)
         return cls(
-            tokens=np.array([s.num_tokens for s in st], dtype=np.float64),
+            tokens=np.array([r.tokens for r in reqs], dtype=np.float64),
             block_length=np.array([s.block_length for s in st], dtype=np.float64),
             recompute_left=np.where(use_cache, rl, 0.0),
             use_cache=use_cache,

@@ -46,9 +46,15 @@ class TrackedRequest:
     finish_time: Optional[float] = None
     #: Masked tokens left, refreshed whenever the state changes (saves a scan per lookup).
     masked_left: int = field(default=0)
+    _tokens: int = field(default=0, init=False, repr=False)
+    _sort_key: tuple = field(default=(), init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.masked_left = int(np.count_nonzero(self.state.response == self.state.mask_id))
+        # Fixed for the request's life (prompt and canvas lengths, identity, deadline):
+        # kept here because the scheduler reads them for every request on every event.
+        self._tokens = self.state.num_tokens
+        self._sort_key = (-self.priority, self.deadline, self.arrival, self.state.request_id)
 
     @property
     def request_id(self) -> str:
@@ -56,7 +62,7 @@ class TrackedRequest:
 
     @property
     def tokens(self) -> int:
-        return self.state.num_tokens
+        return self._tokens
 
     @property
     def slo(self) -> float:
@@ -66,6 +72,8 @@ class TrackedRequest:
         return self.deadline - now
 
     def update_state(self, state: RequestState) -> None:
+        if state is not self.state:
+            self._tokens = state.num_tokens
         self.state = state
         self.masked_left = int(np.count_nonzero(state.response == state.mask_id))
 
@@ -74,4 +82,4 @@ class TrackedRequest:
 
         With one SLO for all, deadline order is arrival order, as in the paper.
         """
-        return (-self.priority, self.deadline, self.arrival, self.request_id)
+        return self._sort_key

@@ -330,8 +330,8 @@ class GlobalScheduler:
         pool = self.pool
         if not (pool.active[slot] and pool.ready[slot]) or pool.busy[slot] or not pool.members[slot]:
             return
-        thr = self.controller.thresholds
-        batch = [StepAssignment(r.state, float(thr[r.threshold_index]))
+        thr = self.controller.config.thresholds  # plain floats, the candidates ascending
+        batch = [StepAssignment(r.state, thr[r.threshold_index])
                  for r in (self.requests[rid] for rid in pool.members[slot])]
         pool.busy[slot] = True
         self.backend.submit_step(pool.ids[slot], batch)
