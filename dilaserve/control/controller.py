@@ -6,12 +6,13 @@ every request then runs at ``ControlConfig.fixed_threshold`` and no predictor is
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Optional, Sequence
 
 import numpy as np
 
 from dilaserve.control.config import ControlConfig
-from dilaserve.control.load import CacheStepLatency, CapacityModel, RequestShape, request_load, split_cost_row
+from dilaserve.control.load import CacheStepLatency, CapacityModel, RequestShape, request_load, split_cost_one
 from dilaserve.control.load_control import cap_thresholds
 from dilaserve.control.predictions import PredictionCache
 from dilaserve.control.request import TrackedRequest
@@ -120,8 +121,9 @@ class ThresholdController:
                 if r.allowed[self.fixed_index]:
                     r.threshold_index = self.fixed_index
             return
-        # Request by request in plain Python (a stepped batch holds a few requests): the
-        # numbers are those of remaining_time and walk_thresholds, bit for bit.
+        # Request by request in plain Python (a stepped batch holds a few requests), and
+        # only at the thresholds the walk visits; the numbers are those of steps_left,
+        # remaining_time and walk_thresholds, bit for bit.
         lp_recompute = self.profile.latency(tp, inst_tokens, StepKind.RECOMPUTE)
         batch = max(inst_requests, 1)
         for r in reqs:
@@ -129,11 +131,17 @@ class ThresholdController:
             if st.use_cache:
                 # Cache steps feed one block per request of the batch: LP_cache[B x n_reqs].
                 lp_cache = self.cache_step(tp, float(st.block_length) * batch)
-                remaining = split_cost_row(PredictionCache.steps_left_row(r), st.recompute_left_lower_bound,
-                                           True, lp_cache, lp_recompute)
+                remaining = partial(_remaining_s, r, st.recompute_left_lower_bound, True, lp_cache, lp_recompute)
             else:
-                remaining = split_cost_row(PredictionCache.steps_left_row(r), 0.0, False, 0.0, lp_recompute)
+                remaining = partial(_remaining_s, r, 0, False, 0.0, lp_recompute)
             r.threshold_index = pick_threshold(r.allowed, r.cap_index, remaining, r.slo_left(now))
 
     def threshold(self, req: TrackedRequest) -> float:
         return float(self.thresholds[req.threshold_index])
+
+
+def _remaining_s(req: TrackedRequest, recompute_left: int, use_cache: bool,
+                 lp_cache: float, lp_recompute: float, j: int) -> float:
+    """Remaining seconds of ``req`` at threshold index ``j``: its steps left, priced as
+    :func:`~dilaserve.control.load.remaining_time` prices them."""
+    return split_cost_one(PredictionCache.steps_left_at(req, j), recompute_left, use_cache, lp_cache, lp_recompute)

@@ -57,19 +57,17 @@ def split_cost(
     return np.where(use_cache[:, None], cached, steps * ru)
 
 
-def split_cost_row(
-    steps: Sequence[float], recompute_left: float, use_cache: bool,
-    cache_unit: float, recompute_unit: float,
-) -> list[float]:
-    """One row of :func:`split_cost` in plain Python, the same float operations in the same
-    order (so the same numbers bit for bit): threshold selection prices the few requests of
-    one batch per event, where numpy's per-call cost would dominate.
+def split_cost_one(
+    steps: float, recompute_left: float, use_cache: bool, cache_unit: float, recompute_unit: float,
+) -> float:
+    """One entry of :func:`split_cost` in plain Python, the same float operations in the
+    same order (so the same number bit for bit): threshold selection prices the few
+    requests of one batch per event, where numpy's per-call cost would dominate.
     """
     if not use_cache:
-        return [s * recompute_unit for s in steps]
+        return steps * recompute_unit
     rl = float(recompute_left)
-    fixed = rl * recompute_unit
-    return [(max(s, rl) - rl) * cache_unit + fixed for s in steps]
+    return (max(steps, rl) - rl) * cache_unit + rl * recompute_unit
 
 
 def request_load(steps: np.ndarray, shape: RequestShape) -> np.ndarray:

@@ -55,7 +55,6 @@ class PredictionCache:
         return np.maximum(pred * scale[:, None], 1.0)
 
     @staticmethod
-    def steps_left_row(req: TrackedRequest) -> list[float]:
-        """One request's row of :meth:`steps_left` in plain Python (same numbers)."""
-        scale = req.masked_left / req.pred_masked
-        return [max(p * scale, 1.0) for p in req.steps_pred]
+    def steps_left_at(req: TrackedRequest, j: int) -> float:
+        """One entry of :meth:`steps_left` (threshold index ``j``) in plain Python, same number."""
+        return max(req.steps_pred[j] * (req.masked_left / req.pred_masked), 1.0)

@@ -9,7 +9,7 @@ per-call cost is far above the arithmetic.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -25,14 +25,16 @@ def lowest_allowed(allowed: np.ndarray) -> np.ndarray:
     return np.argmax(allowed, axis=1)
 
 
-def pick_threshold(allowed: Sequence[bool], cap: int, remaining_s: Sequence[float], slo_left: float) -> int:
+def pick_threshold(allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float], slo_left: float) -> int:
     """One request's threshold index: the highest allowed index <= ``cap`` whose remaining
     time fits ``slo_left``, else the lowest allowed index <= ``cap`` (0 when none is allowed).
 
-    ``allowed`` and ``remaining_s`` run over the thresholds in ascending order.
+    ``allowed`` runs over the thresholds in ascending order; ``remaining_s(j)`` is the
+    remaining time at threshold ``j``, asked for only where the walk needs it (mostly the
+    first allowed index below the cap).
     """
     for j in range(cap, -1, -1):
-        if allowed[j] and remaining_s[j] <= slo_left:
+        if allowed[j] and remaining_s(j) <= slo_left:
             return j
     for j in range(cap + 1):
         if allowed[j]:
@@ -48,6 +50,6 @@ def walk_thresholds(allowed: np.ndarray, remaining_s: np.ndarray, slo_left: np.n
     fits, else the lowest allowed index.
     """
     top = allowed.shape[1] - 1
-    picks = [pick_threshold(a, top, rem, s)
+    picks = [pick_threshold(a, top, rem.__getitem__, s)
              for a, rem, s in zip(allowed.tolist(), remaining_s.tolist(), np.asarray(slo_left).tolist())]
     return np.array(picks, dtype=np.int64)

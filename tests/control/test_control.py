@@ -8,7 +8,7 @@ from dilaserve.control import (
     CapacityModel, ControlConfig, PredictionCache, RequestShape, ThresholdController,
     cap_thresholds, remaining_time, request_load, split_cost, walk_thresholds,
 )
-from dilaserve.control.load import split_cost_row
+from dilaserve.control.load import split_cost_one
 from dilaserve.predict.base import OneShotPredictor, StepPredictor
 from dilaserve.profile.types import LatencyProfile, StepCurve
 from tests.control.builders import commit, make_request
@@ -56,11 +56,11 @@ def test_threshold_walk_matches_its_array_form(data):
 @settings(max_examples=200, deadline=None)
 @given(hst.lists(hst.floats(1, 500), min_size=1, max_size=5), hst.integers(0, 8), hst.booleans(),
        hst.floats(1e-4, 1), hst.floats(1e-4, 1))
-def test_split_cost_row_equals_array_form_exactly(steps, rl, use_cache, cu, ru):
-    # Threshold selection uses the row form; load control the array form: same numbers.
-    row = split_cost_row(steps, rl, use_cache, cu, ru)
+def test_split_cost_one_equals_array_form_exactly(steps, rl, use_cache, cu, ru):
+    # Threshold selection uses the scalar form; load control the array form: same numbers.
+    one = [split_cost_one(x, rl, use_cache, cu, ru) for x in steps]
     arr = split_cost(np.array([steps]), np.array([float(rl) if use_cache else 0.0]), np.array([use_cache]), cu, ru)
-    assert row == arr[0].tolist()
+    assert one == arr[0].tolist()
 
 
 def test_select_uses_cache_aware_remaining_time():
@@ -175,6 +175,7 @@ def test_predictions_refresh_every_k_steps_and_scale_between():
     commit(r, 16)  # one step, half a block: not due yet; estimate scales by masked left
     assert not cache.due(r)
     assert PredictionCache.steps_left([r])[0, 0] == pytest.approx(32 * 48 / 64)
+    assert PredictionCache.steps_left_at(r, 0) == PredictionCache.steps_left([r])[0, 0]
     commit(r, 1)
     assert cache.refresh_due([r]) == 1 and cache.calls == 2
 
