@@ -31,6 +31,8 @@ def test_replay_matches_its_expectation_and_tracks_progress():
             before = st.num_unmasked
             progress.step([StepAssignment(st, 0.7)])
             assert st.num_unmasked > before and st.progress_features()[2] == st.num_unmasked / 128
+            if not st.finished:
+                assert progress.unmasked_in_block(st) == st.unmasked_in_block
         steps.append(st.steps_done)
         assert st.recompute_steps_done == 4  # one per block, with the cache on
     assert np.mean(steps) == pytest.approx(table.expected_steps(128, 32, 0.7), rel=0.05)
