@@ -6,6 +6,7 @@ every request then runs at ``ControlConfig.fixed_threshold`` and no predictor is
 from __future__ import annotations
 
 import logging
+import statistics
 from functools import partial
 from typing import Optional, Sequence
 
@@ -102,10 +103,14 @@ class ThresholdController:
         shape = RequestShape.of(order)
         load = request_load(PredictionCache.steps_left(order), shape)
         allowed = np.array([r.allowed for r in order])  # np.array: a third of np.stack's cost
-        horizon = max(0.0, max(r.slo_left(now) for r in order))
+        # The latest SLO time left: max(deadline - now) is max(deadline) - now exactly, as
+        # rounding is monotone.
+        horizon = max(0.0, max([r.deadline for r in order]) - now)
         cache = None
         if shape.use_cache.mean() >= 0.5:
-            cache = (int(np.median(shape.block_length)), int(round(shape.tokens.mean() / 16) * 16) or 16)
+            # statistics.median: np.median's value (whole block lengths) at a fraction of its cost.
+            block = int(statistics.median(shape.block_length.tolist()))
+            cache = (block, int(round(shape.tokens.mean() / 16) * 16) or 16)
         throughput = sum(self.capacity.throughput(tp, mb, cache) for tp, mb in instances if self.profile.has(tp))
         caps = cap_thresholds(load, allowed, throughput * horizon)
         for r, c in zip(order, caps.tolist()):
