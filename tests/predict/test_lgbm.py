@@ -1,3 +1,5 @@
+import pickle
+
 import numpy as np
 import polars as pl
 import pytest
@@ -54,11 +56,12 @@ def test_save_load_round_trip_and_batched_predict(tmp_path, trained, step_table)
 def test_direct_booster_call_predicts_as_booster_predict(trained, step_table):
     booster = trained.predictor.booster
     call = BoosterCall(booster)
-    for x in (features_of(step_table)[:1], features_of(step_table)[:15], features_of(step_table)[::3]):
-        np.testing.assert_array_equal(call(x), booster.predict(x, num_threads=1))
-    # A strided view (e.g. one column per row removed later) is made contiguous first.
     x = features_of(step_table)
-    np.testing.assert_array_equal(call(x[::2]), booster.predict(np.ascontiguousarray(x[::2])))
+    # Row by row (few rows) and batched (many rows): the numbers of Booster.predict.
+    for rows in (x[:1], x[:BoosterCall.ROW_BY_ROW_MAX], x[:BoosterCall.ROW_BY_ROW_MAX + 1], x[::3]):
+        np.testing.assert_array_equal(call(rows), booster.predict(rows, num_threads=1))
+    np.testing.assert_array_equal(call(x[:7:2]), booster.predict(np.ascontiguousarray(x[:7:2])))  # strided
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(call))(x[:3]), booster.predict(x[:3]))
     with pytest.raises(Exception, match="(?i)feature|column"):
         call(x[:, :5])
 
