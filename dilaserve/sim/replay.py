@@ -29,6 +29,14 @@ class _Pool:
     tokens: np.ndarray   # (n,) tokens committed
     conf: np.ndarray     # (n, 5) confidence statistics the step computed
 
+    def __post_init__(self) -> None:
+        # What draw() hands out, prepared once: plain ints and one read-only row view per
+        # step, instead of a numpy scalar and a new view on every draw.
+        object.__setattr__(self, "token_list", self.tokens.tolist())
+        rows = self.conf.view()
+        rows.flags.writeable = False
+        object.__setattr__(self, "conf_rows", list(rows))
+
 
 class ReplayTable:
     """Recorded step outcomes indexed by (threshold, bucket)."""
@@ -69,8 +77,8 @@ class ReplayTable:
         """(tokens committed, confidence statistics) of one replayed step."""
         b = min(unmasked_in_block * self.n_buckets // block_length, self.n_buckets - 1)
         pool = self._pools[self.index_of(threshold)][b]
-        j = int(rng.random() * len(pool.tokens))
-        return int(pool.tokens[j]), pool.conf[j]
+        j = int(rng.random() * len(pool.token_list))
+        return pool.token_list[j], pool.conf_rows[j]
 
     # ----------------------------------------------------------- expectations
     def block_steps(self, threshold: float, block_length: int) -> np.ndarray:
