@@ -32,7 +32,7 @@ class PredictionCache:
         """Predict for every request in ``reqs`` with one predictor call."""
         if not reqs:
             return
-        progress = np.stack([r.state.progress_features() for r in reqs])
+        progress = np.array([r.state.progress_features() for r in reqs])  # rows of equal length
         batch = PredictionBatch.build([r.request_id for r in reqs], progress, self.thresholds)
         pred = self.predictor.predict(batch)
         self.calls += 1
