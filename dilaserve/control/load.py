@@ -8,7 +8,7 @@ with the block only). Without caching every step is a recompute step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 

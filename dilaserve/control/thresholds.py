@@ -14,12 +14,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 
-def allowed_below_cap(allowed: np.ndarray, cap: np.ndarray) -> np.ndarray:
-    """``allowed`` (m, t) restricted to indices <= each row's ``cap``."""
-    idx = np.arange(allowed.shape[1])
-    return allowed & (idx[None, :] <= cap[:, None])
-
-
 def lowest_allowed(allowed: np.ndarray) -> np.ndarray:
     """Index of each row's lowest allowed threshold (0 when a row allows none)."""
     return np.argmax(allowed, axis=1)
