@@ -41,11 +41,13 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool]:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--artifacts", type=Path, default=None, help="pipeline artifact folder")
     ap.add_argument("--latency-noise", type=float, default=0.05, help="sigma of step-latency noise (0: none)")
+    ap.add_argument("--phase-s", type=float, default=None,
+                    help="seconds per load phase of trace/ablation (default 3600, or 75 with --quick)")
     a = ap.parse_args(argv)
     settings = tuple(a.settings) if a.settings else (("paper",) if a.quick else ("paper", "embedded"))
     try:
         opts = EvalOptions(quick=a.quick, settings=settings, trace=a.trace, out=a.out, seed=a.seed,
-                           artifacts=a.artifacts, latency_noise=a.latency_noise)
+                           artifacts=a.artifacts, latency_noise=a.latency_noise, phase_s=a.phase_s)
     except ValueError as e:
         ap.error(str(e))
     names = list(EXPERIMENTS) if a.experiment == "all" else [a.experiment]

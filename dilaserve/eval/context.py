@@ -39,6 +39,8 @@ class EvalOptions:
         seed: seeds arrivals, replayed outcomes and latency noise.
         artifacts: pipeline artifact folder (None: ``$DILASERVE_ARTIFACTS`` or data/artifacts).
         latency_noise: sigma of the multiplicative step-latency noise.
+        phase_s: seconds per load phase of the trace and ablation experiments (None: 1 h, or
+            75 s when quick); a shorter phase keeps the low/high mix at a fraction of the cost.
     """
 
     quick: bool = False
@@ -48,8 +50,11 @@ class EvalOptions:
     seed: int = 0
     artifacts: Optional[Path] = None
     latency_noise: float = 0.05
+    phase_s: Optional[float] = None
 
     def __post_init__(self) -> None:
+        if self.phase_s is not None and self.phase_s <= 0:
+            raise ValueError(f"--phase-s {self.phase_s} must be positive: seconds per load phase, e.g. 900")
         bad = [s for s in self.settings if s not in SETTINGS]
         if bad or not self.settings:
             raise ValueError(f"unknown settings {bad or list(self.settings)}: choose from {sorted(SETTINGS)}")

@@ -64,7 +64,7 @@ def trace_workload(ctx: EvalContext, setting: ClusterSetting, phase_s: Optional[
     """The trace shaped into a low-load then a high-load phase, ``phase_s`` each
     (default 1 h, 75 s in quick runs)."""
     cap = ctx.capacity(setting, ctx.trace.prompt_tokens, ctx.trace.output_tokens)
-    dur = phase_s or (75.0 if ctx.options.quick else 3600.0)
+    dur = phase_s or ctx.options.phase_s or (75.0 if ctx.options.quick else 3600.0)
     low, high = (f * cap for f in TRACE_LOAD)
     return shape_trace(ctx.trace, [PhaseSpec("low", dur, low), PhaseSpec("high", dur, high)], name="trace")
 

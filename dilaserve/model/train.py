@@ -53,6 +53,11 @@ class TrainConfig:
     curriculum_steps: int = option(
         800, "first steps mask the whole answer and skip the loss on end-of-sequence padding: a small model "
         "that learns where answers end before what they say stalls on copying the prompt")
+    task_stages: list[str] = option(
+        ["300:list", "1200:list+pairs"],
+        "task curriculum, entries STEP:task+task: before STEP, train only on those tasks (after the last "
+        "entry, on all of --tasks); copying the prompt is learned on the simplest task first, and mixing in "
+        "harder tasks from the start delays it by thousands of steps")
     init_from: str = option("", "start from the weights of this checkpoint folder (fresh optimizer) instead of random")
     threads: int = option(0, "torch intra-op threads (0: torch's default); 1 is faster on a shared machine")
 
@@ -60,8 +65,28 @@ class TrainConfig:
         unknown = set(self.tasks) - set(TASKS)
         if unknown:
             raise ValueError(f"unknown tasks {sorted(unknown)}: choose from {sorted(TASKS)}")
+        self.stages()  # validate early
         if self.max_steps < 1 or self.batch_size < 1:
             raise ValueError("max_steps and batch_size must be at least 1")
+
+
+    def stages(self) -> list[tuple[int, list[str]]]:
+        """``task_stages`` parsed into ``(end_step, task names)``, ascending."""
+        out: list[tuple[int, list[str]]] = []
+        for entry in self.task_stages:
+            step, sep, names = entry.partition(":")
+            tasks = names.split("+") if sep else []
+            if not step.isdigit() or not tasks or set(tasks) - set(self.tasks):
+                raise ValueError(f"bad --task-stages entry {entry!r}: write STEP:task+task with tasks from --tasks "
+                                 f"({'+'.join(self.tasks)}), e.g. 300:list")
+            if out and int(step) <= out[-1][0]:
+                raise ValueError(f"--task-stages steps must increase: {entry!r} follows step {out[-1][0]}")
+            out.append((int(step), tasks))
+        return out
+
+    def tasks_at(self, step: int) -> list[str]:
+        """Tasks trained on at optimizer step ``step``."""
+        return next((tasks for end, tasks in self.stages() if step < end), self.tasks)
 
 
 def make_batch(tasks: list[Task], tok, batch_size: int, rng: random.Random, gen: torch.Generator, eps: float,
@@ -144,7 +169,6 @@ def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusi
         torch.set_num_threads(cfg.threads)
     tok = build_tokenizer()
     model = DiLaForMaskedDiffusion.from_pretrained(cfg.init_from) if cfg.init_from else build_model(cfg, tok)
-    tasks = [TASKS[n] for n in cfg.tasks]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     start = last_save = time.time()
     losses: list[float] = []
@@ -154,6 +178,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusi
     for step in bar:
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
+        tasks = [TASKS[n] for n in cfg.tasks_at(step)]
         noisy, attn, targets, masked, t, gl, weight = make_batch(
             tasks, tok, cfg.batch_size, rng, gen, cfg.eps, curriculum=step < cfg.curriculum_steps)
         logits = model(noisy, attention_mask=attn).logits

@@ -69,3 +69,16 @@ def test_cli_rejects_a_malformed_trace_and_missing_artifacts(tmp_path, capsys):
     assert "build it with" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["nonsense"])
+    with pytest.raises(SystemExit):
+        main(["trace", "--phase-s", "0"])
+    assert "--phase-s 0.0 must be positive" in capsys.readouterr().err
+
+
+def test_phase_s_sets_the_trace_phase_length(tmp_path):
+    from dilaserve.eval.experiments import trace_workload
+
+    _artifacts(tmp_path)
+    ctx = EvalContext(EvalOptions(settings=("paper",), phase_s=40.0, artifacts=tmp_path))
+    wl = trace_workload(ctx, ctx.setting("paper"))
+    assert [p.name for p in wl.phases] == ["low", "high"]
+    assert [p.end - p.start for p in wl.phases] == pytest.approx([40.0, 40.0])

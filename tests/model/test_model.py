@@ -54,3 +54,21 @@ def test_short_training_lowers_the_loss(tmp_path):
     after = held_out_loss(model)
     assert after < 0.8 * before
     assert (tmp_path / "ck" / "model.safetensors").exists() and (tmp_path / "ck" / "train_log.json").exists()
+
+
+def test_task_stages_introduce_tasks_in_order():
+    cfg = TrainConfig(tasks=["arith", "list", "pairs"], task_stages=["10:list", "30:list+pairs"])
+    assert cfg.tasks_at(0) == ["list"] and cfg.tasks_at(9) == ["list"]
+    assert cfg.tasks_at(10) == ["list", "pairs"]
+    assert cfg.tasks_at(30) == ["arith", "list", "pairs"]
+
+
+def test_bad_task_stages_say_how_to_write_them():
+    import re
+
+    import pytest
+
+    for stages, needle in ((["x:list"], "STEP:task+task"), (["10:sort"], "STEP:task+task"),
+                           (["20:list", "10:list+pairs"], "must increase")):
+        with pytest.raises(ValueError, match=re.escape(needle)):
+            TrainConfig(task_stages=stages)
