@@ -28,6 +28,11 @@ def machine_info() -> dict:
     return info
 
 
+def ratio(num: float, den: float, digits: int = 3) -> float | None:
+    """``num / den`` rounded, or None (JSON null) when there is nothing to divide by."""
+    return round(num / den, digits) if den else None
+
+
 def emit(result: dict, as_json: bool) -> None:
     """Print a readable summary unless ``as_json``; the last line is always the JSON object."""
     if not as_json:

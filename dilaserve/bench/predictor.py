@@ -28,7 +28,7 @@ import polars as pl
 from dilaserve.predict.base import PredictionBatch, StepPredictor
 from dilaserve.predict.evaluate import evaluate
 
-from .common import emit, machine_info
+from .common import emit, machine_info, ratio
 
 THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
 N_REQUESTS = 1000
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
         "mae_oneshot": round(ev.metric("oneshot", "mae"), 4),
         "rel_err": round(rel, 4),
         "rel_err_oneshot": round(rel_os, 4),
-        "rel_err_ratio": round(rel / rel_os, 4),
+        "rel_err_ratio": ratio(rel, rel_os, 4),
         "predict_us_per_row": round(predict_cost_us_per_row(predictor, table), 3),
         "rel_err_by_threshold": {
             f"{r['threshold']:g}": round(r["rel_err"], 4)

@@ -37,7 +37,11 @@ class RequestState:
     """Everything needed to continue decoding a request on any engine.
 
     ``response`` holds ``gen_length`` token ids; masked positions hold
-    ``mask_id``. Blocks of ``block_length`` are decoded left to right.
+    ``mask_id``. Blocks of ``block_length`` are decoded left to right, and a
+    step commits only inside the current block, so every earlier block is
+    complete and every later one still fully masked. The progress counters
+    below rely on that and look at the current block only: they run once per
+    request per step, in the engine and in the simulator alike.
     """
 
     request_id: str
@@ -108,7 +112,9 @@ class RequestState:
 
     @property
     def num_unmasked(self) -> int:
-        return int(self.gen_length - self.masked.sum())
+        if self.finished:  # the canvas is complete (answer plus EOS padding)
+            return self.gen_length
+        return self.block_start + self.unmasked_in_block
 
     @property
     def unmasked_in_block(self) -> int:
@@ -171,23 +177,27 @@ class RequestState:
         self._settle()
 
     def _settle(self) -> None:
-        """End the answer at a committed EOS and advance past completed blocks."""
-        masked = self.masked
-        eos = np.flatnonzero(self.response == self.eos_id)
-        if eos.size:
-            first = int(eos[0])
-            # The answer is over once everything before its first EOS is committed:
-            # the rest of the canvas becomes padding (EOS), as LLaDA's canvas does.
-            if not masked[:first].any():
-                self.response[first:] = self.eos_id
-                self.finished = True
-                return
-        while self.block_index < self.num_blocks and not masked[self.block_slice].any():
-            self.block_index += 1
-            self.block_cached = False
-        if self.block_index >= self.num_blocks:
+        """End the answer at a committed EOS and advance past completed blocks.
+
+        Only the current block can have changed: an EOS in an earlier block would
+        have ended the request when that block completed.
+        """
+        block = self.response[self.block_slice]
+        masked = block == self.mask_id
+        eos = np.flatnonzero(block == self.eos_id)
+        # The answer is over once everything before its first EOS is committed:
+        # the rest of the canvas becomes padding (EOS), as LLaDA's canvas does.
+        if eos.size and not masked[: eos[0]].any():
+            self.response[self.block_start + int(eos[0]) :] = self.eos_id
             self.finished = True
-            self.block_index = self.num_blocks - 1
+            return
+        if masked.any():
+            return
+        self.block_cached = False
+        if self.block_index + 1 < self.num_blocks:
+            self.block_index += 1
+        else:
+            self.finished = True
 
     def answer_ids(self) -> np.ndarray:
         """Committed response tokens up to (not including) the first EOS."""

@@ -1,7 +1,10 @@
 """Solve a pulp model with HiGHS under a time limit, falling back to CBC."""
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import sys
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -24,7 +27,31 @@ class SolveResult:
         return self.status in (OPTIMAL, FEASIBLE)
 
 
+@functools.cache
+def _swallow_highs_banner() -> None:
+    """Construct HiGHS once with stdout pointed at /dev/null.
+
+    HiGHS prints its copyright banner from C++ the first time a solver is constructed in
+    a process, before pulp can turn its output off; on stdout it would corrupt the
+    one-JSON-line output of the benchmarks and experiments.
+    """
+    try:
+        import highspy
+    except ImportError:  # pulp then reports HiGHS unavailable and CBC takes over
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _solvers(time_limit_s: float, rel_gap: Optional[float]):
+    _swallow_highs_banner()
     yield "HiGHS", lambda: pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=rel_gap)
     yield "CBC", lambda: pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=rel_gap)
 

@@ -17,7 +17,9 @@ class InstancePool:
     def __init__(self, capacity: int = 16):
         self.ids: list[Optional[str]] = []
         self.specs: list[Optional[InstanceSpec]] = []
-        self.members: list[set[str]] = []
+        # Request ids per slot, in assignment order: a dict rather than a set so that batch
+        # (and so migration) order does not depend on string hashing, and runs repeat exactly.
+        self.members: list[dict[str, None]] = []
         self.slot_of: dict[str, int] = {}
         self._free: list[int] = []
         self.tp = np.zeros(0, dtype=np.int64)
@@ -41,7 +43,7 @@ class InstancePool:
             setattr(self, name, np.concatenate([arr, np.zeros(n, dtype=arr.dtype)]))
         self.ids += [None] * n
         self.specs += [None] * n
-        self.members += [set() for _ in range(n)]
+        self.members += [{} for _ in range(n)]
         self._free += list(range(old + n - 1, old - 1, -1))
 
     # ------------------------------------------------------------- membership
@@ -60,12 +62,12 @@ class InstancePool:
         self._refresh(s)
         return s
 
-    def remove(self, slot: int) -> set[str]:
+    def remove(self, slot: int) -> list[str]:
         """Drop an instance; returns the requests still assigned to it (normally none)."""
-        left = self.members[slot]
+        left = list(self.members[slot])
         self.slot_of.pop(self.ids[slot], None)
         self.ids[slot] = self.specs[slot] = None
-        self.members[slot] = set()
+        self.members[slot] = {}
         self.active[slot] = self.ready[slot] = self.busy[slot] = False
         self.tokens[slot], self.n_reqs[slot] = 0, 0
         self._refresh(slot)
@@ -86,12 +88,12 @@ class InstancePool:
 
     # ------------------------------------------------------------ assignments
     def assign(self, slot: int, request_id: str, tokens: int) -> None:
-        self.members[slot].add(request_id)
+        self.members[slot][request_id] = None
         self.tokens[slot] += tokens
         self.n_reqs[slot] += 1
 
     def unassign(self, slot: int, request_id: str, tokens: int) -> None:
-        self.members[slot].discard(request_id)
+        self.members[slot].pop(request_id, None)
         self.tokens[slot] -= tokens
         self.n_reqs[slot] -= 1
 

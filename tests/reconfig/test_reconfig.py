@@ -222,3 +222,19 @@ def test_reconfiguration_tick_reshapes_the_cluster_without_dropping_requests():
     for s in sched.pool.active_specs():
         counts[s.tp] = counts.get(s.tp, 0) + 1
     assert all(counts.get(d, 0) >= n for d, n in plan.counts.items())
+
+
+def test_solving_prints_nothing_on_stdout():
+    """Benchmarks and experiments end with one JSON line on stdout; the solver must not add to it."""
+    import subprocess
+    import sys
+
+    code = ("import pulp\n"
+            "from dilaserve.reconfig.solver import solve\n"
+            "p = pulp.LpProblem('t', pulp.LpMinimize)\n"
+            "x = pulp.LpVariable('x', 0, 10, cat='Integer')\n"
+            "p += x\n"
+            "p += x >= 2\n"
+            "print(solve(p, 5.0).status, int(x.value()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out == "optimal 2\n"
