@@ -172,7 +172,8 @@ class DenoisingEngine:
             ids[j, : s.num_tokens] = torch.from_numpy(np.concatenate((s.prompt_ids, s.response)))
             attn[j, : s.num_tokens] = True
         want_kv = any(s.use_cache for s in states)
-        logits, kv = self.lm.full(ids.to(dev), attn.to(dev), return_kv=want_kv)
+        plen = torch.tensor([s.prompt_len for s in states])
+        logits, kv = self.lm.full(ids.to(dev), attn.to(dev), return_kv=want_kv, prompt_lengths=plen.to(dev))
         Lb = max(s.block_length for s in states)
         out = torch.zeros(len(states), Lb, logits.shape[-1], dtype=logits.dtype, device=logits.device)
         for j, s in enumerate(states):

@@ -47,10 +47,15 @@ class DiffusionLM:
         return next(self.model.parameters()).device
 
     @torch.no_grad()
-    def full(self, ids: torch.Tensor, attn: torch.Tensor, return_kv: bool) -> tuple[torch.Tensor, Optional[KVCache]]:
-        """Recompute pass over whole canvases: logits (B, T, V) and optionally K/V."""
+    def full(self, ids: torch.Tensor, attn: torch.Tensor, return_kv: bool,
+             prompt_lengths: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[KVCache]]:
+        """Recompute pass over whole canvases: logits (B, T, V) and optionally K/V.
+
+        ``prompt_lengths`` (B,) lets the embedded model keep its prompt from attending
+        to the response (``DiLaConfig.isolate_prompt``); other families ignore it.
+        """
         if self.supports_cache:
-            out = self.model(ids, attention_mask=attn, return_kv=return_kv)
+            out = self.model(ids, attention_mask=attn, return_kv=return_kv, prompt_lengths=prompt_lengths)
             return out.logits, out.kv
         logits = self.model(input_ids=ids, attention_mask=attn.long()).logits
         if self.logit_shift:

@@ -17,6 +17,11 @@ class DiLaConfig(PretrainedConfig):
             rotary tables are built for; the engine rejects longer requests.
         rope_theta: rotary base.
         mask_token_id / pad_token_id / eos_token_id: reserved ids.
+        isolate_prompt: prompt positions attend only to the prompt (the response
+            attends to everything, bidirectionally). The prompt's K/V then do not
+            depend on the response, so the dual cache keeps them exact; without it
+            a model can keep answer state ("which items are written") in the
+            prompt positions, which goes stale between recompute steps.
     """
 
     model_type = "dila"
@@ -35,6 +40,7 @@ class DiLaConfig(PretrainedConfig):
         mask_token_id: int = 1,
         pad_token_id: int = 0,
         eos_token_id: int = 2,
+        isolate_prompt: bool = True,
         **kwargs,
     ):
         if hidden_size % num_heads:
@@ -52,4 +58,5 @@ class DiLaConfig(PretrainedConfig):
         self.rms_norm_eps = rms_norm_eps
         self.initializer_range = initializer_range
         self.mask_token_id = mask_token_id
+        self.isolate_prompt = isolate_prompt
         super().__init__(pad_token_id=pad_token_id, eos_token_id=eos_token_id, **kwargs)

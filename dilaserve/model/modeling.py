@@ -155,6 +155,7 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
         past_kv: Optional[KVCache] = None,
         past_mask: Optional[torch.Tensor] = None,
         return_kv: bool = False,
+        prompt_lengths: Optional[torch.Tensor] = None,
     ) -> DiLaOutput:
         """Run a recompute pass, or a cache step when ``past_kv`` is given.
 
@@ -166,6 +167,9 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
             past_mask: (B, S) 1 for cached keys to attend to (0 for padding and
                 for the block's own stale entries).
             return_kv: return each layer's K/V for caching.
+            prompt_lengths: (B,) prompt length per row; with ``config.isolate_prompt``
+                the prompt then attends only to itself (a cache step feeds response
+                tokens only, so it needs none).
         """
         B, T = input_ids.shape
         if position_ids is None:
@@ -184,6 +188,11 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
         if past_kv is not None:
             keys = torch.cat((past_mask.bool(), keys), dim=1)
         key_mask = keys[:, None, None, :]  # broadcast over heads and queries
+        if prompt_lengths is not None and self.config.isolate_prompt and past_kv is None:
+            in_prompt = position_ids < prompt_lengths.to(position_ids.device)[:, None]  # (B, T)
+            # query i may see key j unless i is in the prompt and j is not
+            allowed = keys[:, None, :] & (~in_prompt[:, :, None] | in_prompt[:, None, :])
+            key_mask = allowed[:, None]  # (B, 1, T, T)
 
         x = self.embed(input_ids)
         kv_out: KVCache = []

@@ -17,6 +17,7 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -89,13 +90,20 @@ class TrainConfig:
         return next((tasks for end, tasks in self.stages() if step < end), self.tasks)
 
 
-def make_batch(tasks: list[Task], tok, batch_size: int, rng: random.Random, gen: torch.Generator, eps: float,
-               curriculum: bool = False):
-    """One training batch of a single task and generation length (little padding).
+class Batch(NamedTuple):
+    noisy: torch.Tensor           # (B, T) prompt + response with masked positions replaced by [MASK]
+    attention: torch.Tensor       # (B, T) True on real tokens
+    targets: torch.Tensor         # (B, T) clean tokens
+    masked: torch.Tensor          # (B, T) True where the loss applies
+    t: torch.Tensor               # (B, 1) mask ratio per sequence
+    gen_length: int               # response canvas length (shared by the batch)
+    weight: torch.Tensor          # (B, T) loss weight: 0 on EOS padding during the curriculum
+    prompt_lengths: torch.Tensor  # (B,) for the model's prompt isolation
 
-    Returns ``(noisy, attention, targets, masked, t, gen_length, weight)``; ``weight`` is
-    the per-position loss weight (0 on end-of-sequence padding during the curriculum).
-    """
+
+def make_batch(tasks: list[Task], tok, batch_size: int, rng: random.Random, gen: torch.Generator, eps: float,
+               curriculum: bool = False) -> Batch:
+    """One training batch of a single task and generation length (little padding)."""
     task = rng.choice(tasks)
     size = rng.choice(task.sizes)
     target_len = task.sample(rng, size).gen_length
@@ -126,7 +134,7 @@ def make_batch(tasks: list[Task], tok, batch_size: int, rng: random.Random, gen:
     masked = (torch.rand(batch_size, T, generator=gen) < t) & is_resp
     noisy = torch.where(masked, torch.full_like(ids, tok.mask_token_id), ids)
     weight = (~padding).float() if curriculum else torch.ones(batch_size, T)
-    return noisy, attn, ids, masked, t, target_len, weight
+    return Batch(noisy, attn, ids, masked, t, target_len, weight, torch.tensor([len(p) for p in prompts]))
 
 
 def masked_diffusion_loss(logits, targets, masked, t, gen_length: int, weight=None) -> torch.Tensor:
@@ -179,10 +187,9 @@ def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusi
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
         tasks = [TASKS[n] for n in cfg.tasks_at(step)]
-        noisy, attn, targets, masked, t, gl, weight = make_batch(
-            tasks, tok, cfg.batch_size, rng, gen, cfg.eps, curriculum=step < cfg.curriculum_steps)
-        logits = model(noisy, attention_mask=attn).logits
-        loss = masked_diffusion_loss(logits, targets, masked, t, gl, weight)
+        b = make_batch(tasks, tok, cfg.batch_size, rng, gen, cfg.eps, curriculum=step < cfg.curriculum_steps)
+        logits = model(b.noisy, attention_mask=b.attention, prompt_lengths=b.prompt_lengths).logits
+        loss = masked_diffusion_loss(logits, b.targets, b.masked, b.t, b.gen_length, b.weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

@@ -46,7 +46,8 @@ def test_short_training_lowers_the_loss(tmp_path):
 
     def held_out_loss(model):
         with torch.no_grad():
-            return sum(masked_diffusion_loss(model(n, attention_mask=a).logits, y, m, t, g).item() for n, a, y, m, t, g, _ in batches)
+            return sum(masked_diffusion_loss(model(b.noisy, attention_mask=b.attention, prompt_lengths=b.prompt_lengths).logits,
+                                             b.targets, b.masked, b.t, b.gen_length).item() for b in batches)
 
     torch.manual_seed(cfg.seed)
     before = held_out_loss(build_model(cfg, tok))  # the same initial weights train() starts from
