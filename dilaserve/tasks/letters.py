@@ -12,7 +12,7 @@ class ListLetters(Task):
 
     @property
     def sizes(self) -> range:
-        return range(2, 15)
+        return range(2, 11)
 
     def sample(self, rng: random.Random, size: int | None = None) -> TaskInstance:
         n = size if size is not None else rng.choice(self.sizes)

@@ -73,3 +73,21 @@ def test_bad_task_stages_say_how_to_write_them():
                            (["20:list", "10:list+pairs"], "must increase")):
         with pytest.raises(ValueError, match=re.escape(needle)):
             TrainConfig(task_stages=stages)
+
+
+def test_isolated_prompt_ignores_the_response(tiny_checkpoint):
+    """The prompt's K/V (what the dual cache keeps between recomputes) must not depend on the response."""
+    m = DiLaForMaskedDiffusion.from_pretrained(tiny_checkpoint)
+    assert m.config.isolate_prompt
+    ids = torch.randint(4, 40, (1, 20))
+    changed = ids.clone()
+    changed[0, 15] = (ids[0, 15] + 1) % 36 + 4
+    plen = torch.tensor([10])
+    kv_a = m(ids, prompt_lengths=plen, return_kv=True).kv
+    kv_b = m(changed, prompt_lengths=plen, return_kv=True).kv
+    for (ka, va), (kb, vb) in zip(kv_a, kv_b):
+        torch.testing.assert_close(ka[:, :, :10], kb[:, :, :10])
+        torch.testing.assert_close(va[:, :, :10], vb[:, :, :10])
+    # the response still sees the whole canvas, and without prompt lengths so does the prompt
+    assert not torch.allclose(kv_a[-1][0][:, :, 12], kv_b[-1][0][:, :, 12])
+    assert not torch.allclose(m(ids).logits[0, 0], m(changed).logits[0, 0])
