@@ -20,22 +20,42 @@ from dilaserve.tasks import task_suite
 THRESHOLDS = (0.9, 0.8, 0.7, 0.6, 0.5)
 
 
+def training_stages(log: dict) -> list[dict]:
+    """The runs behind a checkpoint, oldest first (``init_from_log`` links each to the one before)."""
+    chain = []
+    while log:
+        chain.append(log)
+        log = log.get("init_from_log") or {}
+    return chain[::-1]
+
+
 def render(path: Path, rows, per_task: int, log: dict) -> str:
     cfg = log.get("config", {})
     lines = [
         f"# {path.name}: the embedded default masked-diffusion model",
         "",
-        "A small HF-native masked-diffusion transformer (`DiLaForMaskedDiffusion`: bidirectional attention,",
-        "rotary positions, SwiGLU, tied embeddings) trained by `python -m dilaserve.model.train` on the",
-        "synthetic task suite (`list`, `pairs`, `arith`; `dilaserve/tasks/`).",
+        "A small HF-native masked-diffusion transformer (`DiLaForMaskedDiffusion`: bidirectional attention",
+        "over the response, a prompt that attends only to itself, rotary positions, SwiGLU, tied embeddings)",
+        "trained by `python -m dilaserve.model.train` on the synthetic task suite (`list`, `pairs`, `arith`;",
+        "`dilaserve/tasks/`).",
         "",
         "## Training",
         "",
-        f"- steps: {log.get('steps')}, wall time: {log.get('minutes')} min on {platform.machine()} CPU",
-        f"- config: `{json.dumps({k: v for k, v in cfg.items() if k != 'out'})}`",
+        f"- last run: {log.get('steps')} steps, wall time {log.get('minutes')} min on {platform.machine()} CPU",
+        f"- its config: `{json.dumps({k: v for k, v in cfg.items() if k != 'out'})}`",
     ]
-    if log.get("init_from_log"):
-        lines.append(f"- continued from an earlier run: {log['init_from_log']}")
+    stages = training_stages(log)
+    if len(stages) > 1:
+        total_steps = sum(st.get("steps") or 0 for st in stages)
+        total_min = sum(st.get("minutes") or 0 for st in stages)
+        lines += ["", f"Trained in {len(stages)} runs, each continuing from the one before: {total_steps} steps, "
+                  f"{total_min:.1f} min in all.", "",
+                  "| run | steps | minutes | tasks | task stages | curriculum steps | lr | threads |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for i, st in enumerate(stages, 1):
+            c = st.get("config", {})
+            lines.append(f"| {i} | {st.get('steps')} | {float(st.get('minutes') or 0):.1f} | {' '.join(c.get('tasks', []))} | "
+                         f"{' '.join(c.get('task_stages', []))} | {c.get('curriculum_steps')} | {c.get('lr')} | {c.get('threads')} |")
     lines += [
         "",
         f"## Quality ({per_task} prompts per task, seed 2024, dual cache on)",
@@ -51,10 +71,8 @@ def render(path: Path, rows, per_task: int, log: dict) -> str:
             "## Status: under-trained",
             "",
             f"Accuracy at threshold 0.9 is {best:.1%}, below the 90% this checkpoint is meant to reach. The",
-            "steps fall with the threshold as they should, but the answers are wrong: the model has learned",
-            "the answer formats and lengths, not yet to copy the prompt's items into the answer. Train",
-            "longer (`python -m dilaserve.model.train`, which starts with a copy curriculum) and re-run",
-            "this card.",
+            "steps fall with the threshold as they should, but too many answers are wrong. Train longer",
+            "(`python -m dilaserve.model.train --init-from` this folder) and re-run this card.",
             "",
         ]
     return "\n".join(lines)

@@ -50,7 +50,7 @@ class TrainConfig:
     num_heads: int = option(4, "attention heads")
     intermediate_size: int = option(384, "SwiGLU width")
     max_position_embeddings: int = option(256, "longest canvas (prompt + generation)")
-    tasks: list[str] = option(sorted(TASKS), "task names to train on")
+    tasks: list[str] = option(sorted(TASKS), "task names to train on; a name given twice is drawn twice as often")
     curriculum_steps: int = option(
         800, "first steps mask the whole answer and skip the loss on end-of-sequence padding: a small model "
         "that learns where answers end before what they say stalls on copying the prompt")
@@ -79,7 +79,7 @@ class TrainConfig:
             tasks = names.split("+") if sep else []
             if not step.isdigit() or not tasks or set(tasks) - set(self.tasks):
                 raise ValueError(f"bad --task-stages entry {entry!r}: write STEP:task+task with tasks from --tasks "
-                                 f"({'+'.join(self.tasks)}), e.g. 300:list")
+                                 f"({'+'.join(sorted(set(self.tasks)))}), e.g. 300:list")
             if out and int(step) <= out[-1][0]:
                 raise ValueError(f"--task-stages steps must increase: {entry!r} follows step {out[-1][0]}")
             out.append((int(step), tasks))
@@ -169,6 +169,17 @@ def build_model(cfg: TrainConfig, tok) -> DiLaForMaskedDiffusion:
     ))
 
 
+def earlier_run(checkpoint: Path) -> dict:
+    """The training record of a checkpoint a run continues from (losses dropped), so a
+    model card can list every stage the weights went through."""
+    path = checkpoint / "train_log.json"
+    if not path.exists():
+        return {"checkpoint": str(checkpoint), "note": "no train_log.json"}
+    log = json.loads(path.read_text())
+    log.pop("losses", None)
+    return log
+
+
 def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusion, dict]:
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
@@ -181,6 +192,8 @@ def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusi
     start = last_save = time.time()
     losses: list[float] = []
     log: dict = {"losses": []}
+    if cfg.init_from:
+        log["init_from_log"] = earlier_run(Path(cfg.init_from))
     bar = tqdm(range(cfg.max_steps), disable=not progress, desc="train", mininterval=5)
     step = 0
     for step in bar:

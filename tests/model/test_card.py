@@ -1,0 +1,31 @@
+"""The model card lists every training run behind a checkpoint and flags an under-trained one."""
+import math
+from pathlib import Path
+
+from dilaserve.eval_quality import QualityRow
+from dilaserve.model.card import render, training_stages
+
+
+def _log(steps, minutes, lr, parent=None):
+    log = {"steps": steps, "minutes": minutes, "config": {"tasks": ["list"], "task_stages": ["1:list"], "lr": lr,
+                                                           "curriculum_steps": 0, "threads": 1}}
+    if parent:
+        log["init_from_log"] = parent
+    return log
+
+
+def test_stages_are_listed_oldest_first_with_totals():
+    log = _log(300, 5.0, 1e-3, _log(200, 4.0, 2e-3, _log(100, 1.5, 3e-3)))
+    assert [s["steps"] for s in training_stages(log)] == [100, 200, 300]
+    rows = [QualityRow(0.9, 0.95, 10.0, 30), QualityRow(0.5, 0.6, 6.0, 30), QualityRow(math.inf, 0.97, 20.0, 30)]
+    card = render(Path("dila-tiny"), rows, 10, log)
+    assert "Trained in 3 runs" in card and "600 steps, 10.5 min in all" in card
+    assert "| 1 | 100 | 1.5 |" in card and "| 3 | 300 | 5.0 |" in card
+    assert "under-trained" not in card
+
+
+def test_a_weak_checkpoint_is_called_under_trained():
+    rows = [QualityRow(0.9, 0.4, 10.0, 30), QualityRow(math.inf, 0.5, 20.0, 30)]
+    card = render(Path("dila-tiny"), rows, 10, _log(50, 1.0, 1e-3))
+    assert "## Status: under-trained" in card and "40.0%" in card
+    assert "Trained in" not in card
