@@ -240,12 +240,24 @@ class RequestState:
 
 
 def conf_statistics(confidences: np.ndarray) -> np.ndarray:
-    """min, q25, median, mean, q75 of a 1-D array of confidences."""
-    c = np.asarray(confidences, dtype=np.float64)
-    if c.size == 0:
+    """min, q25, median, mean, q75 of a 1-D array of confidences.
+
+    The quantiles are numpy's default (linear interpolation), computed on one sorted
+    copy: ``np.quantile`` costs several times more on the few dozen values of a
+    block, and this runs once per request per step.
+    """
+    c = np.sort(np.asarray(confidences, dtype=np.float64))
+    n = c.size
+    if n == 0:
         return np.zeros(N_CONF_STATS)
-    q = np.quantile(c, [0.0, 0.25, 0.5, 0.75])
-    return np.array([q[0], q[1], q[2], c.mean(), q[3]])
+
+    def q(p: float) -> float:
+        pos = p * (n - 1)
+        lo = int(pos)
+        hi = min(lo + 1, n - 1)
+        return float(c[lo] + (c[hi] - c[lo]) * (pos - lo))
+
+    return np.array([c[0], q(0.25), q(0.5), float(c.mean()), q(0.75)])
 
 
 def new_request(

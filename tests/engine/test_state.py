@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as hst
 
 from dilaserve.engine.state import RequestState, StepKind, new_request
 
@@ -59,3 +60,13 @@ def test_bad_lengths_explain_the_fix(gen, bl, match):
 def test_context_limit():
     with pytest.raises(ValueError, match="context limit is 40"):
         new_request("r", list(range(20)), 32, 32, MASK, EOS, max_context=40)
+
+
+@settings(deadline=None)
+@given(hst.lists(hst.floats(0.0, 1.0), min_size=1, max_size=64))
+def test_conf_statistics_match_numpy_quantiles(values):
+    from dilaserve.engine.state import conf_statistics
+
+    c = np.array(values)
+    q = np.quantile(c, [0.0, 0.25, 0.5, 0.75])
+    np.testing.assert_allclose(conf_statistics(c), [q[0], q[1], q[2], c.mean(), q[3]], rtol=1e-12, atol=1e-12)
