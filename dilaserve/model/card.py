@@ -50,12 +50,13 @@ def render(path: Path, rows, per_task: int, log: dict) -> str:
         total_min = sum(st.get("minutes") or 0 for st in stages)
         lines += ["", f"Trained in {len(stages)} runs, each continuing from the one before: {total_steps} steps, "
                   f"{total_min:.1f} min in all.", "",
-                  "| run | steps | minutes | tasks | task stages | curriculum steps | lr | threads |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| run | steps | minutes | tasks | task stages | curriculum steps | lr | threads | note |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for i, st in enumerate(stages, 1):
             c = st.get("config", {})
             lines.append(f"| {i} | {st.get('steps')} | {float(st.get('minutes') or 0):.1f} | {' '.join(c.get('tasks', []))} | "
-                         f"{' '.join(c.get('task_stages', []))} | {c.get('curriculum_steps')} | {c.get('lr')} | {c.get('threads')} |")
+                         f"{' '.join(c.get('task_stages', []))} | {c.get('curriculum_steps')} | {c.get('lr')} | {c.get('threads')} | "
+                         f"{st.get('note', '')} |")
     lines += [
         "",
         f"## Quality ({per_task} prompts per task, seed 2024, dual cache on)",

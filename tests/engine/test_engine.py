@@ -1,4 +1,5 @@
 import math
+import random
 
 import numpy as np
 import pytest
@@ -119,3 +120,18 @@ def test_lower_threshold_takes_fewer_steps_on_the_default_checkpoint(default_eng
     hi, lo = quality_table(default_engine, suite, [0.9, 0.5])
     assert lo.mean_steps < hi.mean_steps
     assert hi.n == lo.n == len(suite)
+
+
+def test_default_checkpoint_answers_the_list_task_and_pays_for_low_thresholds(default_engine):
+    """The committed model is trained: it lists letters correctly at 0.9, and committing at 0.5
+    loses answers on the tasks with several valid orders and forms (the trade-off to control)."""
+    from dilaserve.eval_quality import quality_table
+    from dilaserve.tasks import get_task
+
+    rng = random.Random(3)
+    lists = [get_task("list").sample(rng) for _ in range(12)]
+    (hi,) = quality_table(default_engine, lists, [0.9])
+    assert hi.accuracy >= 0.8
+    suite = task_suite(8, seed=12)
+    hi, lo = quality_table(default_engine, suite, [0.9, 0.5])
+    assert lo.accuracy < hi.accuracy
