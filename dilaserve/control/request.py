@@ -50,7 +50,7 @@ class TrackedRequest:
     _sort_key: tuple = field(default=(), init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self.masked_left = int(np.count_nonzero(self.state.response == self.state.mask_id))
+        self.masked_left = self.state.gen_length - self.state.num_unmasked
         # Fixed for the request's life (prompt and canvas lengths, identity, deadline):
         # kept here because the scheduler reads them for every request on every event.
         self._tokens = self.state.num_tokens
@@ -75,7 +75,8 @@ class TrackedRequest:
         if state is not self.state:
             self._tokens = state.num_tokens
         self.state = state
-        self.masked_left = int(np.count_nonzero(state.response == state.mask_id))
+        # from the state's block counters: no scan of the whole canvas on every step
+        self.masked_left = state.gen_length - state.num_unmasked
 
     def sort_key(self) -> tuple:
         """Load-control walk order: priority first, then earliest deadline, then arrival.

@@ -66,10 +66,9 @@ class TrainConfig:
         unknown = set(self.tasks) - set(TASKS)
         if unknown:
             raise ValueError(f"unknown tasks {sorted(unknown)}: choose from {sorted(TASKS)}")
-        self.stages()  # validate early
+        self._stages = self.stages()  # validated once; tasks_at runs every optimizer step
         if self.max_steps < 1 or self.batch_size < 1:
             raise ValueError("max_steps and batch_size must be at least 1")
-
 
     def stages(self) -> list[tuple[int, list[str]]]:
         """``task_stages`` parsed into ``(end_step, task names)``, ascending."""
@@ -87,7 +86,7 @@ class TrainConfig:
 
     def tasks_at(self, step: int) -> list[str]:
         """Tasks trained on at optimizer step ``step``."""
-        return next((tasks for end, tasks in self.stages() if step < end), self.tasks)
+        return next((tasks for end, tasks in self._stages if step < end), self.tasks)
 
 
 class Batch(NamedTuple):
