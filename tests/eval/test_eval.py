@@ -6,30 +6,16 @@ import pytest
 
 from dilaserve.eval.__main__ import main
 from dilaserve.eval.context import EvalContext, EvalOptions
-from dilaserve.eval.experiments import ExperimentOutput, Run
 from dilaserve.eval.report import policies_json, write
 from dilaserve.profile.analytic import analytic_profile
-from dilaserve.sim.arrivals import PhaseSpec, shape_trace
 from dilaserve.sim.metrics import SUMMARY_KEYS
-from dilaserve.sim.progress import ReplayProgress
-from dilaserve.sim.replay import ReplayTable
-from dilaserve.sim.simulator import SimConfig, Simulator
-from dilaserve.sim.traces import load_trace
-from tests.sim.builders import predictors, quality, small_setting, varied_dynamics
+from tests.eval.builders import tiny_trace_runs
+from tests.sim.builders import quality, varied_dynamics
 
 
 @pytest.fixture(scope="module")
 def tiny_runs():
-    dyn = varied_dynamics()
-    table = ReplayTable(dyn)
-    setting = small_setting(dyn)
-    wl = shape_trace(load_trace(), [PhaseSpec("low", 5, 2.0), PhaseSpec("high", 5, 8.0)])
-    sim = Simulator(setting, ReplayProgress(table, quality()), predictors(table), SimConfig(reconfig_interval_s=2.0))
-    out = ExperimentOutput("trace", notes=["tiny"])
-    for policy in ("infaas", "dilaserve", "oracle"):
-        out.runs.append(Run("trace", setting.name, sim.run(policy, wl, 2.0), "trace", wl.mean_rate, 5.0,
-                            phases=wl.phases))
-    return out, dyn
+    return tiny_trace_runs(("infaas", "dilaserve", "oracle"))
 
 
 def test_report_writes_tables_plots_and_summary(tmp_path, tiny_runs):

@@ -11,7 +11,6 @@ import torch
 from dilaserve import artifacts
 from dilaserve.engine import DenoisingEngine
 from dilaserve.eval.context import EvalContext, EvalOptions
-from dilaserve.eval.experiments import ExperimentOutput, Run
 from dilaserve.eval.report import write
 from dilaserve.predict.evaluate import evaluate
 from dilaserve.predict.lgbm import TuningConfig, train_predictor
@@ -19,12 +18,8 @@ from dilaserve.predict.prompts import synthetic_prompts
 from dilaserve.predict.quality import ThresholdQuality
 from dilaserve.predict.rollouts import fixed_threshold_jobs, mixed_threshold_jobs, run_rollouts
 from dilaserve.predict.schema import validate_step_table
-from dilaserve.sim.arrivals import PhaseSpec, shape_trace
-from dilaserve.sim.progress import ReplayProgress
-from dilaserve.sim.replay import ReplayTable
-from dilaserve.sim.simulator import SimConfig, Simulator
-from dilaserve.sim.traces import load_trace
-from tests.sim.builders import predictors, quality, small_setting, varied_dynamics
+from tests.eval.builders import tiny_trace_runs
+from tests.sim.builders import quality
 
 THRESHOLDS = [0.5, 0.9]
 
@@ -63,15 +58,7 @@ def build_threshold_artifacts(root: Path, n_prompts: int = 4) -> Path:
 
 def build_eval_results(out: Path) -> Path:
     """``out/trace/``: a 10-second two-phase trace run by three policies on a one-node cluster."""
-    dyn = varied_dynamics()
-    table = ReplayTable(dyn)
-    setting = small_setting(dyn)
-    wl = shape_trace(load_trace(), [PhaseSpec("low", 5, 2.0), PhaseSpec("high", 5, 8.0)])
-    sim = Simulator(setting, ReplayProgress(table, quality()), predictors(table), SimConfig(reconfig_interval_s=2.0))
-    runs = ExperimentOutput("trace", notes=["tiny"])
-    for policy in ("infaas", "llumnix", "dilaserve"):
-        runs.runs.append(Run("trace", setting.name, sim.run(policy, wl, 2.0), "trace", wl.mean_rate, 5.0,
-                             phases=wl.phases))
+    runs, dyn = tiny_trace_runs(("infaas", "llumnix", "dilaserve"))
     ctx = EvalContext(EvalOptions(out=out, settings=("paper",)))
     ctx.__dict__.update(dynamics=dyn, quality=quality())  # injected: nothing is loaded from artifacts
     write(runs, ctx)
