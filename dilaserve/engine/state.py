@@ -42,6 +42,10 @@ class RequestState:
     complete and every later one still fully masked. The progress counters
     below rely on that and look at the current block only: they run once per
     request per step, in the engine and in the simulator alike.
+
+    ``apply_step`` is the only writer of the canvas: it commits masked positions
+    of the current block and keeps two counters of that block (tokens committed,
+    whether an EOS is among them), so progress queries never scan the canvas.
     """
 
     request_id: str
@@ -81,6 +85,13 @@ class RequestState:
             self.response = np.asarray(self.response, dtype=np.int64)
         if self.conf_stats is None:
             self.conf_stats = np.zeros(N_CONF_STATS, dtype=np.float64)
+        self._count_block()
+
+    def _count_block(self) -> None:
+        """Derive the current block's counters from the canvas (new or restored state)."""
+        block = self.response[self.block_slice]
+        self._block_unmasked = int(self.block_length - np.count_nonzero(block == self.mask_id))
+        self._block_has_eos = bool((block == self.eos_id).any())
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -118,7 +129,7 @@ class RequestState:
 
     @property
     def unmasked_in_block(self) -> int:
-        return int(self.block_length - (self.response[self.block_slice] == self.mask_id).sum())
+        return self._block_unmasked
 
     @property
     def next_kind(self) -> StepKind:
@@ -166,7 +177,11 @@ class RequestState:
         advance, end-of-sequence fill, step counters.
         """
         positions = np.asarray(positions, dtype=np.int64)
-        self.response[positions] = np.asarray(tokens, dtype=np.int64)
+        tokens = np.asarray(tokens, dtype=np.int64)
+        self.response[positions] = tokens
+        self._block_unmasked += int(positions.shape[0])
+        if not self._block_has_eos and (tokens == self.eos_id).any():
+            self._block_has_eos = True
         self.steps_done += 1
         if kind is StepKind.RECOMPUTE:
             self.recompute_steps_done += 1
@@ -182,20 +197,21 @@ class RequestState:
         Only the current block can have changed: an EOS in an earlier block would
         have ended the request when that block completed.
         """
-        block = self.response[self.block_slice]
-        masked = block == self.mask_id
-        eos = np.flatnonzero(block == self.eos_id)
-        # The answer is over once everything before its first EOS is committed:
-        # the rest of the canvas becomes padding (EOS), as LLaDA's canvas does.
-        if eos.size and not masked[: eos[0]].any():
-            self.response[self.block_start + int(eos[0]) :] = self.eos_id
-            self.finished = True
-            return
-        if masked.any():
+        if self._block_has_eos:
+            block = self.response[self.block_slice]
+            first = int(np.flatnonzero(block == self.eos_id)[0])
+            # The answer is over once everything before its first EOS is committed:
+            # the rest of the canvas becomes padding (EOS), as LLaDA's canvas does.
+            if not (block[:first] == self.mask_id).any():
+                self.response[self.block_start + first :] = self.eos_id
+                self.finished = True
+                return
+        if self._block_unmasked < self.block_length:
             return
         self.block_cached = False
         if self.block_index + 1 < self.num_blocks:
             self.block_index += 1
+            self._block_unmasked, self._block_has_eos = 0, False  # later blocks are fully masked
         else:
             self.finished = True
 

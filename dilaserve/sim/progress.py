@@ -73,7 +73,7 @@ class ReplayProgress(ProgressModel):
         super().__init__(table)
         self.quality_table = quality
         self.seed = seed
-        self._live: dict[str, _Replayed] = {}
+        self._rngs: dict[str, random.Random] = {}
         self._fill = np.full(1024, FILL_ID, dtype=np.int64)
 
     def new_state(self, req: WorkloadRequest, block_length: int) -> RequestState:
@@ -82,54 +82,29 @@ class ReplayProgress(ProgressModel):
                              f"replay limit of {len(_PROMPT_IDS)}")
         # One RNG per request, seeded by its id: a request draws the same outcomes under
         # every policy that steps it at the same thresholds (common random numbers).
-        self._live[req.request_id] = _Replayed(random.Random(zlib.crc32(req.request_id.encode()) ^ self.seed))
+        self._rngs[req.request_id] = random.Random(zlib.crc32(req.request_id.encode()) ^ self.seed)
         return RequestState(req.request_id, _PROMPT_IDS[: req.prompt_tokens],
                             canvas_length(req.output_tokens, block_length), block_length,
                             MASK_ID, EOS_ID, use_cache=True)
 
     def step(self, batch: Sequence[StepAssignment]) -> None:
-        draw, live = self.table.draw, self._live
+        draw, rngs = self.table.draw, self._rngs
         for a in batch:
             st = a.state
-            rec = live[st.request_id]
-            kind = st.next_kind
             bl = st.block_length
-            u = rec.unmasked_in_block(st)
-            k, conf = draw(a.threshold, u, bl, rec.rng)
+            u = st.unmasked_in_block
+            k, conf = draw(a.threshold, u, bl, rngs[st.request_id])
             k = min(k, bl - u)
             # Commit the leftmost masked positions: which positions a step fills does not
             # change any progress feature, only how many.
             start = st.block_start + u
-            st.apply_step(np.arange(start, start + k), self._fill[:k], a.threshold, kind, conf)
-            rec.committed += k
-
-    def unmasked_in_block(self, state: RequestState) -> int:
-        """``state.unmasked_in_block`` of a replayed request, without scanning its canvas."""
-        return self._live[state.request_id].unmasked_in_block(state)
+            st.apply_step(np.arange(start, start + k), self._fill[:k], a.threshold, st.next_kind, conf)
 
     def quality(self, req: WorkloadRequest, state: RequestState) -> float:
         return self.quality_table.estimate(state.thresholds_used)
 
     def release(self, state: RequestState) -> None:
-        self._live.pop(state.request_id, None)
-
-
-class _Replayed:
-    """What replay keeps per request: its own RNG and the tokens committed so far.
-
-    Replay commits the leftmost masked positions of the current block and never ends an
-    answer early (no EOS), so the unmasked positions of the current block are exactly the
-    committed tokens past its start: counting them saves a scan of the canvas per step.
-    """
-
-    __slots__ = ("rng", "committed")
-
-    def __init__(self, rng: random.Random):
-        self.rng = rng
-        self.committed = 0
-
-    def unmasked_in_block(self, state: RequestState) -> int:
-        return self.committed - state.block_index * state.block_length
+        self._rngs.pop(state.request_id, None)
 
 
 class ModelProgress(ProgressModel):

@@ -70,3 +70,27 @@ def test_conf_statistics_match_numpy_quantiles(values):
     c = np.array(values)
     q = np.quantile(c, [0.0, 0.25, 0.5, 0.75])
     np.testing.assert_allclose(conf_statistics(c), [q[0], q[1], q[2], c.mean(), q[3]], rtol=1e-12, atol=1e-12)
+
+
+@settings(deadline=None, max_examples=60)
+@given(hst.integers(0, 10_000), hst.integers(1, 4), hst.floats(0.0, 0.2))
+def test_block_counters_match_a_canvas_scan(seed, blocks, eos_rate):
+    """The incremental counters agree with scanning the canvas after every step, and
+    after a restore in the middle of a block."""
+    rng = np.random.default_rng(seed)
+    s = make(gen=16 * blocks, bl=16)
+    while not s.finished:
+        masked = np.flatnonzero(s.response[s.block_slice] == MASK) + s.block_start
+        pick = np.sort(rng.choice(masked, size=int(rng.integers(1, masked.size + 1)), replace=False))
+        toks = np.where(rng.random(pick.size) < eos_rate, EOS, 20)
+        s.apply_step(pick, toks, 0.9, s.next_kind, np.zeros(5))
+        if rng.random() < 0.3:
+            s = RequestState.from_bytes(s.to_bytes())
+        if not s.finished:
+            block = s.response[s.block_slice]
+            assert s.unmasked_in_block == np.count_nonzero(block != MASK)
+            assert s.num_unmasked == np.count_nonzero(s.response != MASK)
+            # an EOS whose prefix is committed would have ended the answer
+            eos = np.flatnonzero(block == EOS)
+            assert not eos.size or (block[: eos[0]] == MASK).any()
+    assert s.num_unmasked == s.gen_length
