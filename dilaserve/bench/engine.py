@@ -8,6 +8,10 @@ Reports, on the embedded default model:
 * ``cache_speedup``: tokens/s with the dual cache over recompute-every-step,
   at the longest task length (4 blocks), batch 32;
 * ``batch_speedup``: tokens/s at batch 32 over batch 1;
+* ``step_ms_per_request``: wall ms of one recompute step and of one cache step,
+  divided by the batch size, at batch 1 and 32 (the longest task length): how
+  much of a step batching can share. Where the batch-32 figure is close to the
+  batch-1 one the engine is compute-bound and batching cannot help much;
 * ``accuracy`` / ``mean_steps``: per threshold on the task suite, plus the
   one-token-per-step reference under ``"sequential"``;
 * ``machine``.
@@ -44,6 +48,25 @@ def throughput(engine: DenoisingEngine, prompts, gen_lengths, use_cache: bool, r
     return tokens / elapsed if elapsed else 0.0
 
 
+def step_costs(engine: DenoisingEngine, prompts, gen_lengths, batch_sizes=(1, 32), cache_steps: int = 4) -> dict:
+    """Wall ms per request of one recompute step and of one cache step, per batch size."""
+    out: dict = {"recompute": {}, "cache": {}}
+    engine.generate(prompts[:1], gen_length=gen_lengths[:1])  # warm-up
+    for bs in batch_sizes:
+        states = [engine.new_request(p, g) for p, g in zip(prompts[:bs], gen_lengths[:bs])]
+        t0 = time.perf_counter()
+        engine.step(states, [0.9] * bs)
+        out["recompute"][str(bs)] = round(1000 * (time.perf_counter() - t0) / bs, 3)
+        # threshold 1.0 commits one token per step, so every request stays in its block
+        t0 = time.perf_counter()
+        for _ in range(cache_steps):
+            engine.step(states, [1.0] * bs)
+        out["cache"][str(bs)] = round(1000 * (time.perf_counter() - t0) / (cache_steps * bs), 3)
+        for st in states:
+            engine.release(st.request_id)
+    return out
+
+
 def longest_instances(n: int, seed: int = 0):
     task = TASKS["arith"]
     rng = random.Random(seed)
@@ -70,6 +93,7 @@ def main(argv=None) -> int:
     prompts, lengths = [x.prompt for x in longest], [x.gen_length for x in longest]
     cached = throughput(engine, prompts, lengths, True, repeats)
     recompute = throughput(engine, prompts, lengths, False, repeats)
+    costs = step_costs(engine, prompts, lengths, (1, len(longest)))
 
     suite = task_suite(10 if args.quick else 50, seed=2024)
     rows = quality_table(engine, suite, list(THRESHOLDS) + [math.inf])
@@ -79,6 +103,7 @@ def main(argv=None) -> int:
         "cache_speedup": ratio(cached, recompute),
         "cache_tokens_per_s": {"dual_cache": round(cached, 1), "recompute_every_step": round(recompute, 1), "batch": len(longest)},
         "batch_speedup": ratio(tps["32"], tps["1"]),
+        "step_ms_per_request": costs,
         "accuracy": {r.label: round(r.accuracy, 4) for r in rows},
         "mean_steps": {r.label: round(r.mean_steps, 2) for r in rows},
         "suite_size": len(suite),
