@@ -1,45 +1,57 @@
 """``arith``: GSM8K-like multi-step arithmetic that writes its steps.
 
-The prompt lists problems ``a op b op c`` over single digits (every
-intermediate result stays a single digit). The answer works each problem in
-two written steps, ``a op b = x , x op c = y ;``, the problems in any order.
-Commutative steps may also be written with their operands swapped, a second
-valid form that the grader accepts.
+The prompt gives a two-step recipe over single digits and labelled numbers to
+apply it to: ``arith : + 3 - 2 : k 4 q 7`` reads "take each number, add 3,
+then subtract 2". The answer works the recipe for every number in two written
+steps behind its label, ``k 4 + 3 = 7 , 7 - 2 = 5 ;``, the numbers in any order.
+Every intermediate result stays a single digit. A commutative second step may
+also be written with its operands swapped (``2 + 7``), a second valid form that
+the grader accepts.
+
+Why this shape, for a model of under a million parameters:
+
+* one recipe for all numbers: when every number had its own operations, the
+  model mixed the operations of different problems, since it cannot tell which
+  problem an item works while most of the item is still masked;
+* a letter label in front of each item: digits also appear inside every item
+  (operands, results), so "which numbers are done" cannot be read off the
+  digits of the answer, while the labels are its only letters, exactly as in
+  ``list``.
+
+The free order of items and the two forms of a step keep the speed-quality
+trade-off of parallel commits.
 """
 from __future__ import annotations
 
 import itertools
 import random
+import string
 
 from .base import Task, TaskInstance, gen_length_for
 
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 COMMUTATIVE = {"+", "*"}
-
-
-def _valid_steps() -> dict[int, list[tuple[int, str, int, int]]]:
-    """All single-digit steps (a, op, b, result) grouped by left operand."""
-    by_left: dict[int, list] = {a: [] for a in range(10)}
-    for a, b, op in itertools.product(range(10), range(10), OPS):
-        r = OPS[op](a, b)
-        if 0 <= r <= 9 and not (op == "*" and (a < 2 or b < 2)):
-            by_left[a].append((a, op, b, r))
-    return by_left
-
-
-STEPS = _valid_steps()
-
-
 #: Share of training answers that write a commutative step in canonical order.
 CANONICAL = 0.7
 
 
-def _step_forms(a: int, op: str, b: int, r: int, end: str) -> list[tuple[tuple[str, ...], float]]:
-    """Written forms of one step with their training frequency."""
-    canonical = (str(a), op, str(b), "=", str(r), end)
-    if op in COMMUTATIVE and a != b:
-        return [(canonical, CANONICAL), ((str(b), op, str(a), "=", str(r), end), 1 - CANONICAL)]
-    return [(canonical, 1.0)]
+def _valid(a: int, op: str, b: int) -> bool:
+    """A single-digit step with a single-digit result (no trivial products)."""
+    r = OPS[op](a, b)
+    return 0 <= r <= 9 and not (op == "*" and (a < 2 or b < 2))
+
+
+def _recipes() -> list[tuple[str, int, str, int, tuple[int, ...]]]:
+    """Every recipe ``(op1, b, op2, c)`` with the start values it keeps single-digit."""
+    out = []
+    for op1, b, op2, c in itertools.product(OPS, range(10), OPS, range(10)):
+        starts = tuple(a for a in range(10) if _valid(a, op1, b) and _valid(OPS[op1](a, b), op2, c))
+        if starts:
+            out.append((op1, b, op2, c, starts))
+    return out
+
+
+RECIPES = _recipes()
 
 
 class Arith(Task):
@@ -51,17 +63,23 @@ class Arith(Task):
 
     def sample(self, rng: random.Random, size: int | None = None) -> TaskInstance:
         n = size if size is not None else rng.choice(self.sizes)
-        problems, alts, probs = [], [], []
-        for _ in range(n):
-            a, op1, b, x = rng.choice([s for v in STEPS.values() for s in v])
-            _, op2, c, y = rng.choice(STEPS[x])
-            problems.append(f"{a} {op1} {b} {op2} {c}")
-            # An item's forms: both steps, each in any of its written forms.
-            forms = [(f1 + f2, p1 * p2) for f1, p1 in _step_forms(a, op1, b, x, ",") for f2, p2 in _step_forms(x, op2, c, y, ";")]
-            alts.append(tuple(f for f, _ in forms))
-            probs.append(tuple(p for _, p in forms))
+        op1, b, op2, c, starts = rng.choice([r for r in RECIPES if len(r[4]) >= n])
+        alts, probs = [], []
+        labels = rng.sample(string.ascii_lowercase, n)
+        for label, a in zip(labels, rng.sample(starts, n)):
+            x = OPS[op1](a, b)
+            y = OPS[op2](x, c)
+            first = (label, str(a), op1, str(b), "=", str(x), ",")
+            second = (str(x), op2, str(c), "=", str(y), ";")
+            if op2 in COMMUTATIVE and x != c:
+                alts.append((first + second, first + (str(c), op2, str(x), "=", str(y), ";")))
+                probs.append((CANONICAL, 1 - CANONICAL))
+            else:
+                alts.append((first + second,))
+                probs.append((1.0,))
+        numbers = " ".join(f"{f[0][0]} {f[0][1]}" for f in alts)
         return TaskInstance(
-            task=self.name, prompt="arith : " + " , ".join(problems), items=tuple(f[0] for f in alts),
+            task=self.name, prompt=f"arith : {op1} {b} {op2} {c} : {numbers}", items=tuple(f[0] for f in alts),
             alternatives=tuple(alts), form_probs=tuple(probs),
-            gen_length=gen_length_for(12 * n),
+            gen_length=gen_length_for(13 * n),
         )

@@ -21,7 +21,7 @@ class Pairs(Task):
 
     @property
     def sizes(self) -> range:
-        return range(2, 9)
+        return range(2, 7)
 
     def sample(self, rng: random.Random, size: int | None = None) -> TaskInstance:
         n = size if size is not None else rng.choice(self.sizes)
