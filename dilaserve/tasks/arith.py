@@ -1,7 +1,7 @@
 """``arith``: GSM8K-like multi-step arithmetic that writes its steps.
 
 The prompt gives a two-step recipe over single digits and labelled numbers to
-apply it to: ``arith : + 3 - 2 : k 4 q 7`` reads "take each number, add 3,
+apply it to: ``arith : + 3 - 2 : k 4 q 5`` reads "take each number, add 3,
 then subtract 2". The answer works the recipe for every number in two written
 steps behind its label, ``k 4 + 3 = 7 , 7 - 2 = 5 ;``, the numbers in any order.
 Every intermediate result stays a single digit. A commutative second step may
