@@ -52,6 +52,16 @@ def _recipes() -> list[tuple[str, int, str, int, tuple[int, ...]]]:
 
 
 RECIPES = _recipes()
+#: Recipes with at least n start values, by n (sampling runs per training sequence).
+RECIPES_FOR_SIZE = {n: [r for r in RECIPES if len(r[4]) >= n] for n in range(1, 11)}
+
+
+def _step_forms(a: int, op: str, b: int, r: int, end: str) -> list[tuple[tuple[str, ...], float]]:
+    """Written forms of one step with their training frequency."""
+    canonical = (str(a), op, str(b), "=", str(r), end)
+    if op in COMMUTATIVE and a != b:
+        return [(canonical, CANONICAL), ((str(b), op, str(a), "=", str(r), end), 1 - CANONICAL)]
+    return [(canonical, 1.0)]
 
 
 class Arith(Task):
@@ -63,21 +73,21 @@ class Arith(Task):
 
     def sample(self, rng: random.Random, size: int | None = None) -> TaskInstance:
         n = size if size is not None else rng.choice(self.sizes)
-        op1, b, op2, c, starts = rng.choice([r for r in RECIPES if len(r[4]) >= n])
+        if n not in RECIPES_FOR_SIZE:
+            raise ValueError(f"arith takes 1 to {max(RECIPES_FOR_SIZE)} numbers (single-digit starts), not {n}")
+        op1, b, op2, c, starts = rng.choice(RECIPES_FOR_SIZE[n])
         alts, probs = [], []
         labels = rng.sample(string.ascii_lowercase, n)
-        for label, a in zip(labels, rng.sample(starts, n)):
+        picks = list(zip(labels, rng.sample(starts, n)))
+        for label, a in picks:
             x = OPS[op1](a, b)
             y = OPS[op2](x, c)
             first = (label, str(a), op1, str(b), "=", str(x), ",")
-            second = (str(x), op2, str(c), "=", str(y), ";")
-            if op2 in COMMUTATIVE and x != c:
-                alts.append((first + second, first + (str(c), op2, str(x), "=", str(y), ";")))
-                probs.append((CANONICAL, 1 - CANONICAL))
-            else:
-                alts.append((first + second,))
-                probs.append((1.0,))
-        numbers = " ".join(f"{f[0][0]} {f[0][1]}" for f in alts)
+            # Only the second step has two forms: the first token after the label stays the number.
+            forms = _step_forms(x, op2, c, y, ";")
+            alts.append(tuple(first + f for f, _ in forms))
+            probs.append(tuple(p for _, p in forms))
+        numbers = " ".join(f"{label} {a}" for label, a in picks)
         return TaskInstance(
             task=self.name, prompt=f"arith : {op1} {b} {op2} {c} : {numbers}", items=tuple(f[0] for f in alts),
             alternatives=tuple(alts), form_probs=tuple(probs),
