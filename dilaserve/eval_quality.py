@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from dilaserve.engine import DenoisingEngine
@@ -15,6 +15,8 @@ class QualityRow:
     accuracy: float
     mean_steps: float
     n: int
+    #: accuracy per task name, for the tasks in the suite
+    by_task: dict[str, float] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -40,5 +42,7 @@ def quality_table(engine: DenoisingEngine, suite: Sequence[TaskInstance], thresh
     rows = []
     for thr in thresholds:
         gens, correct = decode_suite(engine, suite, thr, batch_size)
-        rows.append(QualityRow(thr, sum(correct) / len(correct), sum(g.steps for g in gens) / len(gens), len(gens)))
+        by_task = {name: sum(c for x, c in zip(suite, correct) if x.task == name) / sum(x.task == name for x in suite)
+                   for name in sorted({x.task for x in suite})}
+        rows.append(QualityRow(thr, sum(correct) / len(correct), sum(g.steps for g in gens) / len(gens), len(gens), by_task))
     return rows

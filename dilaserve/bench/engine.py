@@ -8,12 +8,18 @@ Reports, on the embedded default model:
 * ``cache_speedup``: tokens/s with the dual cache over recompute-every-step,
   at the longest task length (4 blocks), batch 32;
 * ``batch_speedup``: tokens/s at batch 32 over batch 1;
+* ``continuous``: the same two numbers with continuous batching, as a server
+  runs: up to 32 requests in flight, a finished request's slot refilled from
+  the queue at once, over a pool of 128 mixed requests. The static batches of
+  ``tokens_per_s`` spend their last steps nearly empty, once the short answers
+  are done; here the batch stays full until the queue runs dry;
 * ``step_ms_per_request``: wall ms of one recompute step and of one cache step,
   divided by the batch size, at batch 1 and 32 (the longest task length): how
   much of a step batching can share. Where the batch-32 figure is close to the
   batch-1 one the engine is compute-bound and batching cannot help much;
 * ``accuracy`` / ``mean_steps``: per threshold on the task suite, plus the
-  one-token-per-step reference under ``"sequential"``;
+  one-token-per-step reference under ``"sequential"``; ``accuracy_by_task``
+  splits the accuracy by task;
 * ``machine``.
 All ratios come from one run on one machine.
 """
@@ -46,6 +52,27 @@ def throughput(engine: DenoisingEngine, prompts, gen_lengths, use_cache: bool, r
             elapsed += time.perf_counter() - t0
             tokens += sum(len(g.token_ids) for g in gens)
     return tokens / elapsed if elapsed else 0.0
+
+
+def decode_continuously(engine: DenoisingEngine, prompts, gen_lengths, in_flight: int, threshold: float = 0.9) -> list:
+    """Decode every prompt with up to ``in_flight`` requests stepping together, each slot
+    refilled from the queue as soon as it frees; the finished states, in prompt order."""
+    states = [engine.new_request(p, g) for p, g in zip(prompts, gen_lengths)]
+    queue, active = states[::-1], []
+    while queue or active:
+        while queue and len(active) < in_flight:
+            active.append(queue.pop())
+        engine.step(active, [threshold] * len(active))
+        active = [s for s in active if not s.finished]
+    return states
+
+
+def continuous_throughput(engine: DenoisingEngine, prompts, gen_lengths, in_flight: int) -> float:
+    """Answer tokens per second of :func:`decode_continuously` at threshold 0.9."""
+    engine.generate(prompts[:1], gen_length=gen_lengths[:1])  # warm-up
+    t0 = time.perf_counter()
+    states = decode_continuously(engine, prompts, gen_lengths, in_flight)
+    return sum(len(s.answer_ids()) for s in states) / (time.perf_counter() - t0)
 
 
 def step_costs(engine: DenoisingEngine, prompts, gen_lengths, batch_sizes=(1, 32), cache_steps: int = 4) -> dict:
@@ -89,6 +116,11 @@ def main(argv=None) -> int:
     tps = {str(bs): throughput(engine, [x.prompt for x in workload], [x.gen_length for x in workload], True, repeats, bs)
            for bs in (1, 8, 32)}
 
+    pool = task_suite(4 if args.quick else 43, seed=5)[: 12 if args.quick else 128]
+    random.Random(0).shuffle(pool)
+    flowing = {str(n): continuous_throughput(engine, [x.prompt for x in pool], [x.gen_length for x in pool], n)
+               for n in (1, 32)}
+
     longest = longest_instances(8 if args.quick else 32)
     prompts, lengths = [x.prompt for x in longest], [x.gen_length for x in longest]
     cached = throughput(engine, prompts, lengths, True, repeats)
@@ -103,9 +135,12 @@ def main(argv=None) -> int:
         "cache_speedup": ratio(cached, recompute),
         "cache_tokens_per_s": {"dual_cache": round(cached, 1), "recompute_every_step": round(recompute, 1), "batch": len(longest)},
         "batch_speedup": ratio(tps["32"], tps["1"]),
+        "continuous": {"tokens_per_s": {k: round(v, 1) for k, v in flowing.items()},
+                       "batch_speedup": ratio(flowing["32"], flowing["1"]), "requests": len(pool)},
         "step_ms_per_request": costs,
         "accuracy": {r.label: round(r.accuracy, 4) for r in rows},
         "mean_steps": {r.label: round(r.mean_steps, 2) for r in rows},
+        "accuracy_by_task": {r.label: {t: round(a, 4) for t, a in r.by_task.items()} for r in rows},
         "suite_size": len(suite),
         "checkpoint": engine.lm.name,
         "quick": args.quick,

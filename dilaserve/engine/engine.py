@@ -57,6 +57,28 @@ def check_threshold(threshold: float) -> Optional[str]:
     return None
 
 
+#: Most of a recompute pass that may be padding before its batch is split.
+MAX_PADDING = 0.25
+
+
+def length_groups(idx: list[int], lengths: list[int], max_padding: float = MAX_PADDING) -> list[list[int]]:
+    """Split ``idx`` into batches whose padding to their longest member stays under
+    ``max_padding`` of the padded tokens: longest first, each batch takes the next
+    shorter item while that holds (one forward pass per batch)."""
+    order = sorted(range(len(idx)), key=lambda k: -lengths[k])
+    groups: list[list[int]] = []
+    longest = total = 0
+    for k in order:
+        n = len(groups[-1]) + 1 if groups else 0
+        if groups and n * longest - (total + lengths[k]) <= max_padding * n * longest:
+            groups[-1].append(idx[k])
+            total += lengths[k]
+        else:
+            groups.append([idx[k]])
+            longest = total = lengths[k]
+    return groups
+
+
 class DenoisingEngine:
     """One model replica and the K/V caches of the requests it is decoding."""
 
@@ -128,9 +150,12 @@ class DenoisingEngine:
                 cached.append(i)
             else:
                 recompute.append(i)
-        if recompute:
-            self._run(batch, thresholds, recompute, StepKind.RECOMPUTE, results)
-        # cache steps need one block length per forward pass
+        # recompute passes run the whole canvas, so canvases of very different lengths
+        # run apart rather than padded to the longest
+        for group in length_groups(recompute, [batch[i].num_tokens for i in recompute]):
+            self._run(batch, thresholds, group, StepKind.RECOMPUTE, results)
+        # cache steps need one block length per forward pass (they feed the block alone,
+        # so canvas lengths only pad the attention, which costs too little to split for)
         for bl in sorted({batch[i].block_length for i in cached}):
             self._run(batch, thresholds, [i for i in cached if batch[i].block_length == bl], StepKind.CACHE, results)
         return results  # type: ignore[return-value]
@@ -191,19 +216,20 @@ class DenoisingEngine:
         S = max(s.num_tokens for s in states)
         first = self._kv[states[0].request_id]
         L, _, H, _, D = first.shape
-        past = torch.zeros(B, L, 2, H, S, D, dtype=first.dtype, device=first.device)
+        # One padded copy per step, laid out so each layer's K and V are contiguous;
+        # the model overwrites the blocks' entries in it, the request caches stay as they are.
+        past = torch.zeros(L, 2, B, H, S, D, dtype=first.dtype, device=first.device)
         past_mask = torch.zeros(B, S, dtype=torch.bool)
         ids = torch.empty(B, Lb, dtype=torch.long)
         pos = torch.empty(B, Lb, dtype=torch.long)
         for j, s in enumerate(states):
             kvj = self._kv[s.request_id]
-            past[j, :, :, :, : kvj.shape[3]] = kvj
+            past[:, :, j, :, : kvj.shape[3]] = kvj
             start = s.prompt_len + s.block_start
             past_mask[j, : s.num_tokens] = True
-            past_mask[j, start : start + Lb] = False  # the block's own entries are stale
             ids[j] = torch.from_numpy(s.response[s.block_slice])
             pos[j] = torch.arange(start, start + Lb)
-        past_kv = [(past[:, l, 0], past[:, l, 1]) for l in range(L)]
+        past_kv = [(past[l, 0], past[l, 1]) for l in range(L)]
         return self.lm.block(ids.to(dev), pos.to(dev), past_kv, past_mask.to(dev))
 
     # ------------------------------------------------------------ generate

@@ -61,10 +61,12 @@ def render(path: Path, rows, per_task: int, log: dict) -> str:
         "",
         f"## Quality ({per_task} prompts per task, seed 2024, dual cache on)",
         "",
-        "| threshold | accuracy | mean steps |",
-        "| --- | --- | --- |",
     ]
-    lines += [f"| {r.label} | {r.accuracy:.3f} | {r.mean_steps:.2f} |" for r in rows]
+    tasks = sorted({t for r in rows for t in r.by_task})
+    lines += ["| threshold | accuracy | mean steps | " + " | ".join(f"`{t}`" for t in tasks) + " |",
+              "| --- | --- | --- |" + " --- |" * len(tasks)]
+    lines += [f"| {r.label} | {r.accuracy:.3f} | {r.mean_steps:.2f} | " + " | ".join(f"{r.by_task.get(t, 0):.2f}" for t in tasks) + " |"
+              for r in rows]
     lines += ["", "`sequential` commits one token per step: the quality reference for the thresholds.", ""]
     best = max((r.accuracy for r in rows if r.label == "0.9"), default=0.0)
     if best < 0.9:

@@ -10,8 +10,9 @@ Two ways to run it (DESIGN.md section 3):
   are returned so the engine can cache them;
 * **cache step**: only the current block's tokens go through. Each layer
   attends to the cached K/V of everything *outside* the block plus the fresh
-  K/V of the block itself. The block's stale cache entries are masked out,
-  which is cheaper than scattering fresh values into a copy of the cache.
+  K/V of the block itself, written over the block's stale entries in the
+  (per-step copy of the) cache: cheaper than concatenating, which would copy
+  the whole cache once per layer.
 """
 from __future__ import annotations
 
@@ -46,17 +47,22 @@ class RMSNorm(nn.Module):
         return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
 
 
-def rotary_tables(head_dim: int, max_pos: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_tables(head_dim: int, max_pos: int, theta: float) -> torch.Tensor:
+    """Unit complex rotations (max_pos, head_dim/2), one per position and dimension pair."""
     inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
     ang = torch.outer(torch.arange(max_pos, dtype=torch.float32), inv)
-    return torch.cos(ang), torch.sin(ang)
+    return torch.polar(torch.ones_like(ang), ang)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate (B, H, T, D) by per-position tables (B, 1, T, D/2)."""
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-    return out.flatten(-2)
+def apply_rotary(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
+    """Rotate each (even, odd) pair of (B, H, T, D) by per-position rotations (B, 1, T, D/2).
+
+    Viewing the pairs as complex numbers turns the rotation into one complex
+    multiply: at large batches a step is bound by memory passes over
+    activations, and the real-valued form took six of them.
+    """
+    pairs = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))
+    return torch.view_as_real(pairs * rot).flatten(-2)
 
 
 class Attention(nn.Module):
@@ -67,16 +73,17 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=False)
         self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
 
-    def forward(self, x, cos, sin, key_mask, past: Optional[tuple[torch.Tensor, torch.Tensor]] = None):
+    def forward(self, x, rot, key_mask, past: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+                block_index: Optional[torch.Tensor] = None):
         B, T, _ = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        q, k = apply_rotary(q, rot), apply_rotary(k, rot)
         new_kv = (k, v)
         if past is not None:
-            # cache step: the block's fresh K/V join the cached ones (stale block
-            # entries are excluded by key_mask).
-            k = torch.cat((past[0], k), dim=2)
-            v = torch.cat((past[1], v), dim=2)
+            # cache step: the block's fresh K/V overwrite its stale entries in the
+            # cache, in place; concatenating instead would copy the whole cache.
+            k = past[0].scatter_(2, block_index, k)
+            v = past[1].scatter_(2, block_index, v)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
         # n_head * head_dim rather than the model width: a tensor-parallel shard holds fewer heads
         return self.out(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)), new_kv
@@ -101,8 +108,8 @@ class Block(nn.Module):
         self.ln2 = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, key_mask, past=None):
-        a, kv = self.attn(self.ln1(x), cos, sin, key_mask, past)
+    def forward(self, x, rot, key_mask, past=None, block_index=None):
+        a, kv = self.attn(self.ln1(x), rot, key_mask, past, block_index)
         x = x + a
         return x + self.mlp(self.ln2(x)), kv
 
@@ -133,15 +140,22 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
         # Rotary tables are derived from the config, not saved. They are built
         # lazily: from_pretrained materialises modules on a meta device, which
         # would leave a non-persistent buffer uninitialised.
-        self._rope: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+        self._rope: Optional[torch.Tensor] = None
         self.post_init()
 
-    def rope(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._rope is None or self._rope[0].device != device:
+    def rope(self, device: torch.device) -> torch.Tensor:
+        if self._rope is None or self._rope.device != device:
             cfg = self.config
-            cos, sin = rotary_tables(cfg.hidden_size // cfg.num_heads, cfg.max_position_embeddings, cfg.rope_theta)
-            self._rope = (cos.to(device), sin.to(device))
+            self._rope = rotary_tables(cfg.hidden_size // cfg.num_heads, cfg.max_position_embeddings, cfg.rope_theta).to(device)
         return self._rope
+
+    # The embedding accessors let transformers' ``resize_token_embeddings`` grow a
+    # checkpoint's vocabulary when the task language gains words; the head stays tied.
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed = value
 
     @property
     def max_context(self) -> int:
@@ -163,9 +177,12 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
             input_ids: (B, T) tokens; for a cache step, the block's tokens.
             attention_mask: (B, T) 1 for real tokens, 0 for padding.
             position_ids: (B, T) absolute positions (defaults to 0..T-1).
-            past_kv: cached per-layer K/V (B, H, S, D) from a recompute pass.
-            past_mask: (B, S) 1 for cached keys to attend to (0 for padding and
-                for the block's own stale entries).
+            past_kv: cached per-layer K/V (B, H, S, D) of the whole canvas, from a
+                recompute pass. A cache step writes the block's fresh K/V over its
+                stale entries (at ``position_ids``) in place: pass a copy you may
+                overwrite.
+            past_mask: (B, S) 1 for cached keys to attend to, 0 for padding; the
+                block's own positions are attended to whatever it says.
             return_kv: return each layer's K/V for caching.
             prompt_lengths: (B,) prompt length per row; with ``config.isolate_prompt``
                 the prompt then attends only to itself (a cache step feeds response
@@ -179,14 +196,19 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
                 f"position {int(position_ids.max())} exceeds the model's context "
                 f"({self.config.max_position_embeddings}); shorten the prompt or gen_length"
             )
-        cos_t, sin_t = self.rope(input_ids.device)
-        cos = cos_t[position_ids].unsqueeze(1)
-        sin = sin_t[position_ids].unsqueeze(1)
+        rot = self.rope(input_ids.device)[position_ids].unsqueeze(1)
         if attention_mask is None:
             attention_mask = torch.ones(B, T, dtype=torch.bool, device=input_ids.device)
         keys = attention_mask.bool()
+        block_index = None
         if past_kv is not None:
-            keys = torch.cat((past_mask.bool(), keys), dim=1)
+            S = past_kv[0][0].shape[2]
+            if int(position_ids.max()) >= S:
+                raise ValueError(f"block position {int(position_ids.max())} lies outside the cache ({S} entries): "
+                                 "a cache step needs the K/V of the whole canvas, block included")
+            keys = past_mask.bool().scatter(1, position_ids, keys)
+            H, D = past_kv[0][0].shape[1], past_kv[0][0].shape[3]
+            block_index = position_ids[:, None, :, None].expand(B, H, T, D)
         key_mask = keys[:, None, None, :]  # broadcast over heads and queries
         if prompt_lengths is not None and self.config.isolate_prompt and past_kv is None:
             in_prompt = position_ids < prompt_lengths.to(position_ids.device)[:, None]  # (B, T)
@@ -197,7 +219,7 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
         x = self.embed(input_ids)
         kv_out: KVCache = []
         for i, layer in enumerate(self.layers):
-            x, kv = layer(x, cos, sin, key_mask, None if past_kv is None else past_kv[i])
+            x, kv = layer(x, rot, key_mask, None if past_kv is None else past_kv[i], block_index)
             if return_kv:
                 kv_out.append(kv)
         logits = F.linear(self.norm(x), self.embed.weight)

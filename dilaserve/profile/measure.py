@@ -107,7 +107,6 @@ def _measure_steps(model, rank: int, device: str, cfg: MeasureConfig) -> dict:
         past = [(torch.randn(b, heads, S, hd, generator=gen).to(dev), torch.randn(b, heads, S, hd, generator=gen).to(dev))
                 for _ in model.layers]
         past_mask = torch.ones(b, S, dtype=torch.bool)
-        past_mask[:, S - Lb :] = False  # the block's own (stale) entries
         ids = torch.randint(3, vocab, (b, Lb), generator=gen).to(dev)
         pos = torch.arange(S - Lb, S).expand(b, Lb).to(dev)
         ones = torch.ones(b, Lb, dtype=torch.bool, device=dev)

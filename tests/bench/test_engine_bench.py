@@ -1,10 +1,22 @@
-from dilaserve.bench.engine import step_costs
+from dilaserve.bench.engine import decode_continuously, step_costs
 
 
 def test_step_costs_measure_each_kind_and_leave_no_cache(tiny_engine):
     prompts, lengths = ["list : c a f", "pairs : k q", "list : z"], [64, 32, 32]
+    before = set(tiny_engine._kv)  # the engine is shared by other tests
     costs = step_costs(tiny_engine, prompts, lengths, batch_sizes=(1, 3), cache_steps=2)
     for kind in ("recompute", "cache"):
         assert set(costs[kind]) == {"1", "3"} and all(v > 0 for v in costs[kind].values())
-    assert not tiny_engine._kv  # every measured request released its cache
+    assert set(tiny_engine._kv) == before  # every measured request released its cache
 
+
+
+def test_continuous_batching_decodes_every_request_as_generate_does(tiny_engine):
+    prompts = ["list : c a f", "pairs : k q", "list : z", "list : b d", "pairs : m n"]
+    lengths = [64, 32, 32, 32, 64]
+    before = set(tiny_engine._kv)
+    states = decode_continuously(tiny_engine, prompts, lengths, in_flight=2)
+    alone = tiny_engine.generate(prompts, threshold=0.9, gen_length=lengths)
+    assert all(s.finished for s in states)
+    assert [s.answer_ids().tolist() for s in states] == [g.token_ids for g in alone]
+    assert set(tiny_engine._kv) == before

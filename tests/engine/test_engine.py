@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from dilaserve.engine import DenoisingEngine, StepKind
+from dilaserve.engine.engine import MAX_PADDING, length_groups
 from dilaserve.model.adapters import CheckpointError, load_diffusion_lm
 from dilaserve.tasks import TASKS, task_suite
 
@@ -15,8 +16,27 @@ def test_cache_step_logits_equal_recompute_when_nothing_changed(tiny_engine):
     states = [eng.new_request(p, g) for p, g in [("list : a b c", 32), ("arith : + 2 - 1 : k 3 q 5", 64)]]
     states[1].block_index = 1  # a later block, with a shorter neighbour in the batch (padding)
     rec = eng._recompute(states)
+    kept = {s.request_id: eng._kv[s.request_id].clone() for s in states}
     cached = eng._cache_step(states)
     torch.testing.assert_close(cached, rec, atol=1e-5, rtol=1e-5)
+    for s in states:  # the step overwrote its per-step copy, never a request's cache
+        assert torch.equal(eng._kv[s.request_id], kept[s.request_id])
+        eng.release(s.request_id)  # the engine is shared by other tests
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_length_groups_cover_every_request_once_and_bound_padding(seed):
+    rng = random.Random(seed)
+    lengths = [rng.choice([40, 41, 70, 72, 100, 135, 160]) for _ in range(rng.randint(1, 40))]
+    idx = list(range(100, 100 + len(lengths)))
+    groups = length_groups(idx, lengths)
+    assert sorted(i for g in groups for i in g) == idx
+    for g in groups:
+        ls = [lengths[i - 100] for i in g]
+        assert len(g) * max(ls) - sum(ls) <= MAX_PADDING * len(g) * max(ls)
+    if len(set(lengths)) == 1:
+        assert len(groups) == 1
+    assert length_groups(idx, lengths, max_padding=1.0) == [sorted(idx, key=lambda i: -lengths[i - 100])]
 
 
 def test_cache_steps_are_used_inside_a_block(tiny_engine):

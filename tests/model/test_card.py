@@ -29,3 +29,10 @@ def test_a_weak_checkpoint_is_called_under_trained():
     card = render(Path("dila-tiny"), rows, 10, _log(50, 1.0, 1e-3))
     assert "## Status: under-trained" in card and "40.0%" in card
     assert "Trained in" not in card
+
+
+def test_the_card_splits_accuracy_by_task():
+    rows = [QualityRow(0.9, 0.9, 10.0, 30, {"arith": 0.8, "list": 1.0}), QualityRow(0.5, 0.3, 6.0, 30, {"arith": 0.1, "list": 0.5})]
+    card = render(Path("dila-tiny"), rows, 10, _log(50, 1.0, 1e-3))
+    assert "| threshold | accuracy | mean steps | `arith` | `list` |" in card
+    assert "| 0.9 | 0.900 | 10.00 | 0.80 | 1.00 |" in card and "| 0.5 | 0.300 | 6.00 | 0.10 | 0.50 |" in card

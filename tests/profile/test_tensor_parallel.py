@@ -21,7 +21,6 @@ def _run(model, vocab: int):
     ids, attn = _inputs(vocab)
     out = model(ids, attention_mask=attn, return_kv=True)
     past_mask = attn.clone()
-    past_mask[:, BLOCK] = False
     pos = torch.arange(BLOCK.start, BLOCK.stop).expand(2, -1)
     block = model(ids[:, BLOCK], attention_mask=torch.ones(2, 8, dtype=torch.bool), position_ids=pos,
                   past_kv=out.kv, past_mask=past_mask).logits
