@@ -11,11 +11,14 @@ import string
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from dilaserve.tasks.arith import NUMBER_WORDS
+
 PAD, MASK, EOS, UNK = "[PAD]", "[MASK]", "[EOS]", "[UNK]"
 SPECIAL_TOKENS = [PAD, MASK, EOS, UNK]
 SYMBOLS = list("+-*=,;:<>")
 TASK_WORDS = ["list", "pairs", "arith"]
-VOCAB = SPECIAL_TOKENS + list(string.ascii_lowercase) + list(string.digits) + SYMBOLS + TASK_WORDS
+# The number words (``arith`` prompts) come last, so the ids of older checkpoints stay put.
+VOCAB = SPECIAL_TOKENS + list(string.ascii_lowercase) + list(string.digits) + SYMBOLS + TASK_WORDS + list(NUMBER_WORDS)
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:

@@ -168,6 +168,18 @@ def build_model(cfg: TrainConfig, tok) -> DiLaForMaskedDiffusion:
     ))
 
 
+def load_for_training(checkpoint: str, tok) -> DiLaForMaskedDiffusion:
+    """A checkpoint to continue from, its embedding grown to the tokenizer when the task
+    language has gained words since (new rows start small and random, old ids keep theirs)."""
+    model = DiLaForMaskedDiffusion.from_pretrained(checkpoint)
+    if model.config.vocab_size > len(tok):
+        raise ValueError(f"{checkpoint} has {model.config.vocab_size} tokens but the task tokenizer only "
+                         f"{len(tok)}: it was trained on another task language; train from scratch instead")
+    if model.config.vocab_size < len(tok):
+        model.resize_token_embeddings(len(tok), mean_resizing=False)
+    return model
+
+
 def earlier_run(checkpoint: Path) -> dict:
     """The training record of a checkpoint a run continues from (losses dropped), so a
     model card can list every stage the weights went through."""
@@ -186,7 +198,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusi
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     tok = build_tokenizer()
-    model = DiLaForMaskedDiffusion.from_pretrained(cfg.init_from) if cfg.init_from else build_model(cfg, tok)
+    model = load_for_training(cfg.init_from, tok) if cfg.init_from else build_model(cfg, tok)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     start = last_save = time.time()
     losses: list[float] = []

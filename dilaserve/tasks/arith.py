@@ -1,22 +1,26 @@
 """``arith``: GSM8K-like multi-step arithmetic that writes its steps.
 
-The prompt gives a two-step recipe over single digits and labelled numbers to
-apply it to: ``arith : + 3 - 2 : k 4 q 5`` reads "take each number, add 3,
-then subtract 2". The answer works the recipe for every number in two written
-steps behind its label, ``k 4 + 3 = 7 , 7 - 2 = 5 ;``, the numbers in any order.
-Every intermediate result stays a single digit. A commutative second step may
-also be written with its operands swapped (``2 + 7``), a second valid form that
-the grader accepts.
+The prompt gives a two-step recipe over single digits and the numbers to apply
+it to, written as words: ``arith : + 3 - 2 : four five`` reads "take four and
+five, add 3 to each, then subtract 2". The answer works the recipe for every
+number in two written steps behind the number's word,
+``four 4 + 3 = 7 , 7 - 2 = 5 ;``, the numbers in any order. Every intermediate
+result stays a single digit. A commutative second step may also be written with
+its operands swapped (``2 + 7``), a second valid form that the grader accepts.
 
 Why this shape, for a model of under a million parameters:
 
 * one recipe for all numbers: when every number had its own operations, the
   model mixed the operations of different problems, since it cannot tell which
   problem an item works while most of the item is still masked;
-* a letter label in front of each item: digits also appear inside every item
-  (operands, results), so "which numbers are done" cannot be read off the
-  digits of the answer, while the labels are its only letters, exactly as in
-  ``list``.
+* each item opens with its number's word: the words are the answer's only
+  words, so "which numbers are done" can be read off the answer, exactly as the
+  letters in ``list`` (digits cannot serve, as they also appear inside every
+  item);
+* the word is the number, not a label for it: with arbitrary letter labels
+  (``k 4``) the model had to find each label in the prompt and copy the digit
+  after it, a lookup it never learned (it paired labels and numbers at
+  random); reading a digit off the word just before it is a fixed local map.
 
 The free order of items and the two forms of a step keep the speed-quality
 trade-off of parallel commits.
@@ -25,12 +29,13 @@ from __future__ import annotations
 
 import itertools
 import random
-import string
 
 from .base import Task, TaskInstance, gen_length_for
 
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 COMMUTATIVE = {"+", "*"}
+#: The words that name the start numbers 0-9 (the tokenizer's vocabulary includes them).
+NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 #: Share of training answers that write a commutative step in canonical order.
 CANONICAL = 0.7
 
@@ -77,19 +82,18 @@ class Arith(Task):
             raise ValueError(f"arith takes 1 to {max(RECIPES_FOR_SIZE)} numbers (single-digit starts), not {n}")
         op1, b, op2, c, starts = rng.choice(RECIPES_FOR_SIZE[n])
         alts, probs = [], []
-        labels = rng.sample(string.ascii_lowercase, n)
-        picks = list(zip(labels, rng.sample(starts, n)))
-        for label, a in picks:
+        picks = rng.sample(starts, n)
+        for a in picks:
             x = OPS[op1](a, b)
             y = OPS[op2](x, c)
-            first = (label, str(a), op1, str(b), "=", str(x), ",")
-            # Only the second step has two forms: the first token after the label stays the number.
+            first = (NUMBER_WORDS[a], str(a), op1, str(b), "=", str(x), ",")
+            # Only the second step has two forms: the digit after the word stays first.
             forms = _step_forms(x, op2, c, y, ";")
             alts.append(tuple(first + f for f, _ in forms))
             probs.append(tuple(p for _, p in forms))
-        numbers = " ".join(f"{label} {a}" for label, a in picks)
+        numbers = " ".join(NUMBER_WORDS[a] for a in picks)
         return TaskInstance(
             task=self.name, prompt=f"arith : {op1} {b} {op2} {c} : {numbers}", items=tuple(f[0] for f in alts),
             alternatives=tuple(alts), form_probs=tuple(probs),
-            gen_length=gen_length_for(13 * n),
+            gen_length=gen_length_for(14 * n),
         )

@@ -13,7 +13,7 @@ from dilaserve.tasks import TASKS, task_suite
 
 def test_cache_step_logits_equal_recompute_when_nothing_changed(tiny_engine):
     eng = tiny_engine
-    states = [eng.new_request(p, g) for p, g in [("list : a b c", 32), ("arith : + 2 - 1 : k 3 q 5", 64)]]
+    states = [eng.new_request(p, g) for p, g in [("list : a b c", 32), ("arith : + 2 - 1 : three five", 64)]]
     states[1].block_index = 1  # a later block, with a shorter neighbour in the batch (padding)
     rec = eng._recompute(states)
     kept = {s.request_id: eng._kv[s.request_id].clone() for s in states}

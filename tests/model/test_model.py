@@ -91,3 +91,32 @@ def test_isolated_prompt_ignores_the_response(tiny_checkpoint):
     # the response still sees the whole canvas, and without prompt lengths so does the prompt
     assert not torch.allclose(kv_a[-1][0][:, :, 12], kv_b[-1][0][:, :, 12])
     assert not torch.allclose(m(ids).logits[0, 0], m(changed).logits[0, 0])
+
+
+def test_continuing_a_checkpoint_grows_its_vocabulary_and_keeps_old_ids(tmp_path):
+    """A checkpoint from before the task language gained words keeps every old token's embedding."""
+    from dilaserve.model.train import load_for_training
+
+    tok = build_tokenizer()
+    cfg = TrainConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64)
+    old = build_model(cfg, tok)
+    old.resize_token_embeddings(len(tok) - 10)  # as saved before the number words existed
+    old.save_pretrained(tmp_path)
+    grown = load_for_training(str(tmp_path), tok)
+    assert grown.config.vocab_size == len(tok) and grown.embed.weight.shape[0] == len(tok)
+    torch.testing.assert_close(grown.embed.weight[: len(tok) - 10], old.embed.weight)
+    ids = torch.tensor([tok.convert_tokens_to_ids("arith : + 3 - 2 : four".split())])
+    assert grown(ids).logits.shape == (1, ids.shape[1], len(tok))
+
+
+def test_a_checkpoint_with_a_larger_vocabulary_is_refused(tmp_path):
+    import pytest
+
+    from dilaserve.model.train import load_for_training
+
+    tok = build_tokenizer()
+    big = build_model(TrainConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64), tok)
+    big.resize_token_embeddings(len(tok) + 5)
+    big.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="train from scratch"):
+        load_for_training(str(tmp_path), tok)

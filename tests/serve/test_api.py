@@ -59,7 +59,7 @@ def test_chat_completions_and_models(server):
 
 
 def test_streaming_sends_blocks_then_done(server, engine):
-    prompt = "arith : + 3 - 2 : k 4 q 6 b 1"
+    prompt = "arith : + 3 - 2 : four six one"
     body = {"model": server.runtime.model_name, "prompt": prompt, "max_tokens": 64, "stream": True}
     with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
@@ -129,7 +129,7 @@ def test_overload_past_the_queue_gets_429_and_the_server_survives(server):
 
 def test_disconnected_client_frees_its_slot(server):
     rt = server.runtime
-    body = {"model": rt.model_name, "prompt": "arith : + 2 - 1 : a 0 b 1 c 2 d 3 e 4 f 5",
+    body = {"model": rt.model_name, "prompt": "arith : + 2 - 1 : zero one two three four five",
             "max_tokens": 128, "stream": True, "slo_ms": 60000}
     with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as r:
         assert r.status_code == 200

@@ -12,7 +12,7 @@ from tests.serve.server import LiveServer
 
 pytestmark = pytest.mark.timeout(600)
 
-LONG = "arith : + 1 - 1 : a 0 b 1 c 2 d 3 e 4 f 5 g 6 h 7"
+LONG = "arith : + 1 - 1 : zero one two three four five six seven"
 
 
 @pytest.fixture(scope="module")

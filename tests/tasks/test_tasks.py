@@ -3,6 +3,7 @@ import random
 import pytest
 
 from dilaserve.tasks import BLOCK_LENGTH, TASKS, get_task, task_suite
+from dilaserve.tasks.arith import NUMBER_WORDS
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))
@@ -45,20 +46,21 @@ def test_arith_accepts_swapped_commutative_operands():
     inst = next(i for i in (task.sample(rng, 1) for _ in range(100)) if len(i.alternatives[0]) > 1)
     for form in inst.alternatives[0]:
         assert task.grade(inst, list(form))
-    label, a, op, b, _, x = inst.items[0][:6]
+    word, a, op, b, _, x = inst.items[0][:6]
     assert int(x) == eval(f"{a}{op}{b}")
     _, _, op1, b1, op2, c, _, *numbers = inst.prompt.split()
-    assert (op, b) == (op1, b1) and numbers == [label, a]
+    assert (op, b) == (op1, b1) and numbers == [word] and NUMBER_WORDS[int(a)] == word
 
 
-def test_arith_items_are_single_tokens_with_distinct_labels_and_numbers():
+def test_arith_items_open_with_distinct_number_words_and_nothing_else_is_a_word():
     task, rng = get_task("arith"), random.Random(4)
     for _ in range(200):
         inst = task.sample(rng, max(task.sizes))
-        labels, starts = [i[0] for i in inst.items], [i[1] for i in inst.items]
-        assert len(set(starts)) == len(starts) and len(set(labels)) == len(labels)
-        assert all(lab.isalpha() for lab in labels) and not any(t.isalpha() for i in inst.items for t in i[1:])
-        assert all(len(t) == 1 for i in inst.items for t in i)
+        words, starts = [i[0] for i in inst.items], [i[1] for i in inst.items]
+        assert len(set(starts)) == len(starts) == max(task.sizes)
+        assert words == [NUMBER_WORDS[int(a)] for a in starts]
+        assert not any(t.isalpha() for i in inst.items for t in i[1:])
+        assert all(len(t) == 1 for i in inst.items for t in i[1:])
 
 
 def test_answers_span_one_to_four_blocks():
