@@ -30,6 +30,8 @@ import math
 import random
 import time
 
+import torch
+
 from dilaserve.engine import DEFAULT_CHECKPOINT, DenoisingEngine
 from dilaserve.eval_quality import quality_table
 from dilaserve.tasks import TASKS, task_suite
@@ -104,10 +106,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m dilaserve.bench engine", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
+    p.add_argument("--device", default="cpu", help="torch device the engine runs on, e.g. cuda")
     p.add_argument("--quick", action="store_true", help="small suite, one repeat (under a minute)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     args = p.parse_args(argv)
-    engine = DenoisingEngine.from_pretrained(args.checkpoint)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error(f"--device {args.device}: this torch build sees no CUDA GPU; run on a GPU host or use --device cpu")
+    engine = DenoisingEngine.from_pretrained(args.checkpoint, device=args.device)
     repeats = 1 if args.quick else 2
 
     mixed = task_suite(12, seed=1)

@@ -20,3 +20,16 @@ def test_continuous_batching_decodes_every_request_as_generate_does(tiny_engine)
     assert all(s.finished for s in states)
     assert [s.answer_ids().tolist() for s in states] == [g.token_ids for g in alone]
     assert set(tiny_engine._kv) == before
+
+
+def test_a_gpu_device_without_a_gpu_is_a_clear_usage_error(capsys):
+    import pytest
+    import torch
+
+    from dilaserve.bench.engine import main
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    with pytest.raises(SystemExit) as exit_:
+        main(["--device", "cuda", "--quick"])
+    assert exit_.value.code == 2 and "use --device cpu" in capsys.readouterr().err
