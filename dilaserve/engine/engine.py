@@ -69,13 +69,14 @@ def length_groups(idx: list[int], lengths: list[int], max_padding: float = MAX_P
     groups: list[list[int]] = []
     longest = total = 0
     for k in order:
-        n = len(groups[-1]) + 1 if groups else 0
-        if groups and n * longest - (total + lengths[k]) <= max_padding * n * longest:
-            groups[-1].append(idx[k])
-            total += lengths[k]
-        else:
-            groups.append([idx[k]])
-            longest = total = lengths[k]
+        if groups:
+            padded = (len(groups[-1]) + 1) * longest
+            if padded - (total + lengths[k]) <= max_padding * padded:
+                groups[-1].append(idx[k])
+                total += lengths[k]
+                continue
+        groups.append([idx[k]])
+        longest = total = lengths[k]
     return groups
 
 

@@ -191,9 +191,10 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
         B, T = input_ids.shape
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
-        if int(position_ids.max()) >= self.config.max_position_embeddings:
+        last = int(position_ids.max())  # one device sync, shared by both checks below
+        if last >= self.config.max_position_embeddings:
             raise ValueError(
-                f"position {int(position_ids.max())} exceeds the model's context "
+                f"position {last} exceeds the model's context "
                 f"({self.config.max_position_embeddings}); shorten the prompt or gen_length"
             )
         rot = self.rope(input_ids.device)[position_ids].unsqueeze(1)
@@ -203,8 +204,8 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
         block_index = None
         if past_kv is not None:
             S = past_kv[0][0].shape[2]
-            if int(position_ids.max()) >= S:
-                raise ValueError(f"block position {int(position_ids.max())} lies outside the cache ({S} entries): "
+            if last >= S:
+                raise ValueError(f"block position {last} lies outside the cache ({S} entries): "
                                  "a cache step needs the K/V of the whole canvas, block included")
             keys = past_mask.bool().scatter(1, position_ids, keys)
             H, D = past_kv[0][0].shape[1], past_kv[0][0].shape[3]

@@ -34,9 +34,13 @@ def test_length_groups_cover_every_request_once_and_bound_padding(seed):
     for g in groups:
         ls = [lengths[i - 100] for i in g]
         assert len(g) * max(ls) - sum(ls) <= MAX_PADDING * len(g) * max(ls)
-    if len(set(lengths)) == 1:
-        assert len(groups) == 1
     assert length_groups(idx, lengths, max_padding=1.0) == [sorted(idx, key=lambda i: -lengths[i - 100])]
+
+
+def test_length_groups_keep_equal_canvases_together_and_split_far_apart_ones():
+    assert length_groups([1, 2, 3], [50, 50, 50]) == [[1, 2, 3]]
+    assert length_groups([1, 2, 3], [40, 160, 150]) == [[2, 3], [1]]
+    assert length_groups([], []) == []
 
 
 def test_cache_steps_are_used_inside_a_block(tiny_engine):
