@@ -1,6 +1,9 @@
 """Request lengths for benchmark-style workloads (DESIGN.md section 6).
 
 * GSM8K-like: prompt 1020 tokens, output 256 tokens (the paper's benchmark setting).
+* Long prompt, short answer: prompts around 2,000 tokens (log-normal, P50 2000, clipped to
+  512..4000), answers of 1 to 32 tokens (one block), the shape of a code-completion or
+  retrieval-augmented service; every block's recompute step then runs the long prompt.
 * ShareGPT-like: drawn from a quantile function through the published quantiles
   (prompt avg/P50/P90/P99 = 140/28/344/1698, output 264/224/544/928), interpolated
   linearly in log space between the quantile knots. The end knots (the minimum and maximum
@@ -44,7 +47,10 @@ SHAREGPT_OUTPUT = QuantileLengths(((0.0, 28.0), (0.5, 224.0), (0.9, 544.0), (0.9
 GSM8K_PROMPT_TOKENS = 1020
 GSM8K_OUTPUT_TOKENS = 256
 
-LENGTH_MODELS = ("gsm8k", "sharegpt")
+LONG_PROMPT_MEDIAN, LONG_PROMPT_SIGMA, LONG_PROMPT_RANGE = 2000.0, 0.35, (512, 4000)
+LONG_PROMPT_MAX_OUTPUT = 32
+
+LENGTH_MODELS = ("gsm8k", "sharegpt", "long-prompt")
 
 
 def sample_lengths(kind: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -53,4 +59,8 @@ def sample_lengths(kind: str, n: int, rng: np.random.Generator) -> tuple[np.ndar
         return np.full(n, GSM8K_PROMPT_TOKENS), np.full(n, GSM8K_OUTPUT_TOKENS)
     if kind == "sharegpt":
         return SHAREGPT_PROMPT.sample(n, rng), SHAREGPT_OUTPUT.sample(n, rng)
+    if kind == "long-prompt":
+        prompt = np.clip(np.round(LONG_PROMPT_MEDIAN * np.exp(LONG_PROMPT_SIGMA * rng.standard_normal(n))),
+                         *LONG_PROMPT_RANGE).astype(np.int64)
+        return prompt, rng.integers(1, LONG_PROMPT_MAX_OUTPUT + 1, n)
     raise ValueError(f"unknown length model {kind!r}: use one of {LENGTH_MODELS}")
