@@ -57,6 +57,7 @@ class GlobalScheduler:
                 f"{getattr(predictor, 'name', None)!r}: pass predictor={'OneShotPredictor' if p.predictor == 'oneshot' else 'OraclePredictor'}(...)"
             )
         self.backend, self.profile, self.config = backend, profile, config
+        control = p.control_for(control)  # a fixed@TAU policy's own threshold
         self.controller = ThresholdController(
             control, profile, predictor if p.slo_aware else None,
             slo_aware=p.slo_aware, load_control=p.load_control,
