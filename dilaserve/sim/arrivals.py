@@ -1,12 +1,12 @@
 """Arrival processes: benchmark-style Poisson (optionally bursty) and a shaped real trace."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
 
-from dilaserve.sim.lengths import sample_lengths
+from dilaserve.sim.lengths import LENGTH_MODELS, sample_lengths
 from dilaserve.sim.traces import Trace
 from dilaserve.sim.workload import Phase, Workload, build_workload
 
@@ -83,6 +83,24 @@ def shape_trace(trace: Trace, phases: Sequence[PhaseSpec], name: str = "trace") 
     return build_workload(name, np.concatenate(times), trace.prompt_tokens[sel], trace.output_tokens[sel],
                           out_phases, meta={"source": trace.source, "trace_rate": trace.mean_rate,
                                             "phases": [(p.name, p.duration_s, p.rate) for p in phases]})
+
+
+#: ``lengths`` value that keeps a trace's own token counts (the others are length models).
+TRACE_LENGTHS = "trace"
+
+
+def with_lengths(trace: Trace, lengths: str, seed: int = 0) -> Trace:
+    """``trace`` with its arrival times kept and each request's prompt and output lengths
+    drawn from the length model ``lengths`` (seeded), so one arrival process can carry
+    another service's request mix; ``"trace"`` returns the trace's own token counts."""
+    if lengths == TRACE_LENGTHS:
+        return trace
+    if lengths not in LENGTH_MODELS:
+        raise ValueError(f"unknown lengths {lengths!r}: use {TRACE_LENGTHS!r} (the trace's own token counts) "
+                         f"or a length model: {', '.join(LENGTH_MODELS)}")
+    prompt, output = sample_lengths(lengths, len(trace), np.random.default_rng(seed))
+    return replace(trace, source=f"{trace.source} arrivals, {lengths} lengths", prompt_tokens=prompt,
+                   output_tokens=output)
 
 
 def prompt_workload(prompts: Sequence, rate: float, count_tokens, seed: int = 0, burstiness: float = 1.0,

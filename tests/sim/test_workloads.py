@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from dilaserve.sim.arrivals import PhaseSpec, gamma_arrivals, poisson_workload, shape_trace
+from dilaserve.sim.arrivals import PhaseSpec, gamma_arrivals, poisson_workload, shape_trace, with_lengths
 from dilaserve.sim.lengths import SHAREGPT_OUTPUT, SHAREGPT_PROMPT, sample_lengths
 from dilaserve.sim.progress import canvas_length
 from dilaserve.sim.traces import load_trace
@@ -44,3 +44,21 @@ def test_length_models():
 
 def test_canvas_is_whole_blocks():
     assert [canvas_length(n, 32) for n in (1, 32, 33, 256)] == [32, 32, 64, 256]
+
+
+def test_with_lengths_keeps_arrivals_and_draws_lengths_from_the_model():
+    tr = load_trace()
+    assert with_lengths(tr, "trace") is tr
+    sg = with_lengths(tr, "sharegpt", seed=1)
+    np.testing.assert_array_equal(sg.arrival_s, tr.arrival_s)
+    assert np.median(sg.prompt_tokens) == pytest.approx(28, rel=0.15)  # ShareGPT's P50, not the trace's
+    assert np.median(tr.prompt_tokens) > 200
+    np.testing.assert_array_equal(with_lengths(tr, "sharegpt", seed=1).output_tokens, sg.output_tokens)
+    assert not np.array_equal(with_lengths(tr, "sharegpt", seed=2).output_tokens, sg.output_tokens)
+    lp = with_lengths(tr, "long-prompt")
+    assert lp.output_tokens.max() <= 32 and lp.prompt_tokens.min() >= 512 and "long-prompt lengths" in lp.source
+    # A shaped trace replays the drawn lengths.
+    wl = shape_trace(lp, [PhaseSpec("low", 30, 4.0)])
+    assert [r.prompt_tokens for r in wl.requests[:5]] == lp.prompt_tokens[:5].tolist()
+    with pytest.raises(ValueError, match="use 'trace'.*sharegpt"):
+        with_lengths(tr, "alpaca")
