@@ -30,9 +30,10 @@ def _(mo):
     # Evaluation report
 
     Results of `python -m dilaserve.eval EXPERIMENT` (simulated clusters, every policy on
-    the same workload): SLO attainment, latency and quality per policy. Load the tables an
-    earlier run wrote under `results/<experiment>/`, or run a quick experiment from here
-    (a few minutes; it needs the pipeline's artifacts).
+    the same workload): SLO attainment, latency, quality and goodput (the share of requests
+    answered in time and correctly) per policy. Load the tables an earlier run wrote under
+    `results/<experiment>/`, or run a quick experiment from here (a few minutes; it needs
+    the pipeline's artifacts).
 
     Open with `marimo edit notebooks/evaluation.py`; headless:
     `python notebooks/evaluation.py --results=DIR --experiment=trace`
@@ -107,6 +108,7 @@ def _(mo, summary):
         "SLO attainment": "slo_attainment", "attainment, low load": "slo_attainment_low",
         "attainment, high load": "slo_attainment_high", "mean latency (s)": "mean_latency_s",
         "p99 latency (s)": "p99_latency_s", "quality": "quality", "mean threshold": "mean_threshold",
+        "goodput (in time and correct)": "goodput", "goodput, high load": "goodput_high",
     }, value="SLO attainment", label="metric")
     mo.hstack([policy_filter, metric], justify="start")
     return metric, policy_filter
@@ -130,7 +132,8 @@ def _(math, metric, mo, pl, plt, policy_filter, summary):
             for _p in _sub["policy"].unique(maintain_order=True):
                 _s = _sub.filter(pl.col("policy") == _p).sort("x")
                 _ax.plot(_s["x"], _s[_col], marker="o", label=_p)
-            _ax.set_xlabel("request rate (req/s)" if _sub["experiment"][0] == "rate-sweep" else "SLO scale")
+            _ax.set_xlabel({"rate-sweep": "request rate (req/s)", "frontier": "high-phase load (x nominal capacity)"}
+                           .get(_sub["experiment"][0], "SLO scale"))
             _ax.legend(fontsize=7)
         _ax.set(title=_setting, ylabel=metric.selected_key)
         _ax.grid(alpha=0.3)
@@ -142,8 +145,8 @@ def _(math, metric, mo, pl, plt, policy_filter, summary):
 @app.cell
 def _(mo, shown):
     _cols = ["setting", "policy", "x", "rate", "slo_s", "slo_attainment", "slo_attainment_low", "slo_attainment_high",
-             "mean_latency_s", "p99_latency_s", "quality", "mean_threshold", "requests", "finished", "rejected",
-             "migrations", "reconfig_launches"]
+             "mean_latency_s", "p99_latency_s", "quality", "goodput", "goodput_high", "mean_threshold", "requests",
+             "finished", "rejected", "migrations", "reconfig_launches"]
     mo.ui.table(shown.select([c for c in _cols if c in shown.columns]), selection=None, label="per policy")
     return
 

@@ -1,13 +1,17 @@
 """``python -m dilaserve.eval EXPERIMENT [--quick] [--json] [--trace PATH] ...``
 
-Experiments: ``trace``, ``rate-sweep``, ``slo-sweep``, ``ablation``, ``all``. Each writes
+Experiments: ``trace``, ``rate-sweep``, ``slo-sweep``, ``ablation``, ``frontier``, ``all``
+(every experiment but ``frontier``, which costs the trace once per load). Each writes
 ``results/<experiment>/`` (parquet tables, ``summary.md``, PNG plots) and prints the
 markdown summary. With ``--json`` the last line printed is one JSON object
 ``{"policies": {NAME: {slo_attainment, slo_attainment_low, slo_attainment_high,
-mean_latency_s, p99_latency_s, quality, mean_threshold}}}``: every policy run, keyed by name
-for the first setting and ``NAME@SETTING`` for the others. For ``rate-sweep`` a policy's
-numbers pool all requests of the sweep; for ``slo-sweep`` they are those at scale 5; for
-``all``, the trace and ablation runs (the sweeps are in their tables).
+mean_latency_s, p99_latency_s, quality, mean_threshold, goodput, goodput_low,
+goodput_high}}}``: every policy run, keyed by name for the first setting and
+``NAME@SETTING`` for the others (goodput: share of all requests in time and correct). For
+``rate-sweep`` and ``frontier`` a policy's numbers pool all requests of the sweep; for
+``slo-sweep`` they are those at scale 5; for ``all``, the trace and ablation runs (the
+sweeps are in their tables). ``frontier`` adds ``"frontier": {LOAD: {NAME: {...}}}``, the
+same numbers per high-phase load.
 """
 from __future__ import annotations
 
@@ -19,9 +23,9 @@ import time
 from pathlib import Path
 
 from dilaserve.artifacts import MissingArtifactError
-from dilaserve.eval.context import SETTINGS, EvalContext, EvalOptions
-from dilaserve.eval.experiments import EXPERIMENTS
-from dilaserve.eval.report import policies_json, write
+from dilaserve.eval.context import LENGTHS, SETTINGS, TRACE_LOW_LOAD, EvalContext, EvalOptions
+from dilaserve.eval.experiments import ALL_EXPERIMENTS, EXPERIMENTS
+from dilaserve.eval.report import extra_json, policies_json, write
 from dilaserve.sim.traces import AZURE_CONV, TraceFormatError
 
 
@@ -42,15 +46,23 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool]:
     ap.add_argument("--artifacts", type=Path, default=None, help="pipeline artifact folder")
     ap.add_argument("--latency-noise", type=float, default=0.05, help="sigma of step-latency noise (0: none)")
     ap.add_argument("--phase-s", type=float, default=None,
-                    help="seconds per load phase of trace/ablation (default 3600, or 75 with --quick)")
+                    help="seconds per load phase of trace/ablation/frontier (default 3600, or 75 with --quick)")
+    ap.add_argument("--lengths", choices=LENGTHS, default=EvalOptions.lengths,
+                    help="request lengths of trace/ablation/frontier: trace (its own token counts, the "
+                         "default) or a length model drawn per request (seeded), keeping the trace's arrivals")
+    ap.add_argument("--high-load", type=float, default=EvalOptions.high_load,
+                    help=f"high phase's rate of trace/ablation as a fraction of nominal capacity for the lengths "
+                         f"used (default {EvalOptions.high_load}; the low phase runs at {TRACE_LOW_LOAD}); "
+                         "frontier sweeps it")
     a = ap.parse_args(argv)
     settings = tuple(a.settings) if a.settings else (("paper",) if a.quick else ("paper", "embedded"))
     try:
         opts = EvalOptions(quick=a.quick, settings=settings, trace=a.trace, out=a.out, seed=a.seed,
-                           artifacts=a.artifacts, latency_noise=a.latency_noise, phase_s=a.phase_s)
+                           artifacts=a.artifacts, latency_noise=a.latency_noise, phase_s=a.phase_s,
+                           lengths=a.lengths, high_load=a.high_load)
     except ValueError as e:
         ap.error(str(e))
-    names = list(EXPERIMENTS) if a.experiment == "all" else [a.experiment]
+    names = list(ALL_EXPERIMENTS) if a.experiment == "all" else [a.experiment]
     return names, opts, a.json
 
 
@@ -59,6 +71,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     ctx = EvalContext(opts)
     policies: dict[str, dict] = {}
+    extras: dict[str, dict] = {}
     t0 = time.perf_counter()
     try:
         for name in names:
@@ -69,12 +82,13 @@ def main(argv: list[str]) -> int:
             if len(names) == 1 or name in ("trace", "ablation"):
                 for k, v in policies_json(out).items():
                     policies.setdefault(k, v)
+            extras.update(extra_json(out))
     except (MissingArtifactError, TraceFormatError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     if as_json:
-        print(json.dumps({"policies": policies}))
+        print(json.dumps({"policies": policies, **extras}))
     return 0
 
 

@@ -1,10 +1,18 @@
 """The experiments of ``python -m dilaserve.eval``: each returns its runs, labelled.
 
 * ``trace``: the real trace shaped into a low-load and a high-load phase; dilaserve vs
-  infaas and llumnix, with the oracle bound.
+  every static policy (infaas, llumnix, ``fixed@TAU`` at each candidate threshold), with
+  the oracle bound.
 * ``rate-sweep``: Poisson arrivals, GSM8K-like lengths, at rising request rates.
 * ``slo-sweep``: one rate, SLO scale 1..10.
 * ``ablation``: the trace with each dilaserve mechanism switched off in turn.
+* ``frontier``: the trace at high-phase loads 0.6..1.4 x nominal capacity; per load, the
+  static policies' attainment-quality frontier and where the adaptive policies land on it
+  (an adaptive policy pays its way only above that frontier, docs/architecture.md).
+  Not part of ``all``: it runs the trace experiment once per load.
+
+The trace experiments take their request lengths and high-phase load from
+:class:`~dilaserve.eval.context.EvalOptions` (``--lengths``, ``--high-load``).
 
 Load levels are fractions of the cluster's nominal capacity at the baselines' threshold
 (:func:`dilaserve.sim.capacity.nominal_capacity_rps`), so an experiment means the same on
@@ -15,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from dilaserve.eval.context import EvalContext
+from dilaserve.eval.context import TRACE_LOW_LOAD, EvalContext
+from dilaserve.schedule.policies import FIXED_POLICIES, policies
 from dilaserve.sim.arrivals import PhaseSpec, poisson_workload, shape_trace
 from dilaserve.sim.lengths import GSM8K_OUTPUT_TOKENS, GSM8K_PROMPT_TOKENS
 from dilaserve.sim.setting import ClusterSetting
@@ -26,9 +35,16 @@ from dilaserve.sim.workload import Phase, Workload
 MAIN_POLICIES = ("infaas", "llumnix", "dilaserve", "oracle")
 ABLATION_POLICIES = ("dilaserve", "dilaserve-no-load-control", "dilaserve-no-reconfig", "dilaserve-oneshot",
                      "dilaserve-migrate-any-step")
+#: Fixed-threshold policies: together they trace the static speed-quality frontier.
+STATIC_POLICIES = ("infaas", "llumnix", *FIXED_POLICIES)
+#: Policies that pick thresholds per request, placed against the static frontier in the
+#: trace and frontier experiments; list a dilaserve* variant here to add it (those not
+#: registered in this build are left out, so the list may name one before it lands).
+ADAPTIVE_POLICIES = tuple(p for p in ("dilaserve", "dilaserve-paper", "oracle") if p in policies.names())
+TRACE_POLICIES = (*STATIC_POLICIES, *ADAPTIVE_POLICIES)
 
-#: Trace phases as fractions of nominal capacity (low, high).
-TRACE_LOAD = (0.3, 0.8)
+#: The frontier experiment's high-phase loads, fractions of nominal capacity (full, quick).
+FRONTIER_LOADS = {False: (0.6, 0.8, 1.0, 1.2, 1.4), True: (0.6, 1.0, 1.4)}
 RATE_LOADS = {False: (0.2, 0.4, 0.6, 0.8, 1.0, 1.2), True: (0.3, 0.7, 1.1)}
 SLO_SCALES = {False: (1, 2, 3, 4, 5, 6, 8, 10), True: (1, 3, 5, 10)}
 #: The slo-sweep's load, a fraction of nominal capacity.
@@ -60,29 +76,42 @@ def _slo(ctx: EvalContext, setting: ClusterSetting, wl: Workload, scale: float) 
     return workload_slo(wl, setting.profile, ctx.table, setting.block_length, setting.control.fixed_threshold, scale)
 
 
-def trace_workload(ctx: EvalContext, setting: ClusterSetting, phase_s: Optional[float] = None) -> Workload:
-    """The trace shaped into a low-load then a high-load phase, ``phase_s`` each
-    (default 1 h, 75 s in quick runs)."""
+def trace_workload(ctx: EvalContext, setting: ClusterSetting, phase_s: Optional[float] = None,
+                   high_load: Optional[float] = None) -> Workload:
+    """The trace (with ``--lengths`` applied) shaped into a low-load then a high-load phase,
+    ``phase_s`` each (default 1 h, 75 s in quick runs), at ``TRACE_LOW_LOAD`` and
+    ``high_load`` (default ``--high-load``) x the nominal capacity for those lengths."""
     cap = ctx.capacity(setting, ctx.trace.prompt_tokens, ctx.trace.output_tokens)
     dur = phase_s or ctx.options.phase_s or (75.0 if ctx.options.quick else 3600.0)
-    low, high = (f * cap for f in TRACE_LOAD)
+    low, high = TRACE_LOW_LOAD * cap, (high_load or ctx.options.high_load) * cap
     return shape_trace(ctx.trace, [PhaseSpec("low", dur, low), PhaseSpec("high", dur, high)], name="trace")
 
 
-def _trace_runs(ctx: EvalContext, name: str, policies) -> ExperimentOutput:
+def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: tuple[Optional[float], ...] = (None,)
+                ) -> ExperimentOutput:
+    """Every policy on the shaped trace, once per high-phase load (None: ``--high-load``);
+    a swept load is the run's ``x``."""
     out = ExperimentOutput(name)
     for setting in ctx.settings:
-        wl = trace_workload(ctx, setting)
-        slo = _slo(ctx, setting, wl, DEFAULT_SLO_SCALE)
-        rates = ", ".join(f"{p.name} {p.rate:.1f} req/s" for p in wl.phases)
-        out.notes.append(f"{setting.name}: {ctx.trace.source}, {len(wl)} requests, phases {rates}; SLO {slo:.2f} s")
-        for res in ctx.run_policies(setting, policies, wl, slo):
-            out.runs.append(Run(name, setting.name, res, "trace", wl.mean_rate, DEFAULT_SLO_SCALE, phases=wl.phases))
+        for load in high_loads:
+            wl = trace_workload(ctx, setting, high_load=load)
+            slo = _slo(ctx, setting, wl, DEFAULT_SLO_SCALE)
+            rates = ", ".join(f"{p.name} {p.rate:.1f} req/s" for p in wl.phases)
+            out.notes.append(f"{setting.name}: {ctx.trace.source}, {len(wl)} requests, phases {rates} "
+                             f"(high {load or ctx.options.high_load:g} x nominal capacity); SLO {slo:.2f} s")
+            label = "" if load is None else f" high x{load:g}"
+            for res in ctx.run_policies(setting, policies, wl, slo, label):
+                out.runs.append(Run(name, setting.name, res, "trace", wl.mean_rate, DEFAULT_SLO_SCALE, x=load,
+                                    phases=wl.phases))
     return out
 
 
 def trace(ctx: EvalContext) -> ExperimentOutput:
-    return _trace_runs(ctx, "trace", MAIN_POLICIES)
+    return _trace_runs(ctx, "trace", TRACE_POLICIES)
+
+
+def frontier(ctx: EvalContext) -> ExperimentOutput:
+    return _trace_runs(ctx, "frontier", TRACE_POLICIES, FRONTIER_LOADS[ctx.options.quick])
 
 
 def ablation(ctx: EvalContext) -> ExperimentOutput:
@@ -123,5 +152,8 @@ def slo_sweep(ctx: EvalContext) -> ExperimentOutput:
 
 
 EXPERIMENTS: dict[str, Callable[[EvalContext], ExperimentOutput]] = {
-    "trace": trace, "rate-sweep": rate_sweep, "slo-sweep": slo_sweep, "ablation": ablation,
+    "trace": trace, "rate-sweep": rate_sweep, "slo-sweep": slo_sweep, "ablation": ablation, "frontier": frontier,
 }
+#: What ``all`` runs: the frontier is left out, as it costs the trace experiment once per
+#: load (hours at full length); run it on its own.
+ALL_EXPERIMENTS = ("trace", "rate-sweep", "slo-sweep", "ablation")

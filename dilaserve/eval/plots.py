@@ -27,15 +27,54 @@ def _by_setting(frame: pl.DataFrame):
 
 def attainment_vs(summary: pl.DataFrame, x: str, xlabel: str, path: Path) -> Path:
     """SLO attainment against ``x`` (rate or SLO scale), one line per policy, one panel per setting."""
+    return _share_vs(summary, x, "slo_attainment", xlabel, "SLO attainment (%)", path)
+
+
+def goodput_vs(summary: pl.DataFrame, x: str, xlabel: str, path: Path) -> Path:
+    """Goodput (requests in time and correct) against ``x``, one line per policy, one panel per setting."""
+    return _share_vs(summary, x, "goodput", xlabel, "goodput (% of requests in time and correct)", path)
+
+
+def _share_vs(summary: pl.DataFrame, x: str, column: str, xlabel: str, ylabel: str, path: Path) -> Path:
     settings, fig, axes = _by_setting(summary)
     for ax, setting in zip(axes, settings):
         sub = summary.filter(pl.col("setting") == setting).sort(x)
         for policy in sub["policy"].unique(maintain_order=True):
             p = sub.filter(pl.col("policy") == policy)
-            ax.plot(p[x], 100 * p["slo_attainment"], marker="o", label=policy)
-        ax.set(title=setting, xlabel=xlabel, ylabel="SLO attainment (%)", ylim=(-2, 102))
+            ax.plot(p[x], 100 * p[column], marker="o", label=policy)
+        ax.set(title=setting, xlabel=xlabel, ylabel=ylabel, ylim=(-2, 102))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def frontier(summary: pl.DataFrame, line: Sequence[str], static: Sequence[str], path: Path) -> Path:
+    """SLO attainment against quality, one panel per (setting, load ``x``): the ``line``
+    policies (``fixed@TAU``, in threshold order) joined as the static frontier, the other
+    ``static`` ones as open squares, every other policy as its own marker (up and to the
+    right is better: an adaptive policy pays its way above the line)."""
+    keys = summary.select("setting", "x").unique(maintain_order=True).rows()
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.8 * len(keys), 4.2), squeeze=False)
+    adaptive = [p for p in summary["policy"].unique(maintain_order=True) if p not in static]
+    markers = dict(zip(adaptive, "*DP^vX<>h"))
+    for ax, (setting, x) in zip(axes[0], keys):
+        at = pl.col("x").is_nan() if np.isnan(x) else pl.col("x") == x
+        rows = {r["policy"]: r for r in summary.filter((pl.col("setting") == setting) & at).iter_rows(named=True)}
+        fixed = [rows[p] for p in line if p in rows]
+        ax.plot([r["quality"] for r in fixed], [100 * r["slo_attainment"] for r in fixed], "o-", color="tab:gray",
+                label="static frontier")
+        for r in fixed:
+            ax.annotate(r["policy"].split("@")[-1], (r["quality"], 100 * r["slo_attainment"]),
+                        textcoords="offset points", xytext=(4, 4), fontsize=7, color="tab:gray")
+        for name, r in rows.items():
+            if name in static and name not in line:
+                ax.plot(r["quality"], 100 * r["slo_attainment"], "s", mfc="none", ms=9, label=name)
+            elif name in markers:
+                ax.plot(r["quality"], 100 * r["slo_attainment"], markers[name], ms=11, label=name)
+        title = setting if np.isnan(x) else f"{setting}, high load {x:g} x capacity"
+        ax.set(title=title, xlabel="quality", ylabel="SLO attainment (%)", ylim=(-2, 102))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     return _save(fig, path)
 
 

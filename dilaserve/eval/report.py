@@ -8,7 +8,8 @@ import polars as pl
 
 from dilaserve.eval import plots
 from dilaserve.eval.context import EvalContext
-from dilaserve.eval.experiments import ExperimentOutput, Run
+from dilaserve.eval.experiments import ADAPTIVE_POLICIES, STATIC_POLICIES, ExperimentOutput, Run
+from dilaserve.schedule.policies import FIXED_POLICIES
 from dilaserve.sim.metrics import summarize
 
 
@@ -25,6 +26,7 @@ def summary_frame(runs: list[Run]) -> pl.DataFrame:
         rows.append({**_tag(run), "slo_s": r.slo_s, "slo_attainment": s.slo_attainment,
                      "slo_attainment_low": s.slo_attainment_low, "slo_attainment_high": s.slo_attainment_high,
                      "mean_latency_s": s.mean_latency_s, "p99_latency_s": s.p99_latency_s, "quality": s.quality,
+                     "goodput": s.goodput, "goodput_low": s.goodput_low, "goodput_high": s.goodput_high,
                      "mean_threshold": s.mean_threshold, "requests": s.requests, "finished": s.finished,
                      "rejected": s.rejected, "migrations": r.migrations, "reconfig_launches": r.reconfig_launches,
                      "events": r.events, "wall_s": r.wall_s, "sim_s": r.sim_s, "sim_speedup": r.sim_speedup,
@@ -46,14 +48,34 @@ def policies_json(out: ExperimentOutput) -> dict:
     for run in out.runs:
         groups.setdefault((run.setting, run.result.policy), []).append(run)
     for (setting, policy), runs in groups.items():
-        key = policy if setting == settings[0] else f"{policy}@{setting}"
+        key = _key(policy, setting, settings)
         if out.name == "slo-sweep":
             runs = [r for r in runs if r.slo_scale == 5] or runs
         if len(runs) == 1:
             res[key] = runs[0].result.summary.as_json()
-        else:  # a rate sweep: pool every request of the sweep
+        else:  # a rate sweep or the frontier: pool every request of the sweep
             res[key] = summarize(pl.concat([r.result.requests for r in runs])).as_json()
     return res
+
+
+def _key(policy: str, setting: str, settings: list[str]) -> str:
+    return policy if setting == settings[0] else f"{policy}@{setting}"
+
+
+def extra_json(out: ExperimentOutput) -> dict:
+    """Sections of the JSON line beside ``policies``: for the frontier experiment,
+    ``{"frontier": {LOAD: {POLICY: {slo_attainment, quality, goodput, ..., high_rate}}}}``
+    (LOAD the high-phase load as a fraction of nominal capacity, e.g. ``"1.2"``; high_rate
+    that phase's rate in requests/s)."""
+    if out.name != "frontier":
+        return {}
+    settings = list(dict.fromkeys(r.setting for r in out.runs))
+    front: dict[str, dict] = {}
+    for run in out.runs:
+        key = _key(run.result.policy, run.setting, settings)
+        high = next((p.rate for p in run.phases if p.name == "high"), None)
+        front.setdefault(f"{run.x:g}", {})[key] = {**run.result.summary.as_json(), "high_rate": high}
+    return {"frontier": front}
 
 
 # ------------------------------------------------------------------ markdown
@@ -67,15 +89,51 @@ def _num(v, fmt: str = ".2f") -> str:
 
 def markdown_table(summary: pl.DataFrame) -> str:
     head = ("| setting | policy | x | attainment | low | high | mean lat (s) | p99 lat (s) | quality | "
-            "mean thr | migrations | TP launches |")
+            "goodput | goodput high | mean thr | migrations | TP launches |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in summary.iter_rows(named=True):
         lines.append(
             f"| {r['setting']} | {r['policy']} | {_num(r['x'], 'g')} | {_pct(r['slo_attainment'])} | "
             f"{_pct(r['slo_attainment_low'])} | {_pct(r['slo_attainment_high'])} | {_num(r['mean_latency_s'])} | "
-            f"{_num(r['p99_latency_s'])} | {_num(r['quality'], '.3f')} | {_num(r['mean_threshold'], '.3f')} | "
+            f"{_num(r['p99_latency_s'])} | {_num(r['quality'], '.3f')} | {_pct(r['goodput'])} | "
+            f"{_pct(r['goodput_high'])} | {_num(r['mean_threshold'], '.3f')} | "
             f"{r['migrations']} | {r['reconfig_launches']} |")
     return "\n".join(lines)
+
+
+def frontier_findings(summary: pl.DataFrame) -> list[str]:
+    """Per setting and load: each adaptive policy's goodput against the best static
+    policy's, and the static policy that dominates it (at least its attainment and its
+    quality), if any: an adaptive policy pays its way only above the static frontier."""
+    out = []
+    for (setting, x), rows in _groups(summary):
+        static = [r for r in rows if r["policy"] in STATIC_POLICIES]
+        if not static:
+            continue
+        best = max(static, key=lambda r: r["goodput"])
+        where = f"{setting}" + ("" if math.isnan(x) else f", high load {x:g} x capacity")
+        for r in (r for r in rows if r["policy"] in ADAPTIVE_POLICIES):
+            over = [s for s in static if _dominates(s, r)]
+            verdict = (f"below the static frontier (dominated by {max(over, key=lambda s: s['goodput'])['policy']})"
+                       if over else "on or above the static frontier")
+            out.append(f"- **{where}**: {r['policy']} goodput {_pct(r['goodput'])} vs best static "
+                       f"{best['policy']} {_pct(best['goodput'])} ({100 * (r['goodput'] - best['goodput']):+.1f} pp; "
+                       f"attainment {_pct(r['slo_attainment'])} at quality {_num(r['quality'], '.3f')}); {verdict}.")
+    return out
+
+
+def _dominates(a: dict, b: dict) -> bool:
+    """``a`` is at least as good as ``b`` in attainment and quality, and better in one."""
+    ge = a["slo_attainment"] >= b["slo_attainment"] and a["quality"] >= b["quality"]
+    return ge and (a["slo_attainment"] > b["slo_attainment"] or a["quality"] > b["quality"])
+
+
+def _groups(summary: pl.DataFrame) -> list[tuple[tuple[str, float], list[dict]]]:
+    """Summary rows grouped by (setting, x), in order (x NaN: an experiment without a sweep)."""
+    groups: dict[tuple[str, object], list[dict]] = {}
+    for r in summary.iter_rows(named=True):
+        groups.setdefault((r["setting"], None if math.isnan(r["x"]) else r["x"]), []).append(r)
+    return [((s, float("nan") if x is None else x), rows) for (s, x), rows in groups.items()]
 
 
 def findings(summary: pl.DataFrame, ctx: EvalContext) -> list[str]:
@@ -97,7 +155,8 @@ def findings(summary: pl.DataFrame, ctx: EvalContext) -> list[str]:
         line = (f"- **{setting}**: high-load attainment dilaserve {_pct(hi(d))} vs best baseline "
                 f"{best['policy']} {_pct(hi(best))} ({100 * (hi(d) - hi(best)):+.1f} pp); mean latency "
                 f"{100 * dl:+.0f}%; quality {_num(d['quality'], '.3f')} vs {_num(q0, '.3f')}"
-                + (f" ({100 * dq:+.1f}%)" if not math.isnan(dq) else "") + ".")
+                + (f" ({100 * dq:+.1f}%)" if not math.isnan(dq) else "")
+                + f"; goodput {_pct(d['goodput'])} vs {_pct(best['goodput'])}.")
         if "oracle" in sub:
             line += f" Oracle bound: {_pct(hi(sub['oracle']))} at high load."
         out.append(line)
@@ -130,23 +189,29 @@ def write(out: ExperimentOutput, ctx: EvalContext) -> tuple[str, Path]:
     tp.write_parquet(folder / "tp_series.parquet")
 
     pngs = []
-    if out.name == "rate-sweep":
-        pngs.append(plots.attainment_vs(summary, "x", "request rate (req/s)", folder / "attainment_vs_rate.png"))
-    elif out.name == "slo-sweep":
-        pngs.append(plots.attainment_vs(summary, "x", "SLO scale", folder / "attainment_vs_slo_scale.png"))
+    if out.name in ("rate-sweep", "slo-sweep"):
+        xlabel, stem = ("request rate (req/s)", "rate") if out.name == "rate-sweep" else ("SLO scale", "slo_scale")
+        pngs.append(plots.attainment_vs(summary, "x", xlabel, folder / f"attainment_vs_{stem}.png"))
+        pngs.append(plots.goodput_vs(summary, "x", xlabel, folder / f"goodput_vs_{stem}.png"))
+    elif out.name == "frontier":
+        pngs.append(plots.frontier(summary, FIXED_POLICIES, STATIC_POLICIES, folder / "frontier.png"))
+        pngs.append(plots.goodput_vs(summary, "x", "high-phase load (x nominal capacity)",
+                                     folder / "goodput_vs_load.png"))
     else:
         phases = [(r.setting, p.name, p.start, p.end) for r in out.runs for p in r.phases]
         end = {r.setting: r.result.sim_s for r in out.runs}
         pngs.append(plots.latency_cdf(requests, folder / "latency_cdf.png"))
         pngs.append(plots.threshold_over_time(thresholds, phases, folder / "threshold_over_time.png"))
         pngs.append(plots.tp_mix_over_time(tp, phases, end, folder / "tp_mix_over_time.png"))
+        if any(p in STATIC_POLICIES for p in summary["policy"]):
+            pngs.append(plots.frontier(summary, FIXED_POLICIES, STATIC_POLICIES, folder / "frontier.png"))
     estimators = sorted({r.result.quality_estimator for r in out.runs})
     md = [f"## {out.name}{' (quick)' if ctx.options.quick else ''}", ""]
     md += [f"- {n}" for n in out.notes]
     md += [f"- quality estimator: {e}" for e in estimators]
     md += ["", markdown_table(summary), ""]
-    if out.name in ("trace", "ablation"):
-        md += findings(summary, ctx) + [""]
+    if out.name in ("trace", "ablation", "frontier"):
+        md += frontier_findings(summary) + findings(summary, ctx) + [""]
     md += [f"Files: {folder}/ (summary.parquet, requests.parquet, threshold_series.parquet, tp_series.parquet, "
            + ", ".join(p.name for p in pngs) + ")", ""]
     text = "\n".join(md)

@@ -1,10 +1,12 @@
-"""A tiny trace experiment, shared by the eval tests and the notebook inputs."""
+"""Tiny trace experiments, shared by the eval tests and the notebook inputs."""
 from __future__ import annotations
 
+from dilaserve.eval.context import EvalContext, EvalOptions
 from dilaserve.eval.experiments import ExperimentOutput, Run
 from dilaserve.sim.arrivals import PhaseSpec, shape_trace
 from dilaserve.sim.progress import ReplayProgress
 from dilaserve.sim.replay import ReplayTable
+from dilaserve.sim.setting import ClusterSetting
 from dilaserve.sim.simulator import SimConfig, Simulator
 from dilaserve.sim.traces import load_trace
 from tests.sim.builders import predictors, quality, small_setting, varied_dynamics
@@ -23,3 +25,21 @@ def tiny_trace_runs(policies) -> tuple[ExperimentOutput, object]:
         out.runs.append(Run("trace", setting.name, sim.run(policy, wl, 2.0), "trace", wl.mean_rate, 5.0,
                             phases=wl.phases))
     return out, dyn
+
+
+class TinyContext(EvalContext):
+    """An eval context whose every setting is the one-node ``small`` cluster, with the
+    hand-made dynamics, quality table and predictors injected (no artifacts loaded), so
+    an experiment function runs end to end in seconds."""
+
+    def __init__(self, options: EvalOptions):
+        super().__init__(options)
+        dyn = varied_dynamics()
+        self.__dict__.update(dynamics=dyn, quality=quality(), predictors=predictors(ReplayTable(dyn)))
+
+    def setting(self, name: str) -> ClusterSetting:
+        return small_setting(self.dynamics)
+
+    def sim_config(self) -> SimConfig:
+        # One reconfiguration tick per short run: each solves an ILP, the bulk of the cost.
+        return SimConfig(reconfig_interval_s=5.0)

@@ -1,15 +1,17 @@
 """The eval harness: tables, plots, the JSON line, and clean failures."""
 import json
 
+import numpy as np
 import polars as pl
 import pytest
 
 from dilaserve.eval.__main__ import main
 from dilaserve.eval.context import EvalContext, EvalOptions
-from dilaserve.eval.report import policies_json, write
+from dilaserve.eval.report import extra_json, policies_json, write
 from dilaserve.profile.analytic import analytic_profile
+from dilaserve.sim.arrivals import PhaseSpec, shape_trace
 from dilaserve.sim.metrics import SUMMARY_KEYS
-from tests.eval.builders import tiny_trace_runs
+from tests.eval.builders import TinyContext, tiny_trace_runs
 from tests.sim.builders import quality, varied_dynamics
 
 
@@ -68,3 +70,78 @@ def test_phase_s_sets_the_trace_phase_length(tmp_path):
     wl = trace_workload(ctx, ctx.setting("paper"))
     assert [p.name for p in wl.phases] == ["low", "high"]
     assert [p.end - p.start for p in wl.phases] == pytest.approx([40.0, 40.0])
+
+
+def test_lengths_and_high_load_shape_the_trace_workload(tmp_path):
+    from dilaserve.eval.experiments import trace_workload
+
+    _artifacts(tmp_path)
+
+    def workload(**kw):
+        ctx = EvalContext(EvalOptions(settings=("paper",), phase_s=60.0, artifacts=tmp_path, **kw))
+        setting = ctx.setting("paper")
+        cap = ctx.capacity(setting, ctx.trace.prompt_tokens, ctx.trace.output_tokens)
+        return trace_workload(ctx, setting), cap
+
+    base, cap = workload()
+    sg, cap_sg = workload(lengths="sharegpt", high_load=1.2)
+    # Lengths drawn from ShareGPT's model, not the trace's (P50 prompt 28 vs ~1000 tokens).
+    assert np.median([r.prompt_tokens for r in sg.requests]) < 60 < np.median([r.prompt_tokens for r in base.requests])
+    # Rates are fractions of the nominal capacity for the lengths used: shorter requests, more of them.
+    assert cap_sg > 1.3 * cap
+    assert [p.rate for p in base.phases] == pytest.approx([0.3 * cap, 0.8 * cap])
+    assert [p.rate for p in sg.phases] == pytest.approx([0.3 * cap_sg, 1.2 * cap_sg])
+    high = sum(r.phase == "high" for r in sg.requests) / 60.0
+    assert high == pytest.approx(1.2 * cap_sg, rel=0.3)
+    # The same arrival process underneath: the low phases' first gaps scale by the rate ratio.
+    t_base = np.diff([r.arrival for r in base.requests[:20]])
+    t_sg = np.diff([r.arrival for r in sg.requests[:20]])
+    np.testing.assert_allclose(t_sg * cap_sg, t_base * cap, rtol=1e-6)
+
+
+def test_options_are_validated_with_the_fix(capsys):
+    with pytest.raises(ValueError, match="--lengths 'alpaca' is unknown: use 'trace'"):
+        EvalOptions(lengths="alpaca")
+    with pytest.raises(ValueError, match="--high-load -1.0 must be a positive fraction"):
+        EvalOptions(high_load=-1.0)
+    with pytest.raises(SystemExit):
+        main(["trace", "--high-load", "0"])
+    assert "--high-load 0.0 must be a positive fraction of nominal capacity" in capsys.readouterr().err
+
+
+def test_runs_that_differ_only_by_name_are_run_once_with_the_same_result(tmp_path):
+    ctx = TinyContext(EvalOptions(settings=("paper",), out=tmp_path))
+    setting = ctx.setting("paper")
+    wl = shape_trace(ctx.trace, [PhaseSpec("low", 4, 3.0), PhaseSpec("high", 4, 9.0)])
+    alone = ctx.run_policies(setting, ["fixed@0.9"], wl, 2.0)[0]
+    infaas, fixed, fixed7 = ctx.run_policies(setting, ["infaas", "fixed@0.9", "fixed@0.7"], wl, 2.0)
+    assert fixed.policy == "fixed@0.9" and fixed.requests.equals(alone.requests)
+    assert fixed.requests.equals(infaas.requests) and not fixed7.requests.equals(fixed.requests)
+
+
+def test_frontier_experiment_on_a_tiny_cluster(tmp_path):
+    from dilaserve.eval.experiments import FRONTIER_LOADS, TRACE_POLICIES, frontier
+
+    ctx = TinyContext(EvalOptions(quick=True, settings=("paper",), phase_s=4.0, out=tmp_path))
+    out = frontier(ctx)
+    loads = FRONTIER_LOADS[True]
+    assert [(r.x, r.result.policy) for r in out.runs] == [(x, p) for x in loads for p in TRACE_POLICIES]
+    # Each load's high phase runs at that fraction of nominal capacity.
+    high = {r.x: next(p.rate for p in r.phases if p.name == "high") for r in out.runs}
+    assert high[1.4] / high[0.6] == pytest.approx(1.4 / 0.6)
+    text, folder = write(out, ctx)
+    for name in ("frontier.png", "goodput_vs_load.png", "summary.parquet", "summary.md"):
+        assert (folder / name).stat().st_size > 0, name
+    assert "goodput" in text and "best static" in text
+    front = extra_json(out)["frontier"]
+    assert list(front) == [f"{x:g}" for x in loads] and set(front["1.4"]) == set(TRACE_POLICIES)
+    cell = front["0.6"]["fixed@0.5"]
+    assert {"slo_attainment", "quality", "goodput", "high_rate"} <= set(cell)
+    assert cell["goodput"] <= min(cell["slo_attainment"], cell["quality"]) + 1e-9
+    # Lower fixed thresholds: lower quality on the tiny model's table.
+    assert front["0.6"]["fixed@0.5"]["quality"] < front["0.6"]["fixed@0.9"]["quality"]
+    json.dumps(extra_json(out))
+    pol = policies_json(out)  # the compatible section pools every load's requests
+    assert set(pol) == set(TRACE_POLICIES)
+    assert pol["infaas"]["goodput"] == pytest.approx(
+        np.mean([front[f"{x:g}"]["infaas"]["goodput"] for x in loads]), abs=0.2)
