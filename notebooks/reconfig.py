@@ -14,6 +14,7 @@ def _():
     import numpy as np
 
     from dilaserve import artifacts
+    from dilaserve.control.step_law import StepLaw
     from dilaserve.profile.analytic import GPUS, MODELS, analytic_profile
     from dilaserve.reconfig.config import ClusterConfig, ReconfigConfig
     from dilaserve.reconfig.monitor import RequestClass
@@ -23,8 +24,8 @@ def _():
         check_capacity_plan, class_latency, load_and_capacity, solve_capacity, step_latency_table,
     )
     return (
-        ClusterConfig, Counter, GPUS, MODELS, ReconfigConfig, Reconfigurator, RequestClass, analytic_profile,
-        artifacts, check_capacity_plan, class_latency, load_and_capacity, mo, np, plt, replace,
+        ClusterConfig, Counter, GPUS, MODELS, ReconfigConfig, Reconfigurator, RequestClass, StepLaw,
+        analytic_profile, artifacts, check_capacity_plan, class_latency, load_and_capacity, mo, np, plt, replace,
         solve_capacity, static_layout, step_latency_table,
     )
 
@@ -77,9 +78,11 @@ def _(GPUS, MODELS, artifacts, default_gpn, default_nodes, mo):
 @app.cell
 def _(default_time_limit, mo, rate_scale):
     # Request classes: (prompt tokens, output tokens), the shape of the monitor's length buckets.
+    # Default rates: about half of what 16 H100s carry at the lowest threshold when every block is
+    # priced as one recompute step plus its cache steps.
     shapes = [(256, 128), (256, 512), (1024, 256), (1024, 1024)]
     rates = mo.ui.array([mo.ui.number(start=0.0, stop=1000.0, step=0.5, value=v * rate_scale, label=f"prompt {p} / output {o} (req/s)")
-                         for (p, o), v in zip(shapes, (24.0, 12.0, 16.0, 6.0))])
+                         for (p, o), v in zip(shapes, (12.0, 6.0, 8.0, 3.0))])
     slo_scale = mo.ui.slider(1.0, 10.0, step=0.5, value=5.0, show_value=True,
                              label="SLO scale (x latency alone on TP-1 at threshold 0.9)")
     time_limit = mo.ui.number(start=0.5, stop=60.0, step=0.5, value=default_time_limit, label="ILP time limit (s)")
@@ -112,17 +115,26 @@ def _(ClusterConfig, analytic_profile, artifacts, gpus_per_node, mo, nodes, prof
 
 @app.cell
 def _(
-    ReconfigConfig, Reconfigurator, RequestClass, cluster, profile, rates, shapes, slo_scale, step_latency_table,
-    time_limit,
+    ReconfigConfig, Reconfigurator, RequestClass, StepLaw, artifacts, cluster, profile, rates, shapes, slo_scale,
+    step_latency_table, time_limit,
 ):
     config = ReconfigConfig(time_limit_s=float(time_limit.value))
+    # Steps per block from the recorded step dynamics when the pipeline has built them.
+    try:
+        config = config.with_step_law(StepLaw.from_dynamics(artifacts.load_step_dynamics(), config.block_length))
+    except FileNotFoundError:
+        print("no step dynamics artifact: stage 1 uses the built-in tokens-per-step rates")
     rec = Reconfigurator(cluster, profile, config)
     _mean_tokens = sum(p + o for p, o in shapes) / len(shapes)
-    _lat = step_latency_table(profile, cluster, rec.degrees, _mean_tokens, config.block_length)
+    _cache, _recompute = step_latency_table(profile, cluster, rec.degrees, _mean_tokens, config.block_length)
     # The SLO of a class: scale x its latency alone on the smallest TP degree at threshold 0.9,
-    # in stage 1's own latency model (steps = output / tokens-per-step, each a batch-1 step).
+    # in stage 1's own latency model: steps = output / tokens-per-step, batch 1, one recompute
+    # step per block and cache steps for the rest.
     _t_high = config.tokens_per_step[max(config.tokens_per_step)]
-    _alone = {o: o / _t_high * _lat[min(rec.degrees), 1] for _, o in shapes}
+    _d = min(rec.degrees)
+    _blocks = (lambda o: o / config.block_length) if _recompute else (lambda o: 0.0)
+    _alone = {o: _blocks(o) * (_recompute or _cache)[_d, 1] + (o / _t_high - _blocks(o)) * _cache[_d, 1]
+              for _, o in shapes}
     classes = [RequestClass((i, 0), rate=float(r), prompt_tokens=float(p), output_tokens=float(o),
                             slo_s=float(slo_scale.value) * _alone[o])
                for i, ((p, o), r) in enumerate(zip(shapes, rates.value)) if r > 0]
@@ -194,7 +206,7 @@ def _(class_latency, mo, np, plan, plt, problem):
         _bottom += _share[:, _c]
     _a1.set(ylabel="share of steps", title="threshold split per class")
     _a1.legend(title="threshold", fontsize=7, loc="lower right")
-    _lat = class_latency(problem, plan.batch, plan.steps_on)
+    _lat = class_latency(problem, plan.batch, plan.steps_on, plan.recompute_on)
     _slo = np.array([k.slo_s for k in problem.classes])
     _x = np.arange(len(_labels))
     _a2.bar(_x - 0.2, _lat, 0.4, label="planned latency")
@@ -219,7 +231,7 @@ def _(load_and_capacity, mo, plan, plt, problem):
     _fig, _ax = plt.subplots(figsize=(6, 3))
     _ax.bar([f"TP-{d}" for d in _ds], [_lc[d][1] for d in _ds], color="lightgrey", label="capacity")
     _ax.bar([f"TP-{d}" for d in _ds], [_lc[d][0] for d in _ds], width=0.5, color="tab:blue", label="arrival load")
-    _ax.set(ylabel="request-steps / s", title="capacity vs load per TP degree")
+    _ax.set(ylabel="instance-seconds / s", title="capacity vs load per TP degree")
     _ax.legend(fontsize=8)
     _fig.tight_layout()
     _fig

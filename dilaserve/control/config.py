@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
+
+from dilaserve.control.step_law import StepLaw
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,10 @@ class ControlConfig:
             every in-flight request, so running it on every step would dominate the loop.
         capacity_batch_grid: how many batch sizes to try when computing an instance's
             throughput with caching (its capacity is the best over batch sizes).
+        step_law: expected steps per block at each threshold (from the recorded step
+            dynamics or the threshold-quality table); load control prices a block as
+            ``S - 1`` cache steps and one recompute step with it. None prices a block as
+            ``B - 1`` cache steps (one token per step), which overstates capacity.
     """
 
     thresholds: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
@@ -27,6 +34,7 @@ class ControlConfig:
     refresh_every_steps: int = 4
     load_control_interval_s: float = 0.25
     capacity_batch_grid: int = 64
+    step_law: Optional[StepLaw] = None
 
     def __post_init__(self) -> None:
         thr = tuple(sorted(float(t) for t in self.thresholds))

@@ -106,12 +106,17 @@ class ThresholdController:
         # The latest SLO time left: max(deadline - now) is max(deadline) - now exactly, as
         # rounding is monotone.
         horizon = max(0.0, max([r.deadline for r in order]) - now)
-        cache = None
+        cache, spb = None, None
         if shape.use_cache.mean() >= 0.5:
             # statistics.median: np.median's value (whole block lengths) at a fraction of its cost.
             block = int(statistics.median(shape.block_length.tolist()))
             cache = (block, int(round(shape.tokens.mean() / 16) * 16) or 16)
-        throughput = sum(self.capacity.throughput(tp, mb, cache) for tp, mb in instances if self.profile.has(tp))
+            # Priced at the lowest threshold still allowed in flight: the promise load control
+            # keeps is that the load fits when later requests fall back to their lowest
+            # threshold, so capacity is that mix's (the most recompute steps per token).
+            law = self.config.step_law
+            spb = law.steps(self.thresholds[int(np.argmax(allowed.any(axis=0)))]) if law else None
+        throughput = sum(self.capacity.throughput(tp, mb, cache, spb) for tp, mb in instances if self.profile.has(tp))
         caps = cap_thresholds(load, allowed, throughput * horizon)
         for r, c in zip(order, caps.tolist()):
             r.cap_index = c

@@ -119,7 +119,13 @@ class CapacityModel:
     """Best token-steps per second of one instance over batch sizes, memoised.
 
     Capacity over an SLO window is this throughput times the window; cluster capacity is
-    the sum over instances.
+    the sum over instances. With caching, ``n`` requests decode a block in ``S`` steps: one
+    recompute step over their ``n x tokens`` and ``S - 1`` cache steps over their ``n x B``
+    (the step law, :class:`~dilaserve.control.step_law.StepLaw`), so
+
+        throughput(n) = n ((S - 1) B + tokens) / ((S - 1) LP_cache[n B] + LP_recompute[n tokens])
+
+    in the units of :func:`request_load`, maximised over ``n`` up to the batch limit.
     """
 
     def __init__(self, profile: LatencyProfile, grid: int = 64):
@@ -127,26 +133,31 @@ class CapacityModel:
         self.grid = grid
         self._memo: dict[tuple, float] = {}
 
-    def throughput(self, tp: int, max_batch_tokens: int, cache: Optional[tuple[int, int]] = None) -> float:
-        """``cache`` is ``(block_length, mean request tokens)`` when caching is on."""
-        key = (tp, int(max_batch_tokens), cache)
+    def throughput(self, tp: int, max_batch_tokens: int, cache: Optional[tuple[int, int]] = None,
+                   steps_per_block: Optional[float] = None) -> float:
+        """``cache`` is ``(block_length, mean request tokens)`` when caching is on;
+        ``steps_per_block`` is ``S`` at the threshold capacity is priced at (None: ``B``, one
+        token per step, the paper's pattern, which overstates capacity whenever a step
+        commits more than one token)."""
+        spb = None if cache is None else float(cache[0] if steps_per_block is None else steps_per_block)
+        key = (tp, int(max_batch_tokens), cache, spb)
         if key not in self._memo:
-            self._memo[key] = self._compute(tp, int(max_batch_tokens), cache)
+            self._memo[key] = self._compute(tp, int(max_batch_tokens), cache, spb)
         return self._memo[key]
 
-    def _compute(self, tp: int, max_batch: int, cache: Optional[tuple[int, int]]) -> float:
+    def _compute(self, tp: int, max_batch: int, cache: Optional[tuple[int, int]], spb: Optional[float]) -> float:
         rec = self.profile.curve(tp, StepKind.RECOMPUTE)
         if cache is None:
             # Every step a recompute step. b / LP(b) is monotone on each linear segment, so
             # its maximum lies on a measured point or at the batch limit.
             cand = np.array([b for b in rec.tokens if b <= max_batch] + [max_batch], dtype=float)
             return float(np.max(cand / rec.many(cand)))
-        # Block pattern: (B - 1) cache steps and one recompute step per block, n requests.
+        # Block pattern: (S - 1) cache steps and one recompute step per block, n requests.
         block, req_tokens = cache
         cac = self.profile.curve(tp, StepKind.CACHE)
         n_max = max(1, max_batch // max(req_tokens, 1))
         n = np.unique(np.linspace(1, n_max, num=min(self.grid, n_max)).round())
-        b = float(block)
-        work = n * ((b - 1) * b + req_tokens)
-        time = (b - 1) * cac.many(n * b) + rec.many(n * req_tokens)
+        b, cache_steps = float(block), max(float(spb) - 1.0, 0.0)
+        work = n * (cache_steps * b + req_tokens)
+        time = cache_steps * cac.many(n * b) + rec.many(n * req_tokens)
         return float(np.max(work / time))

@@ -1,8 +1,10 @@
 """Configuration of the cluster shape, the workload monitor and the reconfigurator."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Optional
+
+from dilaserve.control.step_law import StepLaw
 
 
 @dataclass(frozen=True)
@@ -86,22 +88,45 @@ class MonitorConfig:
 
 @dataclass(frozen=True)
 class ReconfigConfig:
-    """How and when the cluster is re-planned.
+    """How and when the cluster is re-planned, and when a new plan is worth applying.
+
+    A plan is applied only when all of these hold (otherwise the cluster is kept):
+
+    * its stage-1 objective beats the running configuration's by ``min_improvement``;
+    * with every step at the lowest candidate threshold (the most the threshold controller
+      can squeeze out), its capacity carries the monitor's arrival rates times
+      ``1 + capacity_headroom``;
+    * what it gains repays what it costs: its relative objective gain over
+      ``plan_lifetime_s`` exceeds the share of the running cluster's capacity it takes
+      offline while instances drain (``drain_time_s``) and new ones load
+      (``launch_time_s``), in cluster-seconds.
 
     Attributes:
         interval_s: seconds between reconfiguration ticks (every few minutes).
         min_improvement: apply a new plan only if its objective beats the current
             configuration's by at least this fraction (0.10 = 10%).
         time_limit_s: wall-clock limit for each ILP solve.
-        tokens_per_step: mean tokens committed per step at each candidate threshold
-            (T_c of stage 1), from the rollout tables.
+        tokens_per_step: effective tokens per step ``T_c = B / S_c`` at each candidate
+            threshold, ``S_c`` the expected steps per block of the step law (see
+            :meth:`with_step_law`); from the recorded step dynamics or the
+            threshold-quality table.
         slack_weight: weight of the SLO-slack tie-break next to the average threshold;
             keep it small so slack never outweighs a threshold difference.
-        block_length: block length of the served model (0 when caching is off); sets the
-            mix of cache and recompute steps in the per-step latency stage 1 uses.
+        block_length: block length of the served model (0 when caching is off); each block
+            costs one recompute step, the rest of its steps are cache steps.
         tiebreak_time_s: time budget of stage 1's second solve (most SLO slack among plans
-            with the best average threshold); its best plan so far is used when it runs out.
-            Closing that solve's gap is the slow part of stage 1, and slack is only a tie-break.
+            with the best average threshold). Its plan replaces the first solve's only when
+            it has more slack, so a budget that runs out costs nothing but the tie-break.
+        capacity_headroom: extra arrival rate (fraction) a plan must carry at the lowest
+            threshold on top of the monitor's rates (which already include its safety
+            margin); 0.1 = 10% more.
+        launch_time_s: seconds from launching an instance to its being ready (loading the
+            weights): ``SimBackendConfig.launch_time_s`` in the simulator.
+        drain_time_s: seconds a drained instance takes to finish or hand off its requests
+            before it can stop; None: the tightest class SLO (requests in flight finish
+            within their SLO when the plan is sound).
+        plan_lifetime_s: how long a plan is expected to stay in force, over which its gain
+            must repay the transition; None: ``interval_s`` (the next tick may re-plan).
     """
 
     interval_s: float = 300.0
@@ -112,7 +137,11 @@ class ReconfigConfig:
     )
     slack_weight: float = 1e-3
     block_length: int = 32
-    tiebreak_time_s: float = 0.3
+    tiebreak_time_s: float = 3.0
+    capacity_headroom: float = 0.1
+    launch_time_s: float = 20.0
+    drain_time_s: Optional[float] = None
+    plan_lifetime_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokens_per_step", {float(k): float(v) for k, v in self.tokens_per_step.items()})
@@ -127,9 +156,36 @@ class ReconfigConfig:
                 f"ReconfigConfig.tokens_per_step {self.tokens_per_step} needs one entry per threshold, "
                 "each >= 1 (a step commits at least one token)"
             )
+        if self.block_length > 0 and any(v > self.block_length for v in self.tokens_per_step.values()):
+            raise ValueError(
+                f"ReconfigConfig.tokens_per_step {self.tokens_per_step} exceeds block_length={self.block_length}: "
+                "a block takes at least one step; build the table with with_step_law(StepLaw...)"
+            )
         if not 0 <= self.slack_weight < 0.1:
             raise ValueError("ReconfigConfig.slack_weight must be in [0, 0.1): it is only a tie-break")
         if self.tiebreak_time_s <= 0:
-            raise ValueError("ReconfigConfig.tiebreak_time_s must be positive seconds (try 0.3)")
+            raise ValueError("ReconfigConfig.tiebreak_time_s must be positive seconds (try 3)")
         if self.block_length < 0:
             raise ValueError("ReconfigConfig.block_length must be >= 0 (0 = caching off)")
+        if self.capacity_headroom < 0:
+            raise ValueError(
+                f"ReconfigConfig.capacity_headroom={self.capacity_headroom} must be >= 0: it is the extra "
+                "arrival rate a plan must carry (0.1 = 10% more than the monitor measured)"
+            )
+        if self.launch_time_s < 0:
+            raise ValueError(
+                f"ReconfigConfig.launch_time_s={self.launch_time_s} must be >= 0 seconds: the time a new "
+                "instance takes to load its weights (SimBackendConfig.launch_time_s in the simulator)"
+            )
+        for name in ("drain_time_s", "plan_lifetime_s"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise ValueError(f"ReconfigConfig.{name}={v} must be >= 0 seconds, or None for the default")
+
+    def with_step_law(self, law: StepLaw) -> "ReconfigConfig":
+        """This config with ``T_c`` and the block length of ``law``."""
+        return replace(self, tokens_per_step=law.tokens_per_step_at(law.thresholds), block_length=law.block_length)
+
+    @property
+    def lifetime_s(self) -> float:
+        return self.interval_s if self.plan_lifetime_s is None else self.plan_lifetime_s

@@ -1,10 +1,17 @@
-"""Reconfiguration: monitor -> stage 1 -> improvement trigger -> stage 2 -> plan."""
+"""Reconfiguration: monitor -> stage 1 -> improvement trigger -> stage 2 -> payback check -> plan.
+
+A plan must not make things worse: it is applied only when it beats the running cluster by
+the trigger, carries the arrivals at the lowest threshold with headroom, and repays the
+capacity it takes offline while it executes (see :class:`ReconfigConfig`).
+"""
 from __future__ import annotations
 
 import logging
 from collections import Counter
 from dataclasses import replace
 from typing import Optional, Sequence
+
+import numpy as np
 
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.request import TrackedRequest
@@ -13,7 +20,7 @@ from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConf
 from dilaserve.reconfig.monitor import RequestClass, WorkloadMonitor
 from dilaserve.reconfig.plan import ReconfigPlan, all_tp1_node_counts, build_plan
 from dilaserve.reconfig.stage1 import (
-    CapacityPlan, CapacityProblem, check_capacity_plan, solve_capacity, step_latency_table,
+    CapacityPlan, CapacityProblem, capacity_rps, check_capacity_plan, solve_capacity, step_latency_table,
 )
 from dilaserve.reconfig.stage2 import solve_placement
 
@@ -51,6 +58,8 @@ class Reconfigurator:
         thresholds = tuple(sorted(self.config.tokens_per_step))
         total = sum(k.rate for k in classes)
         mean_tokens = sum(k.rate * k.tokens for k in classes) / total
+        cache, recompute = step_latency_table(self.profile, self.cluster, self.degrees, mean_tokens,
+                                              self.config.block_length)
         return CapacityProblem(
             classes=tuple(classes),
             thresholds=thresholds,
@@ -58,9 +67,10 @@ class Reconfigurator:
             degrees=self.degrees,
             nodes=self.cluster.nodes,
             gpus_per_node=self.cluster.gpus_per_node,
-            latency=step_latency_table(self.profile, self.cluster, self.degrees, mean_tokens,
-                                       self.config.block_length),
+            latency=cache,
             slack_weight=self.config.slack_weight,
+            recompute_latency=recompute,
+            block_length=self.config.block_length,
         )
 
     def _stage1(self, pb: CapacityProblem, what: str) -> Optional[CapacityPlan]:
@@ -85,12 +95,17 @@ class Reconfigurator:
         target = self._stage1(pb, "target")
         current = self._stage1(replace(pb, fixed_counts=current_counts), "current cluster") if existing else None
         cur_obj = current.objective if current else None
+        current_rps = capacity_rps(pb, current_counts)
         if target is None:
             node_counts = all_tp1_node_counts(self.cluster, self.degrees)
             counts = dict(Counter(d for nc in node_counts for d, n in nc.items() for _ in range(n)))
             log.warning("reconfig at %.1fs: stage 1 infeasible or unsolved; falling back to all TP-%d",
                         now, min(self.degrees))
             if counts == current_counts:
+                return None
+            if existing and capacity_rps(pb, counts) <= current_rps:
+                log.info("reconfig at %.1fs: the fallback %s carries no more than the running %s; keeping "
+                         "the cluster", now, counts, current_counts)
                 return None
             batch, obj, reason = {}, None, "fallback: stage 1 infeasible"
         else:
@@ -102,12 +117,46 @@ class Reconfigurator:
                 log.info("reconfig at %.1fs: objective %.4f vs current %.4f is under the %.0f%% trigger; "
                          "keeping the cluster", now, target.objective, cur_obj, 100 * self.config.min_improvement)
                 return None
+            need = pb.total_rate * (1 + self.config.capacity_headroom)
+            target_rps = capacity_rps(pb, counts)
+            if target_rps < need:
+                log.info("reconfig at %.1fs: %s carries %.2f req/s at the lowest threshold, under the %.2f "
+                         "req/s observed with headroom; keeping the cluster", now, counts, target_rps, need)
+                return None
             node_counts, batch, obj = list(target.node_counts), target.batch, target.objective
             reason = "improvement" if cur_obj is not None else "current cluster cannot meet the SLOs"
         plan = self.plan_to(node_counts, existing, batch, obj, cur_obj, reason)
+        if cur_obj is not None and obj is not None and not self._pays_back(pb, plan, existing, obj / cur_obj - 1):
+            return None
         log.info("reconfig at %.1fs: %s -> %s (%s): keep %d, launch %d, stop %d",
                  now, current_counts, counts, reason, len(plan.keep), len(plan.steps), len(plan.stops))
         return plan
+
+    def transition_cost_s(self, pb: CapacityProblem, plan: ReconfigPlan, existing: Sequence[InstanceSpec]) -> float:
+        """Cluster-seconds of capacity ``plan`` takes offline: each stopped instance's share of
+        the running cluster's capacity, from its drain until its replacement is ready."""
+        total = capacity_rps(pb, dict(Counter(e.tp for e in existing)))
+        if total <= 0:
+            return 0.0
+        tp_of = {e.instance_id: e.tp for e in existing}
+        cfg = self.config
+        drain = cfg.drain_time_s if cfg.drain_time_s is not None else min(
+            (k.slo_s for k in pb.classes if np.isfinite(k.slo_s)), default=0.0)
+        lost = sum(capacity_rps(pb, {tp_of[i]: 1}) for i in plan.stops if i in tp_of)
+        return lost / total * (drain + cfg.launch_time_s)
+
+    def _pays_back(self, pb: CapacityProblem, plan: ReconfigPlan, existing: Sequence[InstanceSpec],
+                   gain: float) -> bool:
+        """Does the relative objective ``gain``, held for the plan's lifetime, repay the
+        capacity lost while it executes? Both sides are in cluster-seconds."""
+        cost = self.transition_cost_s(pb, plan, existing)
+        earned = gain * self.config.lifetime_s
+        if earned <= cost:
+            log.info("reconfig: the plan's %.1f%% gain over %.0fs (%.1f cluster-s) does not repay the %.1f "
+                     "cluster-s its drains and launches cost; keeping the cluster",
+                     100 * gain, self.config.lifetime_s, earned, cost)
+            return False
+        return True
 
     def plan_to(
         self, node_counts: Sequence[dict[int, int]], existing: Sequence[InstanceSpec], batch: Optional[dict] = None,

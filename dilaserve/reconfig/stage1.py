@@ -1,8 +1,13 @@
-"""Stage 1 of reconfiguration: capacity planning (DESIGN.md section 5).
+"""Stage 1 of reconfiguration: capacity planning (see ``docs/architecture.md``, control algorithms).
 
 Decides how many TP-d instances each node runs, one batch size per TP degree, and how each
 request class's steps split across thresholds and TP degrees, maximising the
 request-rate-weighted average threshold per output token (tie-break: SLO slack).
+
+Steps follow the step law: a class-k request decodes O_k / B blocks, and each block takes
+exactly one recompute step (whole canvas) whatever the threshold; only the number of cache
+steps (block only) depends on the threshold split. So the recompute steps of class k are a
+constant R_k = O_k / B, split across TP degrees, and the threshold split moves cache steps.
 
 Variables (k: class, c: threshold, d: TP degree, b: batch size, p: node pattern):
   m[p]     integer  nodes that run pattern p (a multiset of TP degrees fitting one node);
@@ -10,18 +15,23 @@ Variables (k: class, c: threshold, d: TP degree, b: batch size, p: node pattern)
                     by pattern instead of per node removes the symmetry between nodes, which
                     keeps the model the same size at 16 GPUs and at 256.
   z[d,b]   binary   TP-d instances run batch size b (exactly one b per degree)
-  y[d,b]   >= 0     = z[d,b] * N_d   (McCormick, exact for binary z and integer N_d)
   s[k,c]   >= 0     steps of a class-k request at threshold c
   u[k,d]   >= 0     steps of a class-k request on TP-d instances (it may migrate)
+  r[k,d]   >= 0     of those, recompute steps (r <= u)
   w[k,d,b] >= 0     = z[d,b] * u[k,d]  (McCormick with the bound U_k = O_k / min_c T_c)
+  q[k,d,b] >= 0     = z[d,b] * r[k,d]  (McCormick with the bound R_k)
 Constraints:
   token completeness   sum_c T_c s[k,c] = O_k
   step consistency     sum_c s[k,c] = sum_d u[k,d]
-  per-class SLO        t_k = sum_{d,b} L[d,b] w[k,d,b] <= SLO_k
-  load <= capacity     sum_k rate_k u[k,d] <= sum_b (b / L[d,b]) y[d,b]   (request-steps/s)
+  recompute steps      sum_d r[k,d] = R_k
+  per-class SLO        t_k = sum_{d,b} Lc[d,b] (w - q)[k,d,b] + Lr[d,b] q[k,d,b] <= SLO_k
+  load <= capacity     sum_k rate_k sum_b (Lc[d,b] (w - q) + Lr[d,b] q)[k,d,b] / b <= N_d
+                       (instance-seconds per second: a TP-d instance batching b requests
+                       spends one step latency on b request-steps)
   GPUs per node        by construction of the patterns; sum_p m[p] = nodes
-L[d,b] is the mean step latency of a TP-d instance batching b requests of the workload's
-mean size; capacity and load are therefore in request-steps per second.
+Lc[d,b] and Lr[d,b] are the cache- and recompute-step latencies of a TP-d instance batching
+b requests of the workload's mean size. Without caching every step is priced at Lc (and
+R_k = 0).
 """
 from __future__ import annotations
 
@@ -40,19 +50,38 @@ from dilaserve.reconfig.solver import SolveResult, solve
 
 log = logging.getLogger(__name__)
 
+LatencyTable = Mapping[tuple[int, int], float]
+
 
 @dataclass(frozen=True)
 class CapacityProblem:
+    """Stage 1's inputs.
+
+    Attributes:
+        classes: request classes (rates, mean prompt and canvas lengths, SLOs).
+        thresholds: candidate thresholds, ascending.
+        tokens_per_step: effective ``T_c = B / S_c`` at each threshold (the step law).
+        degrees: TP degrees the planner may use.
+        nodes / gpus_per_node: the cluster.
+        latency: ``Lc[d, b]`` seconds per cache step (per step when caching is off).
+        slack_weight: weight of the SLO-slack tie-break.
+        fixed_counts: pin the instance count per TP degree (to score the current
+            configuration); nodes may then leave GPUs idle, as a running cluster may.
+        recompute_latency: ``Lr[d, b]`` seconds per recompute step; None when caching is off.
+        block_length: tokens per block; each block of a request takes one recompute step.
+    """
+
     classes: tuple[RequestClass, ...]
     thresholds: tuple[float, ...]
     tokens_per_step: tuple[float, ...]      # T_c, aligned with thresholds
     degrees: tuple[int, ...]
     nodes: int
     gpus_per_node: int
-    latency: Mapping[tuple[int, int], float]  # L[d, b] seconds per step
+    latency: LatencyTable
     slack_weight: float = 1e-3
-    #: Pin the instance count per TP degree (to score the current configuration).
     fixed_counts: Optional[Mapping[int, int]] = None
+    recompute_latency: Optional[LatencyTable] = None
+    block_length: int = 0
 
     def batches(self, d: int) -> list[int]:
         return sorted(b for (dd, b) in self.latency if dd == d)
@@ -60,6 +89,21 @@ class CapacityProblem:
     @property
     def total_rate(self) -> float:
         return sum(k.rate for k in self.classes)
+
+    @property
+    def cached(self) -> bool:
+        return self.recompute_latency is not None and self.block_length > 0
+
+    def recompute_steps(self) -> np.ndarray:
+        """``R_k``: recompute steps of a class-k request (one per block; 0 without caching)."""
+        if not self.cached:
+            return np.zeros(len(self.classes))
+        return np.array([k.output_tokens / self.block_length for k in self.classes])
+
+    def step_costs(self, d: int, b: int) -> tuple[float, float]:
+        """(cache-step, recompute-step) seconds of TP-d batching b requests."""
+        lc = self.latency[d, b]
+        return lc, (self.recompute_latency[d, b] if self.cached else lc)
 
 
 @dataclass(frozen=True)
@@ -69,6 +113,7 @@ class CapacityPlan:
     batch: dict[int, int]                      # batch size (requests) per TP degree
     steps_at: np.ndarray                       # s[k, c]
     steps_on: np.ndarray                       # u[k, d], columns in problem.degrees order
+    recompute_on: np.ndarray                   # r[k, d], the recompute steps among u[k, d]
     quality: float
     slack: float
     #: quality + slack_weight x slack: what the solver maximised and the trigger compares.
@@ -76,18 +121,19 @@ class CapacityPlan:
     solve: SolveResult = field(compare=False)
 
 
-def node_patterns(degrees: Sequence[int], gpus_per_node: int) -> list[tuple[int, ...]]:
-    """Every multiset of TP degrees that fills one node exactly.
+def node_patterns(degrees: Sequence[int], gpus_per_node: int, partial: bool = False) -> list[tuple[int, ...]]:
+    """Every multiset of TP degrees that fills one node exactly (``partial``: that fits it).
 
-    The GPUs-per-node constraint is sum_d d x[n, d] <= G; an idle GPU never improves the
-    objective, so only full nodes are enumerated (TP degrees divide G, so they exist).
+    The GPUs-per-node constraint is sum_d d x[n, d] <= G. When the counts are free, an idle
+    GPU never improves the objective, so full nodes suffice (TP degrees divide G, so they
+    exist). Pinned counts (the running cluster) may leave GPUs idle: scoring them needs
+    the partial patterns too, or a cluster with idle GPUs would look infeasible.
     """
     out: list[tuple[int, ...]] = []
 
     def rec(prefix: tuple[int, ...], room: int, start: int) -> None:
-        if room == 0:
+        if room == 0 or partial:
             out.append(prefix)
-            return
         for i in range(start, len(degrees)):
             if degrees[i] <= room:
                 rec(prefix + (degrees[i],), room - degrees[i], i)
@@ -99,25 +145,24 @@ def node_patterns(degrees: Sequence[int], gpus_per_node: int) -> list[tuple[int,
 def step_latency_table(
     profile: LatencyProfile, cluster: ClusterConfig, degrees: Sequence[int],
     mean_tokens: float, block_length: int,
-) -> dict[tuple[int, int], float]:
-    """L[d, b]: mean step latency of TP-d with b requests of ``mean_tokens`` tokens.
+) -> tuple[dict[tuple[int, int], float], Optional[dict[tuple[int, int], float]]]:
+    """(Lc, Lr): cache- and recompute-step seconds of TP-d batching b requests of
+    ``mean_tokens`` tokens: ``Lc = LP_cache[b B]`` (one block per request) and
+    ``Lr = LP_recompute[b mean_tokens]`` (the whole canvas). Without caching
+    (``block_length <= 1``) every step is a recompute step: ``(Lr, None)``.
 
-    With caching, a block costs (B - 1) cache steps over b blocks and one recompute step over
-    every token, so the mean step is ((B - 1) LP_cache[b B] + LP_recompute[b T]) / B.
     Batch sizes that exceed the degree's token limit are left out.
     """
-    table: dict[tuple[int, int], float] = {}
+    cache: dict[tuple[int, int], float] = {}
+    recompute: dict[tuple[int, int], float] = {}
     for d in degrees:
         for b in cluster.batch_options:
             if b * mean_tokens > cluster.max_batch_tokens[d] and b > 1:
                 continue
-            rec = profile.latency(d, b * mean_tokens, StepKind.RECOMPUTE)
+            recompute[d, b] = profile.latency(d, b * mean_tokens, StepKind.RECOMPUTE)
             if block_length > 1:
-                cac = profile.latency(d, b * block_length, StepKind.CACHE)
-                table[d, b] = ((block_length - 1) * cac + rec) / block_length
-            else:
-                table[d, b] = rec
-    return table
+                cache[d, b] = profile.latency(d, b * block_length, StepKind.CACHE)
+    return (cache, recompute) if block_length > 1 else (recompute, None)
 
 
 def _weights(pb: CapacityProblem) -> np.ndarray:
@@ -133,16 +178,51 @@ def quality_of(pb: CapacityProblem, steps_at: np.ndarray) -> float:
     return float(_weights(pb) @ per_class)
 
 
-def class_latency(pb: CapacityProblem, batch: Mapping[int, int], steps_on: np.ndarray) -> np.ndarray:
-    lat = np.array([pb.latency[d, batch[d]] for d in pb.degrees])
-    return steps_on @ lat
+def _costs(pb: CapacityProblem, batch: Mapping[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    lc, lr = zip(*(pb.step_costs(d, batch[d]) for d in pb.degrees))
+    return np.array(lc), np.array(lr)
 
 
-def slack_of(pb: CapacityProblem, batch: Mapping[int, int], steps_on: np.ndarray) -> float:
+def class_latency(pb: CapacityProblem, batch: Mapping[int, int], steps_on: np.ndarray,
+                  recompute_on: np.ndarray) -> np.ndarray:
+    """t_k: seconds of a class-k request, its cache steps at Lc and recompute steps at Lr."""
+    lc, lr = _costs(pb, batch)
+    return (steps_on - recompute_on) @ lc + recompute_on @ lr
+
+
+def slack_of(pb: CapacityProblem, batch: Mapping[int, int], steps_on: np.ndarray,
+             recompute_on: np.ndarray) -> float:
     slo = np.array([k.slo_s for k in pb.classes])
-    t = class_latency(pb, batch, steps_on)
+    t = class_latency(pb, batch, steps_on, recompute_on)
     frac = np.where(np.isfinite(slo), 1.0 - t / np.where(np.isfinite(slo), slo, 1.0), 1.0)
     return float(_weights(pb) @ frac)
+
+
+def capacity_rps(pb: CapacityProblem, counts: Mapping[int, int], threshold: Optional[float] = None) -> float:
+    """Requests/s of the class mix that ``counts`` instances carry with every step at
+    ``threshold`` (default: the lowest candidate, the most the control plane can squeeze
+    out), each degree at its best batch and running the mix in proportion.
+
+    A class-k request on TP-d batching b costs (R_k Lr + (S_k - R_k) Lc) / b
+    instance-seconds, S_k = O_k / T_c its steps.
+    """
+    if not pb.classes or pb.total_rate <= 0:
+        return 0.0
+    c = 0 if threshold is None else pb.thresholds.index(threshold)
+    share = _weights(pb)
+    steps = np.array([k.output_tokens for k in pb.classes]) / pb.tokens_per_step[c]
+    rec = np.minimum(pb.recompute_steps(), steps)
+    total = 0.0
+    for d in pb.degrees:
+        if counts.get(d, 0) <= 0:
+            continue
+        best = 0.0
+        for b in pb.batches(d):
+            lc, lr = pb.step_costs(d, b)
+            seconds = float(share @ (rec * lr + (steps - rec) * lc)) / b
+            best = max(best, 1.0 / seconds)
+        total += counts[d] * best
+    return total
 
 
 def solve_capacity(
@@ -151,32 +231,40 @@ def solve_capacity(
     """Build and solve stage 1; None when it is infeasible or no solver found a solution.
 
     The slack tie-break solve gets ``tiebreak_time_s`` (default: what is left of the time
-    limit); when it runs out, its best plan so far is used, and that plan is as good as the
-    first solve's on the main objective by construction.
+    limit); its plan replaces the first solve's only when it has more slack, so a tie-break
+    that runs out (or whose fallback solver finds only a poor incumbent) never makes the
+    plan worse. Both are as good on the main objective by construction.
     """
     K, C, D = range(len(pb.classes)), range(len(pb.thresholds)), pb.degrees
     if not pb.classes or not D:
         return None
-    pats = node_patterns(D, pb.gpus_per_node)
+    pats = node_patterns(D, pb.gpus_per_node, partial=pb.fixed_counts is not None)
     T = pb.tokens_per_step
-    U = {k: pb.classes[k].output_tokens / min(T) for k in K}
-    M = {d: pb.nodes * (pb.gpus_per_node // d) for d in D}
+    R = pb.recompute_steps()
+    U = {k: max(pb.classes[k].output_tokens / min(T), R[k]) for k in K}
     B = {d: pb.batches(d) for d in D}
+    cost = {(d, b): pb.step_costs(d, b) for d in D for b in B[d]}
     w8 = _weights(pb)
     prob = pulp.LpProblem("stage1_capacity", pulp.LpMaximize)
     V = prob.add_variable
     m = {p: V(f"m_{i}", 0, pb.nodes, cat="Integer") for i, p in enumerate(pats)}
     z = {(d, b): V(f"z_{d}_{b}", cat="Binary") for d in D for b in B[d]}
-    y = {(d, b): V(f"y_{d}_{b}", 0, M[d]) for d in D for b in B[d]}
     s = {(k, c): V(f"s_{k}_{c}", 0) for k in K for c in C}
     u = {(k, d): V(f"u_{k}_{d}", 0, U[k]) for k in K for d in D}
+    r = {(k, d): V(f"r_{k}_{d}", 0, R[k]) for k in K for d in D}
     w = {(k, d, b): V(f"w_{k}_{d}_{b}", 0, U[k]) for k in K for d in D for b in B[d]}
+    q = {(k, d, b): V(f"q_{k}_{d}_{b}", 0, R[k]) for k in K for d in D for b in B[d]}
     n_inst = {d: pulp.lpSum(p.count(d) * m[p] for p in pats) for d in D}
+
+    def seconds(k: int, d: int, b: int):
+        """Seconds of class k's steps on TP-d at batch b (zero unless z[d, b])."""
+        lc, lr = cost[d, b]
+        return lc * w[k, d, b] + (lr - lc) * q[k, d, b]
 
     quality = pulp.lpSum(
         w8[k] / pb.classes[k].output_tokens * pulp.lpSum(pb.thresholds[c] * T[c] * s[k, c] for c in C) for k in K
     )
-    lat = {k: pulp.lpSum(pb.latency[d, b] * w[k, d, b] for d in D for b in B[d]) for k in K}
+    lat = {k: pulp.lpSum(seconds(k, d, b) for d in D for b in B[d]) for k in K}
     slack = pulp.lpSum(w8[k] * (1 - lat[k] / pb.classes[k].slo_s) for k in K if np.isfinite(pb.classes[k].slo_s))
     # Two-level objective as two solves: the best average threshold first, then the most
     # SLO slack among plans within a hair of it. (One weighted solve spends most of its time
@@ -186,54 +274,65 @@ def solve_capacity(
     prob += pulp.lpSum(m.values()) == pb.nodes, "nodes"
     for d in D:
         prob += pulp.lpSum(z[d, b] for b in B[d]) == 1, f"one_batch_{d}"
-        for b in B[d]:
-            prob += y[d, b] <= M[d] * z[d, b], f"y_ub_z_{d}_{b}"
-            prob += y[d, b] <= n_inst[d], f"y_ub_n_{d}_{b}"
-            prob += y[d, b] >= n_inst[d] - M[d] * (1 - z[d, b]), f"y_lb_{d}_{b}"
-        load = pulp.lpSum(pb.classes[k].rate * u[k, d] for k in K)
-        prob += load <= pulp.lpSum(b / pb.latency[d, b] * y[d, b] for b in B[d]), f"capacity_{d}"
+        busy = pulp.lpSum(pb.classes[k].rate * seconds(k, d, b) / b for k in K for b in B[d])
+        prob += busy <= n_inst[d], f"capacity_{d}"
         if pb.fixed_counts is not None:
             prob += n_inst[d] == int(pb.fixed_counts.get(d, 0)), f"fixed_{d}"
     for k in K:
         cls = pb.classes[k]
         prob += pulp.lpSum(T[c] * s[k, c] for c in C) == cls.output_tokens, f"tokens_{k}"
         prob += pulp.lpSum(s[k, c] for c in C) == pulp.lpSum(u[k, d] for d in D), f"steps_{k}"
+        prob += pulp.lpSum(r[k, d] for d in D) == float(R[k]), f"recompute_{k}"
         if np.isfinite(cls.slo_s):
             prob += lat[k] <= cls.slo_s, f"slo_{k}"
         for d in D:
+            prob += r[k, d] <= u[k, d], f"r_le_u_{k}_{d}"
             for b in B[d]:
-                prob += w[k, d, b] <= U[k] * z[d, b], f"w_ub_z_{k}_{d}_{b}"
-                prob += w[k, d, b] <= u[k, d], f"w_ub_u_{k}_{d}_{b}"
-                prob += w[k, d, b] >= u[k, d] - U[k] * (1 - z[d, b]), f"w_lb_{k}_{d}_{b}"
+                for x, xs, bound, tag in ((u, w, U[k], "w"), (r, q, R[k], "q")):
+                    prob += xs[k, d, b] <= bound * z[d, b], f"{tag}_ub_z_{k}_{d}_{b}"
+                    prob += xs[k, d, b] <= x[k, d], f"{tag}_ub_x_{k}_{d}_{b}"
+                    prob += xs[k, d, b] >= x[k, d] - bound * (1 - z[d, b]), f"{tag}_lb_{k}_{d}_{b}"
 
     res = solve(prob, time_limit_s)
     if not res.has_solution:
         log.warning("stage 1: %s (%s, %.2fs)", res.status, res.solver, res.seconds)
         return None
-    values = {v.name: v.value() for v in prob.variables()}
-    if pb.slack_weight > 0 and slack is not None and not isinstance(slack, (int, float)):
+    plan = _read_plan(pb, prob, pats, m, z, s, u, r, res)
+    if pb.slack_weight > 0 and not isinstance(slack, (int, float)):
         best = float(pulp.value(quality))
         prob += quality >= best - 1e-6 * max(1.0, abs(best)), "keep_quality"
         prob.setObjective(slack)
         # Slack is a tie-break: 0.1% of it is precise enough and saves most of the search.
         budget = max(time_limit_s - res.seconds, 0.1)
         res2 = solve(prob, min(budget, tiebreak_time_s) if tiebreak_time_s else budget, rel_gap=1e-3)
-        if res2.has_solution:
-            values = {v.name: v.value() for v in prob.variables()}
-            res = SolveResult(res2.status, res2.solver, res.seconds + res2.seconds)
+        total = SolveResult(res.status, res.solver, res.seconds + res2.seconds)
+        second = _read_plan(pb, prob, pats, m, z, s, u, r, total) if res2.has_solution else None
+        if second is not None and not check_capacity_plan(pb, second) and second.slack > plan.slack:
+            plan = second
         else:
-            log.warning("stage 1: the slack tie-break solve failed (%s); keeping the first solution", res2.status)
+            log.info("stage 1: the slack tie-break solve (%s, %s) found nothing better than the first "
+                     "solution; keeping it", res2.status, res2.solver)
+            plan = CapacityPlan(**{**plan.__dict__, "solve": total})
+    return plan
+
+
+def _read_plan(pb: CapacityProblem, prob: pulp.LpProblem, pats, m, z, s, u, r, res: SolveResult) -> CapacityPlan:
+    """The plan held by the solver's current variable values."""
+    values = {v.name: v.value() for v in prob.variables()}
     val = lambda v: float(values.get(v.name) or 0.0)  # noqa: E731
+    K, C, D = range(len(pb.classes)), range(len(pb.thresholds)), pb.degrees
     pattern_count = {p: int(round(val(m[p]))) for p in pats}
     counts = {d: sum(p.count(d) * n for p, n in pattern_count.items()) for d in D}
     nodes = [dict((d, p.count(d)) for d in D) for p, n in pattern_count.items() for _ in range(n)]
-    batch = {d: max(B[d], key=lambda b: val(z[d, b])) for d in D}
+    batch = {d: max(pb.batches(d), key=lambda b: val(z[d, b])) for d in D}
     steps_at = np.array([[val(s[k, c]) for c in C] for k in K])
     steps_on = np.array([[val(u[k, d]) for d in D] for k in K])
-    quality, slack = quality_of(pb, steps_at), slack_of(pb, batch, steps_on)
+    recompute_on = np.array([[val(r[k, d]) for d in D] for k in K])
+    quality, slack = quality_of(pb, steps_at), slack_of(pb, batch, steps_on, recompute_on)
     return CapacityPlan(
         counts=counts, node_counts=tuple(nodes), batch=batch, steps_at=steps_at, steps_on=steps_on,
-        quality=quality, slack=slack, objective=quality + pb.slack_weight * slack, solve=res,
+        recompute_on=recompute_on, quality=quality, slack=slack,
+        objective=quality + pb.slack_weight * slack, solve=res,
     )
 
 
@@ -254,28 +353,37 @@ def check_capacity_plan(pb: CapacityProblem, plan: CapacityPlan, tol: float = 1e
             bad.append(f"TP-{d}: batch {plan.batch[d]} is not an option")
         if pb.fixed_counts is not None and plan.counts[d] != pb.fixed_counts.get(d, 0):
             bad.append(f"TP-{d}: {plan.counts[d]} instances, pinned to {pb.fixed_counts.get(d, 0)}")
-    if (plan.steps_at < -tol).any() or (plan.steps_on < -tol).any():
+    if (plan.steps_at < -tol).any() or (plan.steps_on < -tol).any() or (plan.recompute_on < -tol).any():
         bad.append("negative steps")
+    if (plan.recompute_on > plan.steps_on + tol).any():
+        bad.append("more recompute steps than steps on a TP degree")
     T = np.array(pb.tokens_per_step)
-    lat = class_latency(pb, plan.batch, plan.steps_on)
+    R = pb.recompute_steps()
+    lat = class_latency(pb, plan.batch, plan.steps_on, plan.recompute_on)
     for k, cls in enumerate(pb.classes):
         scale = max(1.0, cls.output_tokens)
         if abs(plan.steps_at[k] @ T - cls.output_tokens) > tol * scale:
             bad.append(f"class {k}: commits {plan.steps_at[k] @ T:.4f} tokens, needs {cls.output_tokens}")
         if abs(plan.steps_at[k].sum() - plan.steps_on[k].sum()) > tol * scale:
             bad.append(f"class {k}: steps by threshold and by TP degree differ")
+        if abs(plan.recompute_on[k].sum() - R[k]) > tol * scale:
+            bad.append(f"class {k}: {plan.recompute_on[k].sum():.4f} recompute steps, one per block is {R[k]:.4f}")
         if lat[k] > cls.slo_s * (1 + tol) + tol:
             bad.append(f"class {k}: latency {lat[k]:.4f}s > SLO {cls.slo_s}s")
     for d, (load, cap) in load_and_capacity(pb, plan).items():
         if load > cap * (1 + tol) + tol:
-            bad.append(f"TP-{d}: load {load:.3f} > capacity {cap:.3f} request-steps/s")
+            bad.append(f"TP-{d}: load {load:.3f} > capacity {cap:.3f} instance-seconds/s")
     return bad
 
 
 def load_and_capacity(pb: CapacityProblem, plan: CapacityPlan) -> dict[int, tuple[float, float]]:
-    """Per TP degree: (arrival load, capacity) of the plan, both in request-steps per second."""
+    """Per TP degree: (arrival load, capacity) of the plan in instance-seconds per second:
+    the step time its share of the arrivals needs at its batch size, and its instances."""
     rates = np.array([k.rate for k in pb.classes])
-    return {
-        d: (float(rates @ plan.steps_on[:, j]), plan.counts[d] * plan.batch[d] / pb.latency[d, plan.batch[d]])
-        for j, d in enumerate(pb.degrees)
-    }
+    out = {}
+    for j, d in enumerate(pb.degrees):
+        b = plan.batch[d]
+        lc, lr = pb.step_costs(d, b)
+        per_request = (plan.steps_on[:, j] - plan.recompute_on[:, j]) * lc + plan.recompute_on[:, j] * lr
+        out[d] = (float(rates @ per_request) / b, float(plan.counts[d]))
+    return out

@@ -8,8 +8,9 @@ fatal; the documented fallbacks keep the server up and say so in the log:
   seconds per degree on CPU);
 * predictor: the tuned LightGBM predictor, else the one-shot baseline fitted
   by the pipeline, else a one-shot baseline with conservative built-in rates;
-* tokens per step per threshold (stage 1 of reconfiguration): from the
-  threshold-quality table, else built-in defaults.
+* the step law (expected steps per block per threshold; load control's capacity and
+  stage 1 of reconfiguration): from the recorded step dynamics, else the
+  threshold-quality table's steps per token, else built-in defaults.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from dilaserve import artifacts
+from dilaserve.control.step_law import StepLaw
 from dilaserve.predict.base import OneShotPredictor, StepPredictor
 from dilaserve.profile.types import LatencyProfile
 
@@ -32,7 +34,8 @@ class ControlInputs:
     profile: LatencyProfile
     predictor: StepPredictor
     oneshot: OneShotPredictor
-    tokens_per_step: Optional[dict[float, float]]
+    #: None only when neither the step dynamics nor the threshold-quality table exist.
+    step_law: Optional[StepLaw]
     notes: list[str]
 
 
@@ -50,7 +53,8 @@ def quick_profile(checkpoint: str, device: str, tp_degrees=(1,)) -> LatencyProfi
     return measure_profile(checkpoint, cfg, device=device, name="startup-quick")
 
 
-def load_control_inputs(checkpoint: str, device: str, thresholds, artifacts_root: str, tp_degrees=(1,)) -> ControlInputs:
+def load_control_inputs(checkpoint: str, device: str, thresholds, artifacts_root: str, tp_degrees=(1,),
+                        block_length: int = 32) -> ControlInputs:
     notes: list[str] = []
     paths = artifacts.artifact_paths(artifacts_root)
     profile = LatencyProfile.load(paths.measured_profile) if paths.measured_profile.exists() else None
@@ -72,12 +76,23 @@ def load_control_inputs(checkpoint: str, device: str, thresholds, artifacts_root
                      "falling back to the one-shot predictor")
         predictor = oneshot
 
-    tokens_per_step = None
-    try:
-        quality = artifacts.load_threshold_quality(artifacts_root)
-        tokens_per_step = {r.threshold: max(1.0, 1.0 / r.steps_per_token) for r in quality.fixed}
-    except FileNotFoundError:
-        notes.append("no threshold-quality table: reconfiguration plans with built-in tokens-per-step rates")
+    step_law = load_step_law(artifacts_root, thresholds, block_length, notes)
     for n in notes:
         log.warning(n)
-    return ControlInputs(profile, predictor, oneshot, tokens_per_step, notes)
+    return ControlInputs(profile, predictor, oneshot, step_law, notes)
+
+
+def load_step_law(artifacts_root: str, thresholds, block_length: int, notes: list[str]) -> Optional[StepLaw]:
+    """The served model's step law: the recorded step dynamics' exact steps per block, else
+    ``B x steps per token`` of the threshold-quality table; None (noted) without either."""
+    try:
+        return StepLaw.from_dynamics(artifacts.load_step_dynamics(artifacts_root), block_length, thresholds)
+    except (FileNotFoundError, ValueError) as e:
+        notes.append(f"no usable step dynamics ({type(e).__name__}); trying the threshold-quality table")
+    try:
+        quality = artifacts.load_threshold_quality(artifacts_root)
+    except FileNotFoundError:
+        notes.append("no step dynamics or threshold-quality table: capacity and reconfiguration use built-in "
+                     "tokens-per-step rates")
+        return None
+    return StepLaw.from_steps_per_token({r.threshold: r.steps_per_token for r in quality.fixed}, block_length)

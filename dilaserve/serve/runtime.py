@@ -140,7 +140,7 @@ class ServingRuntime:
         self._owns_ray = connect_ray(cfg)
         usable = tuple(d for d in cfg.tp_degrees if d <= cfg.gpus_per_node)
         inputs = await asyncio.to_thread(load_control_inputs, cfg.model, cfg.device, cfg.thresholds, cfg.artifacts,
-                                         usable if self.info.supports_cache else (1,))
+                                         usable if self.info.supports_cache else (1,), cfg.block_length)
         self.notes = inputs.notes
         predictor = inputs.oneshot if self.policy.predictor == "oneshot" else inputs.predictor
         self.backend = RayBackend(RayBackendConfig(cfg.model, cfg.device, cfg.torch_threads))
@@ -152,8 +152,8 @@ class ServingRuntime:
                 nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node, tp_degrees=tuple(cfg.tp_degrees),
                 max_batch_tokens={d: cfg.max_batch_tokens * d for d in cfg.tp_degrees},
             )
-            rc = ReconfigConfig(interval_s=cfg.reconfig_interval_s, block_length=cfg.block_length,
-                                **({"tokens_per_step": inputs.tokens_per_step} if inputs.tokens_per_step else {}))
+            rc = ReconfigConfig(interval_s=cfg.reconfig_interval_s, block_length=cfg.block_length)
+            rc = rc.with_step_law(inputs.step_law) if inputs.step_law else rc
             reconfigurator = Reconfigurator(cluster, inputs.profile, rc)
         self.scheduler = GlobalScheduler(
             self.backend, inputs.profile, self.policy, control=ControlConfig(thresholds=tuple(sorted(cfg.thresholds))),

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-import numpy as np
-
 from dilaserve.control.config import ControlConfig
+from dilaserve.control.step_law import StepLaw
 from dilaserve.predict.base import OneShotPredictor, StepPredictor
 from dilaserve.predict.dynamics import StepDynamics
 from dilaserve.profile.types import LatencyProfile
@@ -30,9 +29,10 @@ class ClusterSetting:
         name: label in tables and plots (e.g. ``paper``, ``embedded``).
         profile: step latency per TP degree.
         cluster: nodes, GPUs per node, allowed TP degrees, batch limits.
-        control: candidate thresholds and the baselines' fixed threshold.
+        control: candidate thresholds, the baselines' fixed threshold and the step law
+            load control prices capacity with (see :func:`with_dynamics`).
         reconfig: reconfiguration settings (``tokens_per_step`` should come from the
-            replayed dynamics: see :func:`with_dynamics`).
+            replayed dynamics' step law: see :func:`with_dynamics`).
         monitor: workload monitor settings.
         initial_tp: every policy starts from a static cluster of this TP degree (the
             baselines stay on it).
@@ -60,16 +60,21 @@ class ClusterSetting:
                              f"degree {self.cluster.tp_degrees}")
 
 
-def tokens_per_step_for(dynamics: StepDynamics, thresholds) -> dict[float, float]:
-    """``T_c`` of the reconfiguration ILP at each candidate threshold, from the replayed
-    dynamics (interpolated between recorded thresholds)."""
-    tc = dynamics.mean_tokens_per_step()
-    xs = sorted(tc)
-    return {float(t): max(1.0, float(np.interp(t, xs, [tc[x] for x in xs]))) for t in thresholds}
+def step_law_for(dynamics: StepDynamics, thresholds, block_length: int) -> StepLaw:
+    """The step law of the replayed dynamics at each candidate threshold: the exact expected
+    steps per block of their Markov chain (the simulator replays the same pools)."""
+    return StepLaw.from_dynamics(dynamics, block_length, thresholds)
+
+
+def tokens_per_step_for(dynamics: StepDynamics, thresholds, block_length: int = 32) -> dict[float, float]:
+    """``T_c`` of the reconfiguration ILP at each candidate threshold: ``B / S_c`` from the
+    replayed dynamics' step law (whole blocks, so the ILP's steps are the simulator's)."""
+    return step_law_for(dynamics, thresholds, block_length).tokens_per_step_at(thresholds)
 
 
 def with_dynamics(setting: ClusterSetting, dynamics: StepDynamics) -> ClusterSetting:
-    """The setting with the reconfigurator's ``T_c`` taken from ``dynamics``."""
-    tps = tokens_per_step_for(dynamics, setting.control.thresholds)
-    return replace(setting, reconfig=replace(setting.reconfig, tokens_per_step=tps,
-                                             block_length=setting.block_length))
+    """The setting with the step law of ``dynamics`` wherever the control plane prices work:
+    load control's capacity and the reconfigurator's ``T_c``."""
+    law = step_law_for(dynamics, setting.control.thresholds, setting.block_length)
+    return replace(setting, control=replace(setting.control, step_law=law),
+                   reconfig=setting.reconfig.with_step_law(law))
