@@ -1,21 +1,40 @@
-"""Threshold quality: the measured speed-quality table, fixed and mixed thresholds.
+"""Threshold quality: the measured speed-quality table, fixed and varying thresholds.
 
 ``fixed``: accuracy, mean steps and steps per output token at each candidate threshold.
-``mixed``: the same prompts decoded with every step's threshold drawn uniformly from the
-candidates, next to what the fixed rows would predict for that mix (the step-weighted mean
-of their accuracies). Their ratio, ``mix_factor``, tells the simulator how far a request
-whose threshold changed mid-way departs from that naive estimate, so dynamic-threshold
-quality comes from measurement, not assumption.
+
+A request whose threshold changes mid-way is estimated by :meth:`ThresholdQuality.estimate`
+as a *late-weighted* mean of the fixed accuracies at the thresholds its steps used: step
+``i`` of ``n`` weighs ``((i + 0.5) / n) ** gamma``. The steps that decide an answer are its
+last ones (early steps commit what the model is already sure of, the last ones the tokens
+it hesitates on), so a request that slowed down late loses more than one that sped up
+early. ``gamma`` (``late_weight``) is fitted by maximum likelihood on rollouts whose
+thresholds change per step: a uniform per-step mix, dips below a request's own threshold,
+and switches up or down mid-way; a request that never changed threshold gets its fixed
+accuracy whatever ``gamma`` is.
+
+``mixed``: the uniform per-step mix (every step's threshold drawn uniformly from the
+candidates) next to the plain step-weighted mean of the fixed accuracies; their ratio,
+``mix_factor``, is the estimator of tables saved before ``late_weight`` existed (applied in
+full to any request whose threshold varied at all, however little); such a table still
+loads and estimates that way, with a warning to rebuild it.
 """
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 import polars as pl
+
+log = logging.getLogger(__name__)
+
+#: Saved-table format: 2 adds ``late_weight`` (format-1 tables lack it and estimate the old way).
+FORMAT = 2
+#: Candidate ``gamma`` values of the maximum-likelihood fit (0 is the plain step mean).
+GAMMA_GRID: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(0, 101))
 
 
 @dataclass(frozen=True)
@@ -38,17 +57,85 @@ class MixedRow:
     n: int
 
 
+def position_weights(n_steps: int, gamma: float) -> np.ndarray:
+    """Weight of each of a request's ``n_steps`` steps: ``((i + 0.5) / n) ** gamma``."""
+    return ((np.arange(n_steps) + 0.5) / n_steps) ** gamma
+
+
+def late_weighted_mean(step_accuracy: np.ndarray, gamma: float) -> float:
+    """Mean of per-step fixed accuracies, later steps weighing more (``gamma`` 0: plain mean)."""
+    w = position_weights(len(step_accuracy), gamma)
+    return float(np.dot(w, step_accuracy) / w.sum())
+
+
+@dataclass(frozen=True)
+class LateWeight:
+    """The fitted late-weighting of varying-threshold requests.
+
+    Attributes:
+        gamma: exponent of the step-position weights (0: every step counts alike).
+        accuracy: graded accuracy of the fitting requests.
+        expected_accuracy: their mean estimate at ``gamma`` (calibration: close to ``accuracy``).
+        step_mean_accuracy: their mean plain step-weighted estimate (``gamma`` 0), for comparison.
+        n: requests fitted on (only those whose threshold changed).
+    """
+
+    gamma: float
+    accuracy: float
+    expected_accuracy: float
+    step_mean_accuracy: float
+    n: int
+
+    @classmethod
+    def fit(cls, step_accuracy: Sequence[np.ndarray], correct: Sequence[bool],
+            grid: Sequence[float] = GAMMA_GRID) -> "LateWeight":
+        """Maximum-likelihood ``gamma`` over ``grid``: each request's estimate is the
+        probability of its graded outcome (``correct``)."""
+        if not step_accuracy:
+            raise ValueError("no varying-threshold requests to fit the late weighting on: decode some "
+                             "prompts with per-step threshold changes (dilaserve.predict.rollouts)")
+        y = np.asarray(correct, dtype=np.float64)
+
+        def estimates(g: float) -> np.ndarray:
+            return np.array([late_weighted_mean(a, g) for a in step_accuracy])
+
+        def loglik(g: float) -> float:
+            p = np.clip(estimates(g), 1e-4, 1 - 1e-4)
+            return float(np.sum(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+        gamma = max(grid, key=loglik)
+        return cls(float(gamma), float(y.mean()), float(estimates(gamma).mean()), float(estimates(0.0).mean()), len(y))
+
+
+def _step_accuracies(steps: pl.DataFrame, requests: pl.DataFrame, accuracy) -> tuple[list[np.ndarray], list[bool]]:
+    """Per request of a rollout whose threshold changed: its steps' fixed accuracies, in
+    step order, and its graded outcome."""
+    seqs = steps.sort("request_id", "step").group_by("request_id", maintain_order=True).agg("step_threshold")
+    graded = dict(zip(requests["request_id"], requests["correct"]))
+    acc, correct = [], []
+    for rid, thresholds in seqs.iter_rows():
+        if len(set(thresholds)) > 1:
+            acc.append(np.array([accuracy(t) for t in thresholds]))
+            correct.append(bool(graded[rid]))
+    return acc, correct
+
+
 @dataclass
 class ThresholdQuality:
     fixed: list[FixedRow]
     mixed: MixedRow
     meta: dict = field(default_factory=dict)
+    #: None in tables saved before it existed: they estimate with ``mix_factor``.
+    late_weight: Optional[LateWeight] = None
 
     @classmethod
     def from_rollouts(cls, fixed_requests: pl.DataFrame, mixed_requests: pl.DataFrame,
-                      mixed_steps: pl.DataFrame, meta: dict | None = None) -> "ThresholdQuality":
-        """Build from rollout frames: the fixed-threshold requests, and the mixed-threshold
-        requests with their steps (``step_threshold`` per step)."""
+                      mixed_steps: pl.DataFrame, meta: dict | None = None,
+                      varied: Sequence[tuple[pl.DataFrame, pl.DataFrame]] = ()) -> "ThresholdQuality":
+        """Build from rollout frames: the fixed-threshold requests, the uniformly mixed
+        requests with their steps (``step_threshold`` per step), and any further
+        varying-threshold rollouts as ``(requests, steps)`` pairs. The late weighting is
+        fitted on every varying-threshold request of the mixed and ``varied`` rollouts."""
         agg = fixed_requests.group_by("threshold").agg(
             pl.col("correct").mean().alias("accuracy"), pl.col("steps").mean().alias("mean_steps"),
             (pl.col("steps").sum() / pl.col("output_length").sum()).alias("spt"), pl.len().alias("n"),
@@ -70,6 +157,12 @@ class ThresholdQuality:
             expected_accuracy=float(per_request["acc"].mean()),
             n=mixed_requests.height,
         )
+        acc, correct = [], []
+        for requests, steps in ((mixed_requests, mixed_steps), *varied):
+            a, c = _step_accuracies(steps, requests, out.accuracy)
+            acc += a
+            correct += c
+        out.late_weight = LateWeight.fit(acc, correct)
         return out
 
     def accuracy(self, threshold: float) -> float:
@@ -79,24 +172,40 @@ class ThresholdQuality:
 
     @property
     def mix_factor(self) -> float:
-        """Measured mixed accuracy over its naive estimate (1.0 when that estimate is 0)."""
+        """Measured uniform-mix accuracy over its plain step-mean estimate (1.0 when that
+        estimate is 0); the estimator of tables without ``late_weight``."""
         e = self.mixed.expected_accuracy
         return self.mixed.accuracy / e if e > 0 else 1.0
 
     def estimate(self, thresholds_used: Sequence[float]) -> float:
-        """Expected accuracy of a request decoded with these per-step thresholds."""
+        """Expected accuracy of a request decoded with these per-step thresholds, in step order."""
         ts = list(thresholds_used)
         if not ts:
             raise ValueError("no thresholds given: pass the threshold of every step of the request")
         # One interpolation per distinct threshold, not per step (a request has hundreds
-        # of steps at a handful of thresholds); the mean is over every step as before.
+        # of steps at a handful of thresholds).
         acc = {t: self.accuracy(t) for t in set(ts)}
-        base = float(np.mean([acc[t] for t in ts]))
-        return base if len(set(ts)) == 1 else min(1.0, base * self.mix_factor)
+        if len(acc) == 1:
+            return acc[ts[0]]
+        step_acc = np.array([acc[t] for t in ts])
+        if self.late_weight is None:
+            return min(1.0, float(step_acc.mean()) * self.mix_factor)
+        return late_weighted_mean(step_acc, self.late_weight.gamma)
+
+    def describe(self) -> dict:
+        """What the estimator applies, for reports next to its numbers."""
+        if self.late_weight is None:
+            return {"estimator": "step mean x mix factor (table predates late_weight)",
+                    "mix_factor": round(self.mix_factor, 4), "mixed_n": self.mixed.n}
+        lw = self.late_weight
+        return {"estimator": "late-weighted step mean", "gamma": lw.gamma, "fit_n": lw.n,
+                "fit_accuracy": round(lw.accuracy, 4), "fit_expected": round(lw.expected_accuracy, 4),
+                "fit_step_mean": round(lw.step_mean_accuracy, 4)}
 
     def to_dict(self) -> dict:
-        return {"fixed": [asdict(r) for r in self.fixed], "mixed": asdict(self.mixed),
-                "mix_factor": self.mix_factor, "meta": self.meta}
+        return {"format": FORMAT, "fixed": [asdict(r) for r in self.fixed], "mixed": asdict(self.mixed),
+                "mix_factor": self.mix_factor,
+                "late_weight": None if self.late_weight is None else asdict(self.late_weight), "meta": self.meta}
 
     def save(self, path: Union[str, Path]) -> Path:
         path = Path(path)
@@ -107,5 +216,15 @@ class ThresholdQuality:
     @classmethod
     def load(cls, path: Union[str, Path]) -> "ThresholdQuality":
         d = json.loads(Path(path).read_text())
+        version = d.get("format", 1)
+        if version > FORMAT:
+            raise ValueError(f"{path} is threshold-quality format {version}, newer than this code reads "
+                             f"({FORMAT}): update dilaserve or rebuild the table (`make artifacts`)")
         m = d["mixed"]
-        return cls([FixedRow(**r) for r in d["fixed"]], MixedRow(**{**m, "thresholds": tuple(m["thresholds"])}), d.get("meta", {}))
+        lw = d.get("late_weight")
+        if lw is None:
+            log.warning("%s predates the late-weighted estimator: requests whose threshold varied are estimated "
+                        "with the uniform-mix factor %.3f, which over-penalises small changes; rebuild it "
+                        "(`make artifacts`)", path, d.get("mix_factor", float("nan")))
+        return cls([FixedRow(**r) for r in d["fixed"]], MixedRow(**{**m, "thresholds": tuple(m["thresholds"])}),
+                   d.get("meta", {}), None if lw is None else LateWeight(**lw))

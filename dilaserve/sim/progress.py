@@ -65,8 +65,8 @@ class ProgressModel(abc.ABC):
 class ReplayProgress(ProgressModel):
     name = "replay"
     quality_estimator = (
-        "replay: per request, the step-weighted mean of the measured fixed-threshold accuracies at "
-        "the thresholds its steps used, times the measured mixed-threshold factor when they varied"
+        "replay: per request, the mean of the measured fixed-threshold accuracies at "
+        "the thresholds its steps used, later steps weighing more when they varied (fitted on rollouts)"
     )
 
     def __init__(self, table: ReplayTable, quality: ThresholdQuality, seed: int = 0):
