@@ -146,3 +146,51 @@ def _requests_frame(engine: DenoisingEngine, jobs: Sequence[Job], states: Sequen
             "text": text,
         })
     return pl.DataFrame(recs)
+
+
+def dipped(thresholds: Sequence[float], dip_prob: float) -> ThresholdPolicy:
+    """A request-level top threshold (drawn uniformly from ``thresholds`` at the first step)
+    from which each step dips, with probability ``dip_prob``, to a lower candidate drawn
+    uniformly: mild per-step variation, as an adaptive controller produces, next to the
+    uniform mix's extreme (``dip_prob`` 0: fixed thresholds; 1 below the top: all dips)."""
+    if not 0.0 <= dip_prob <= 1.0:
+        raise ValueError(f"dip_prob={dip_prob}: give a probability in [0, 1]")
+    choices = sorted(thresholds)
+    tops: dict[int, float] = {}
+
+    def policy(state: RequestState, rng: random.Random) -> float:
+        if id(state) not in tops:
+            tops[id(state)] = rng.choice(choices)
+        top = tops[id(state)]
+        lower = [t for t in choices if t < top]
+        return rng.choice(lower) if lower and rng.random() < dip_prob else top
+
+    return policy
+
+
+def dipped_threshold_jobs(prompts: Sequence[Prompt], thresholds: Sequence[float], dip_prob: float) -> list[Job]:
+    return [Job(p, dipped(thresholds, dip_prob), math.nan) for p in prompts]
+
+
+def switched(thresholds: Sequence[float], max_switch_step: int = 8) -> ThresholdPolicy:
+    """One threshold for a request's first steps, another (drawn distinct) from a random step
+    in ``1..max_switch_step`` on: a request slowed down or sped up mid-way, in either
+    direction, so a fit can tell early steps' thresholds from late ones'."""
+    if len(set(thresholds)) < 2 or max_switch_step < 1:
+        raise ValueError(f"switched needs two distinct thresholds and max_switch_step >= 1 (got {list(thresholds)}, "
+                         f"{max_switch_step})")
+    choices = sorted(set(thresholds))
+    plans: dict[int, tuple[float, float, int]] = {}
+
+    def policy(state: RequestState, rng: random.Random) -> float:
+        if id(state) not in plans:
+            first, then = rng.sample(choices, 2)
+            plans[id(state)] = (first, then, rng.randint(1, max_switch_step))
+        first, then, at = plans[id(state)]
+        return first if state.steps_done < at else then
+
+    return policy
+
+
+def switched_threshold_jobs(prompts: Sequence[Prompt], thresholds: Sequence[float]) -> list[Job]:
+    return [Job(p, switched(thresholds), math.nan) for p in prompts]

@@ -6,7 +6,7 @@ from dilaserve.engine import DenoisingEngine
 from dilaserve.predict.dynamics import StepDynamics, bucket_of
 from dilaserve.predict.prompts import synthetic_prompts
 from dilaserve.predict.quality import ThresholdQuality
-from dilaserve.predict.rollouts import mixed_threshold_jobs, run_rollouts
+from dilaserve.predict.rollouts import mixed_threshold_jobs, run_rollouts, switched_threshold_jobs
 
 
 def test_bucket_of_edges():
@@ -32,7 +32,9 @@ def test_threshold_quality_from_fixed_and_mixed_rollouts(rollout, tmp_path):
     mixed = run_rollouts(engine, mixed_threshold_jobs(synthetic_prompts(24, seed=5), [0.5, 0.9]), seed=1)
     used = mixed.steps["step_threshold"].unique().to_list()
     assert set(used) == {0.5, 0.9}, "a random mix uses both thresholds"
-    table = ThresholdQuality.from_rollouts(rollout.requests, mixed.requests, mixed.steps)
+    switched = run_rollouts(engine, switched_threshold_jobs(synthetic_prompts(24, seed=5), [0.5, 0.9]), seed=2)
+    table = ThresholdQuality.from_rollouts(rollout.requests, mixed.requests, mixed.steps,
+                                           varied=[(switched.requests, switched.steps)])
     assert [r.threshold for r in table.fixed] == [0.5, 0.9]
     assert table.fixed[0].mean_steps < table.fixed[1].mean_steps
     lo, hi = table.fixed[0].mean_steps, table.fixed[1].mean_steps
@@ -40,5 +42,8 @@ def test_threshold_quality_from_fixed_and_mixed_rollouts(rollout, tmp_path):
     assert 0.5 < table.mixed.mean_threshold < 0.9
     assert 0 <= table.estimate([0.5, 0.9, 0.9]) <= 1
     assert table.estimate([0.9]) == pytest.approx(table.fixed[1].accuracy)
+    # The late weighting is fitted on every request whose threshold changed, in both decodes.
+    lw = table.late_weight
+    assert 0 < lw.n <= 48 and 0.0 <= lw.gamma <= 10.0 and 0 <= lw.expected_accuracy <= 1
     loaded = ThresholdQuality.load(table.save(tmp_path / "q.json"))
     assert loaded.to_dict() == table.to_dict()
