@@ -14,6 +14,7 @@ SUBCOMMANDS: dict[str, str] = {
     "control": "scheduler step handling and reconfiguration ILP solve times",
     "engine": "denoising engine step latency",
     "predictor": "remaining-step predictor accuracy and latency",
+    "quality": "replay-mode quality estimate vs model-mode graded quality",
     "sim": "simulator throughput",
     "serve": "HTTP serving latency",
 }
