@@ -11,6 +11,7 @@ import sys
 
 #: subcommand -> one-line description; the module is ``dilaserve.bench.<subcommand>``.
 SUBCOMMANDS: dict[str, str] = {
+    "capacity": "predicted vs simulated saturation throughput of a static cluster",
     "control": "scheduler step handling and reconfiguration ILP solve times",
     "engine": "denoising engine step latency",
     "predictor": "remaining-step predictor accuracy and latency",
