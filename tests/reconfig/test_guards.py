@@ -128,3 +128,16 @@ def test_capacity_counts_recompute_steps_over_the_whole_canvas():
 def test_reconfig_config_errors_say_how_to_fix(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ReconfigConfig(**kwargs)
+
+
+def test_long_prompt_one_block_answers_keep_the_all_tp1_cluster():
+    # Long prompts, one-block answers, near capacity: every block's recompute step runs the
+    # whole prompt, so TP-4 (fewer instances) cannot carry the load that TP-1 x 4 carries,
+    # and no plan may trade the running cluster for it.
+    rec = reconfigurator(ClusterConfig(nodes=1, gpus_per_node=4))
+    alone = H100.latency(1, 2032, StepKind.RECOMPUTE) + 7 * H100.latency(1, 32, StepKind.CACHE)
+    pb = rec.problem([RequestClass((0, 0), 1.0, 2000.0, 32.0, 5 * alone)])
+    rate = 0.8 * capacity_rps(pb, {1: 4}, 0.9)
+    for i in range(int(rate * 60)):
+        rec.monitor.observe(i / rate, 2000, 32, 5 * alone)
+    assert rec.propose(60.0, tp1(4)) is None
