@@ -1,8 +1,9 @@
 """LightGBM remaining-step predictor: training (Optuna-tuned), saving, loading, predicting.
 
-The model regresses ``log(remaining steps)`` from the 11 features: relative error is what
-the controller pays for (a 5-step miss matters on a 10-step request, not on a 200-step
-one), and a log target turns a squared loss into a relative one.
+The model regresses ``log(remaining steps / masked tokens left)`` from the 11 features:
+relative error is what the controller pays for (a 5-step miss matters on a 10-step request,
+not on a 200-step one), a log target turns a squared loss into a relative one, and the
+per-token ratio carries over to answers longer than the rollouts' (:data:`TARGET`).
 
 Prediction cost is per call as much as per row, so the control plane predicts every
 request at every threshold in one call (DESIGN.md section 7). The tree budget
@@ -28,6 +29,19 @@ import polars as pl
 from dilaserve.predict.base import OneShotPredictor, PredictionBatch, StepPredictor
 from dilaserve.predict.booster_call import BoosterCall
 from dilaserve.predict.features import FEATURE_NAMES
+
+_OUTPUT_LENGTH = FEATURE_NAMES.index("output_length")
+_UNMASKED_RATIO = FEATURE_NAMES.index("unmasked_ratio")
+#: What the booster regresses. Steps per masked token left, not steps: a request's
+#: remaining steps scale with its masked tokens, so the ratio carries over to answers
+#: longer than any the rollouts decoded, where trees (which cannot extrapolate) would
+#: predict the longest rollout's steps for every longer request.
+TARGET = "log(remaining steps / masked tokens left)"
+
+
+def masked_left(features: np.ndarray) -> np.ndarray:
+    """Masked tokens left per feature row (at least 1): output length x (1 - unmasked ratio)."""
+    return np.maximum(features[:, _OUTPUT_LENGTH] * (1.0 - features[:, _UNMASKED_RATIO]), 1.0)
 
 
 BOOSTER_FILE = "booster.txt"
@@ -128,14 +142,14 @@ class LightGBMPredictor(StepPredictor):
         self._predict = BoosterCall(booster)
 
     def predict_rows(self, batch: PredictionBatch) -> np.ndarray:
-        return np.exp(self._predict(batch.features))
+        return np.exp(self._predict(batch.features)) * masked_left(batch.features)
 
     def save(self, folder: str | Path) -> Path:
         """Write ``booster.txt`` (LightGBM text) and ``meta.json`` (features, params, metrics)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.booster.save_model(str(folder / BOOSTER_FILE))
-        meta = {**self.meta, "features": list(FEATURE_NAMES), "target": "log(remaining steps)"}
+        meta = {**self.meta, "features": list(FEATURE_NAMES), "target": TARGET}
         (folder / META_FILE).write_text(json.dumps(meta, indent=1))
         return folder
 
@@ -147,6 +161,11 @@ class LightGBMPredictor(StepPredictor):
             raise ValueError(
                 f"{folder / META_FILE} lists features {meta.get('features')}, not {list(FEATURE_NAMES)}: "
                 "retrain the predictor"
+            )
+        if meta.get("target") != TARGET:
+            raise ValueError(
+                f"{folder / META_FILE}: the booster regresses {meta.get('target')!r}, this version reads "
+                f"{TARGET!r}: retrain the predictor (`make artifacts`)"
             )
         return cls(lgb.Booster(model_file=str(folder / BOOSTER_FILE)), meta)
 
@@ -177,7 +196,8 @@ def _relative_error(pred: np.ndarray, label: np.ndarray) -> float:
 def _dataset(table: pl.DataFrame) -> lgb.Dataset:
     # A fresh Dataset per trial with feature_pre_filter off: Optuna varies min_data_in_leaf,
     # which a pre-filtered Dataset would silently ignore (DESIGN.md section 7).
-    return lgb.Dataset(features_of(table), np.log(table["label"].to_numpy().astype(np.float64)),
+    x = features_of(table)
+    return lgb.Dataset(x, np.log(table["label"].to_numpy().astype(np.float64) / masked_left(x)),
                        feature_name=list(FEATURE_NAMES), params={"feature_pre_filter": False}, free_raw_data=False)
 
 
@@ -220,7 +240,8 @@ def train_predictor(
         }
         booster = _train(params, fit, cfg.max_trees, val, cfg.early_stopping_rounds)
         trial.set_user_attr("best_iteration", int(booster.best_iteration or cfg.max_trees))
-        return _relative_error(np.exp(booster.predict(x_val, num_iteration=booster.best_iteration)), y_val)
+        pred = np.exp(booster.predict(x_val, num_iteration=booster.best_iteration)) * masked_left(x_val)
+        return _relative_error(pred, y_val)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     # Same seed, same sequence of trials; with a timeout the number of trials (and so the
