@@ -23,10 +23,14 @@ class ControlConfig:
             every in-flight request, so running it on every step would dominate the loop.
         capacity_batch_grid: how many batch sizes to try when computing an instance's
             throughput with caching (its capacity is the best over batch sizes).
-        step_law: expected steps per block at each threshold (from the recorded step
-            dynamics or the threshold-quality table); load control prices a block as
-            ``S - 1`` cache steps and one recompute step with it. None prices a block as
-            ``B - 1`` cache steps (one token per step), which overstates capacity.
+        quality_budget: the largest relative accuracy loss the operator accepts for speed:
+            a candidate threshold is allowed only where the model's measured accuracy is at
+            least ``(1 - quality_budget)`` times its best candidate's (0.1: within 10%).
+            None allows every candidate. Policies that apply it need the threshold-quality
+            table; without one, every candidate is allowed (and the log says so).
+        admission_margin: SLO-aware admission refuses a request whose predicted latency at
+            its lowest allowed threshold exceeds ``admission_margin`` x its SLO time left
+            (1.0: refuse only predicted misses; larger admits more borderline requests).
     """
 
     thresholds: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
@@ -35,6 +39,8 @@ class ControlConfig:
     load_control_interval_s: float = 0.25
     capacity_batch_grid: int = 64
     step_law: Optional[StepLaw] = None
+    quality_budget: Optional[float] = 0.1
+    admission_margin: float = 1.0
 
     def __post_init__(self) -> None:
         thr = tuple(sorted(float(t) for t in self.thresholds))
@@ -60,6 +66,13 @@ class ControlConfig:
                 f"ControlConfig.load_control_interval_s={self.load_control_interval_s} is negative: "
                 "use 0 to run load control on every event"
             )
+        if self.quality_budget is not None and not 0.0 <= self.quality_budget < 1.0:
+            raise ValueError(
+                f"ControlConfig.quality_budget={self.quality_budget} must lie in [0, 1): it is the relative "
+                "accuracy loss accepted (0.1 = within 10% of the best threshold), or None for no limit"
+            )
+        if self.admission_margin <= 0:
+            raise ValueError(f"ControlConfig.admission_margin={self.admission_margin} must be positive (try 1.0)")
         if self.capacity_batch_grid < 1:
             raise ValueError("ControlConfig.capacity_batch_grid must be >= 1 (try 64)")
 

@@ -1,91 +1,167 @@
 """The threshold controller: admission, predictions, load control and threshold selection.
 
-Fixed-threshold policies (the baselines) use the same object with ``slo_aware=False``:
-every request then runs at ``ControlConfig.fixed_threshold`` and no predictor is called.
+The controller computes what every threshold policy needs (predicted remaining steps,
+remaining times, loads, capacity) and leaves each decision to a named piece
+(:mod:`dilaserve.control.policies`): the threshold selection, the load control and the
+admission check. Fixed-threshold baselines use the ``fixed`` selection: no predictor is
+called and load control is off.
 """
 from __future__ import annotations
 
 import logging
 import statistics
 from functools import partial
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from dilaserve.control.batch_cost import mixed_step_prices
 from dilaserve.control.config import ControlConfig
 from dilaserve.control.load import CacheStepLatency, CapacityModel, RequestShape, request_load, split_cost_one
-from dilaserve.control.load_control import cap_thresholds
+from dilaserve.control.policies import Rejection, admission_policies, load_controls, selection_policies
 from dilaserve.control.predictions import PredictionCache
+from dilaserve.control.quality_budget import quality_allowed
 from dilaserve.control.request import TrackedRequest
-from dilaserve.control.thresholds import pick_threshold
 from dilaserve.engine.state import StepKind
 from dilaserve.predict.base import StepPredictor
 from dilaserve.profile.types import LatencyProfile
 
 log = logging.getLogger(__name__)
 
+#: How remaining steps are priced (see ``ThresholdController``).
+STEP_PRICINGS = ("paper", "mixed_batch")
+
 
 class ThresholdController:
+    """Args:
+        config: candidate thresholds and control settings.
+        profile: step latency per TP degree.
+        predictor: remaining-step predictor (None only for the ``fixed`` selection).
+        selection / load_control / admission: names of the policy pieces
+            (``selection_policies``, ``load_controls``, ``admission_policies``).
+        accuracy: measured accuracy per candidate threshold (the threshold-quality table);
+            with ``apply_quality_budget`` the candidates are limited to those within
+            ``config.quality_budget`` of the best.
+        step_pricing: how a request's remaining steps are priced on an instance: ``paper``
+            (cache steps at ``LP_cache[B x n]``, recompute steps at ``LP_recompute[tokens]``)
+            or ``mixed_batch`` (each step also pays the other pass its batch-mates trigger,
+            :func:`~dilaserve.control.batch_cost.mixed_step_prices`).
+        calibrate: correct predictions by the steps finished requests really took
+            (:class:`~dilaserve.control.predictions.PredictionCache`).
+        refresh_every_steps: overrides ``config.refresh_every_steps``.
+    """
+
     def __init__(
         self,
         config: ControlConfig,
         profile: LatencyProfile,
         predictor: Optional[StepPredictor] = None,
         *,
-        slo_aware: bool = True,
-        load_control: bool = True,
+        selection: str = "keep_quality",
+        load_control: str = "feasible_prefix",
+        admission: str = "all",
+        accuracy: Optional[Mapping[float, float]] = None,
+        apply_quality_budget: bool = True,
+        step_pricing: str = "mixed_batch",
+        calibrate: bool = True,
         refresh_every_steps: Optional[int] = None,
     ):
-        if slo_aware and predictor is None:
-            raise ValueError(
-                "an SLO-aware threshold controller needs a StepPredictor: pass one, or use a "
-                "fixed-threshold policy (slo_aware=False)"
-            )
+        if step_pricing not in STEP_PRICINGS:
+            raise ValueError(f"unknown step pricing {step_pricing!r}: choose one of {STEP_PRICINGS}")
+        self.step_pricing = step_pricing
         self.config = config
         self.profile = profile
-        self.slo_aware = slo_aware
-        self.load_control_on = slo_aware and load_control
         self.thresholds = np.array(config.thresholds)
         self.fixed_index = config.index_of(config.fixed_threshold)
+        self.selection = selection_policies.get(selection)(config)
+        self.slo_aware = self.selection.needs_predictor
+        if self.slo_aware and predictor is None:
+            raise ValueError(
+                f"threshold selection {selection!r} needs a StepPredictor: pass one, or use the fixed "
+                "selection (a fixed-threshold policy)"
+            )
+        # Loads and predicted latencies need predictions: fixed thresholds run neither.
+        self.load_control = load_controls.get(load_control if self.slo_aware else "none")(config)
+        self.load_control_on = self.slo_aware and load_control != "none"
+        self.admission = admission_policies.get(admission)(config)
+        self.admission_on = self.slo_aware and admission != "all"
+        budget_mask = np.ones(len(self.thresholds), dtype=bool)
+        if apply_quality_budget and config.quality_budget is not None:
+            if accuracy is None:
+                log.warning("no threshold-quality table: the quality budget %.2f cannot be applied, so every "
+                            "candidate threshold %s is allowed (`make artifacts` builds the table)",
+                            config.quality_budget, config.thresholds)
+            budget_mask = quality_allowed(config.thresholds, accuracy, config.quality_budget)
+        #: Candidates the quality budget allows (every request's allowed set starts here).
+        self.budget_mask = budget_mask
         self.capacity = CapacityModel(profile, config.capacity_batch_grid)
         self.cache_step = CacheStepLatency(profile)
         self.predictions = (
-            PredictionCache(predictor, config.thresholds, refresh_every_steps or config.refresh_every_steps)
-            if predictor is not None else None
+            PredictionCache(predictor, config.thresholds, refresh_every_steps or config.refresh_every_steps,
+                            calibrate=calibrate)
+            if self.slo_aware else None
         )
 
     # ---------------------------------------------------------------- admission
     def admit(self, req: TrackedRequest, now: float) -> None:
         """Set the allowed thresholds of a new request and predict its steps."""
         t = len(self.thresholds)
-        allowed = self.thresholds >= req.min_threshold - 1e-12
-        if not allowed.any():
+        floor = self.thresholds >= req.min_threshold - 1e-12
+        if not floor.any():
             log.warning(
                 "request %s: quality floor %.3f is above every candidate threshold %s; "
                 "using the highest candidate", req.request_id, req.min_threshold, self.config.thresholds,
             )
-            allowed[-1] = True
+            floor[-1] = True
+        # The client's floor and the operator's budget both apply; where they leave
+        # nothing (a floor below every budgeted threshold cannot happen, one above can),
+        # the client's floor wins: it asked for at least that quality.
+        allowed = floor & self.budget_mask
+        if not allowed.any():
+            allowed = floor
         if req.slo_left(now) <= 0:
-            # Nothing can meet the SLO any more: finish as fast as possible rather than drop.
             req.late_on_arrival = True
-            lo = int(np.argmax(allowed))
-            allowed = np.zeros(t, dtype=bool)
-            allowed[lo] = True
+            if self.selection.degrade_late_arrivals:
+                # Nothing can meet the SLO any more: finish as fast as possible rather than drop.
+                lo = int(np.argmax(allowed))
+                allowed = np.zeros(t, dtype=bool)
+                allowed[lo] = True
             log.warning(
-                "request %s arrived %.3fs past its deadline; serving best-effort at threshold %.2f",
-                req.request_id, now - req.deadline, self.thresholds[lo],
+                "request %s arrived %.3fs past its deadline; serving it best-effort",
+                req.request_id, now - req.deadline,
             )
         req.allowed = allowed
         req.cap_index = t - 1 - int(np.argmax(allowed[::-1]))
-        if not self.slo_aware:
-            req.threshold_index = self.fixed_index if allowed[self.fixed_index] else req.cap_index
-            return
-        req.threshold_index = req.cap_index
-        self.predictions.refresh([req])
+        if self.slo_aware:
+            req.threshold_index = req.cap_index
+            self.predictions.refresh([req])
+        else:
+            req.threshold_index = self.selection.choose(allowed, req.cap_index, _never_called, 0.0)
+
+    def check_admission(self, req: TrackedRequest, placement: Optional[tuple[int, float, int]],
+                        now: float) -> Optional[Rejection]:
+        """Whether ``req`` (already :meth:`admit`-ted) is taken: None to take it.
+
+        ``placement`` is ``(tp, tokens, requests)`` of the instance it would join, counting
+        the request itself, or None when it would wait for room.
+        """
+        if not self.admission_on or req.late_on_arrival and self.selection.degrade_late_arrivals:
+            return None
+        predicted = None
+        if placement is not None:
+            tp, tokens, n = placement
+            lowest = int(np.argmax(req.allowed))
+            predicted = self._remaining_fn(req, tp, tokens, n)(lowest)
+        return self.admission.check(predicted, req.slo_left(now))
+
+    def on_finish(self, req: TrackedRequest) -> None:
+        """A request finished: what it really took calibrates the predictions."""
+        if self.predictions is not None:
+            self.predictions.observe_finish(req)
 
     def refresh(self, reqs: Sequence[TrackedRequest]) -> int:
         """Re-predict the requests whose refresh is due (one batched call)."""
-        if self.predictions is None or not self.slo_aware:
+        if self.predictions is None:
             return 0
         return self.predictions.refresh_due(reqs)
 
@@ -117,7 +193,7 @@ class ThresholdController:
             law = self.config.step_law
             spb = law.steps(self.thresholds[int(np.argmax(allowed.any(axis=0)))]) if law else None
         throughput = sum(self.capacity.throughput(tp, mb, cache, spb) for tp, mb in instances if self.profile.has(tp))
-        caps = cap_thresholds(load, allowed, throughput * horizon)
+        caps = self.load_control.caps(load, allowed, throughput * horizon)
         for r, c in zip(order, caps.tolist()):
             r.cap_index = c
 
@@ -128,26 +204,40 @@ class ThresholdController:
             return
         if not self.slo_aware:
             for r in reqs:
-                if r.allowed[self.fixed_index]:
-                    r.threshold_index = self.fixed_index
+                r.threshold_index = self.selection.choose(r.allowed, r.cap_index, _never_called, 0.0)
             return
         # Request by request in plain Python (a stepped batch holds a few requests), and
         # only at the thresholds the walk visits; the numbers are those of steps_left,
         # remaining_time and walk_thresholds, bit for bit.
-        lp_recompute = self.profile.latency(tp, inst_tokens, StepKind.RECOMPUTE)
-        batch = max(inst_requests, 1)
         for r in reqs:
-            st = r.state
-            if st.use_cache:
-                # Cache steps feed one block per request of the batch: LP_cache[B x n_reqs].
-                lp_cache = self.cache_step(tp, float(st.block_length) * batch)
-                remaining = partial(_remaining_s, r, st.recompute_left_lower_bound, True, lp_cache, lp_recompute)
-            else:
-                remaining = partial(_remaining_s, r, 0, False, 0.0, lp_recompute)
-            r.threshold_index = pick_threshold(r.allowed, r.cap_index, remaining, r.slo_left(now))
+            remaining = self._remaining_fn(r, tp, inst_tokens, inst_requests)
+            r.threshold_index = self.selection.choose(r.allowed, r.cap_index, remaining, r.slo_left(now))
+
+    def _remaining_fn(self, req: TrackedRequest, tp: int, inst_tokens: float, inst_requests: int):
+        """``j -> remaining seconds of req at threshold index j`` on a TP-``tp`` instance
+        holding ``inst_tokens`` tokens in ``inst_requests`` requests (:func:`remaining_time`'s prices)."""
+        st = req.state
+        if st.use_cache and self.step_pricing == "mixed_batch":
+            # Batch-mates recompute about once per block: the request's own share of
+            # recompute steps over its life (one per block) stands for theirs.
+            life = st.steps_done + PredictionCache.steps_left_at(req, req.cap_index)
+            share = st.num_blocks / max(life, 1.0)
+            prices = mixed_step_prices(self.profile, tp, inst_requests, inst_tokens, req.tokens,
+                                       st.block_length, share)
+            return partial(_remaining_s, req, st.recompute_left_lower_bound, True, prices.cache, prices.recompute)
+        lp_recompute = self.profile.latency(tp, inst_tokens, StepKind.RECOMPUTE)
+        if st.use_cache:
+            # Cache steps feed one block per request of the batch: LP_cache[B x n_reqs].
+            lp_cache = self.cache_step(tp, float(st.block_length) * max(inst_requests, 1))
+            return partial(_remaining_s, req, st.recompute_left_lower_bound, True, lp_cache, lp_recompute)
+        return partial(_remaining_s, req, 0, False, 0.0, lp_recompute)
 
     def threshold(self, req: TrackedRequest) -> float:
         return float(self.thresholds[req.threshold_index])
+
+
+def _never_called(j: int) -> float:
+    raise AssertionError("fixed thresholds ask for no remaining time")
 
 
 def _remaining_s(req: TrackedRequest, recompute_left: int, use_cache: bool,

@@ -16,17 +16,22 @@ import numpy as np
 from dilaserve.control.thresholds import lowest_allowed
 
 
+def highest_allowed(allowed: np.ndarray) -> np.ndarray:
+    """Index of each row's highest allowed threshold."""
+    return allowed.shape[1] - 1 - np.argmax(allowed[:, ::-1], axis=1)
+
+
 def cap_thresholds(load: np.ndarray, allowed: np.ndarray, capacity: float) -> np.ndarray:
     """Cap index per request, rows already in walk order.
 
     ``load`` and ``allowed`` are ``(n, t)``, thresholds ascending. Returns ``(n,)`` indices:
     the highest allowed threshold each request may use.
     """
-    n, t = load.shape
+    n = load.shape[0]
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     lo = lowest_allowed(allowed)
-    hi = t - 1 - np.argmax(allowed[:, ::-1], axis=1)
+    hi = highest_allowed(allowed)
     rows = np.arange(n)
     min_load = load[rows, lo]
     max_load = load[rows, hi]

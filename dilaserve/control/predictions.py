@@ -17,13 +17,47 @@ class PredictionCache:
 
     Between refreshes the prediction is scaled by the share of masked tokens still left
     since the refresh, which tracks progress whatever thresholds the steps used.
+
+    With ``calibrate``, predictions are also multiplied by ``scale``: a running geometric
+    mean of (steps a finished request took) / (steps predicted for it on arrival, at the
+    threshold it mostly ran at). A predictor trained on other traffic (other lengths,
+    other prompts) is then corrected by the traffic it serves, within a few dozen
+    requests; one factor for all thresholds, so thresholds that are rarely used never look
+    cheaper than measured (docs/architecture.md, "Step prediction").
     """
 
-    def __init__(self, predictor: StepPredictor, thresholds: Sequence[float], every_k: int):
+    #: Weight of one finished request in the running mean (about the last 50 count).
+    CALIBRATION_WEIGHT = 0.02
+    #: The correction stays within these factors, so one odd request cannot swing it.
+    CALIBRATION_RANGE = (0.25, 4.0)
+
+    def __init__(self, predictor: StepPredictor, thresholds: Sequence[float], every_k: int,
+                 calibrate: bool = False):
         self.predictor = predictor
         self.thresholds = tuple(thresholds)
         self.every_k = every_k
+        self.calibrate = calibrate
         self.calls = 0
+        self._log_scale = 0.0
+        self.calibrated_on = 0
+
+    @property
+    def scale(self) -> float:
+        """The factor predictions are multiplied by (1.0 without calibration)."""
+        return float(np.exp(self._log_scale))
+
+    def observe_finish(self, req: TrackedRequest) -> None:
+        """Learn from a finished request how far its first prediction was off."""
+        if not self.calibrate or req.first_pred is None or not req.state.thresholds_used:
+            return
+        used = req.state.thresholds_used
+        j = int(np.argmin([abs(t - float(np.median(used))) for t in self.thresholds]))
+        predicted = max(req.first_pred[j], 1.0)
+        lo, hi = np.log(self.CALIBRATION_RANGE)
+        ratio = float(np.log(max(req.state.steps_done, 1) / predicted))
+        self._log_scale = float(np.clip(
+            (1 - self.CALIBRATION_WEIGHT) * self._log_scale + self.CALIBRATION_WEIGHT * ratio, lo, hi))
+        self.calibrated_on += 1
 
     def due(self, req: TrackedRequest) -> bool:
         return req.steps_pred is None or req.state.steps_done - req.pred_step >= self.every_k
@@ -34,10 +68,13 @@ class PredictionCache:
             return
         progress = np.array([r.state.progress_features() for r in reqs])  # rows of equal length
         batch = PredictionBatch.build([r.request_id for r in reqs], progress, self.thresholds)
-        pred = self.predictor.predict(batch)
+        raw = self.predictor.predict(batch)
         self.calls += 1
+        pred = raw * self.scale if self.calibrate else raw
         # Plain floats: threshold selection reads them one request at a time.
-        for r, row in zip(reqs, pred.tolist()):
+        for r, row, raw_row in zip(reqs, pred.tolist(), raw.tolist()):
+            if r.first_pred is None:
+                r.first_pred = tuple(raw_row)
             r.steps_pred = tuple(row)
             r.pred_masked = max(r.masked_left, 1)
             r.pred_step = r.state.steps_done

@@ -39,6 +39,8 @@ class TrackedRequest:
     instance: Optional[str] = None
     #: Predicted remaining steps per candidate threshold at the last refresh.
     steps_pred: Optional[tuple[float, ...]] = None
+    #: The predictor's raw row on arrival (before calibration), kept to calibrate it.
+    first_pred: Optional[tuple[float, ...]] = None
     pred_masked: int = 0
     pred_step: int = -1
     #: The SLO had already passed when the request arrived (served best-effort at the lowest threshold).

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from dilaserve.eval.context import TRACE_LOW_LOAD, EvalContext
-from dilaserve.schedule.policies import FIXED_POLICIES, policies
+from dilaserve.schedule.policies import FIXED_POLICIES, VARIANTS, policies
 from dilaserve.sim.arrivals import PhaseSpec, poisson_workload, shape_trace
 from dilaserve.sim.lengths import GSM8K_OUTPUT_TOKENS, GSM8K_PROMPT_TOKENS
 from dilaserve.sim.setting import ClusterSetting
@@ -33,14 +33,14 @@ from dilaserve.sim.slo import DEFAULT_SLO_SCALE, workload_slo
 from dilaserve.sim.workload import Phase, Workload
 
 MAIN_POLICIES = ("infaas", "llumnix", "dilaserve", "oracle")
-ABLATION_POLICIES = ("dilaserve", "dilaserve-no-load-control", "dilaserve-no-reconfig", "dilaserve-oneshot",
-                     "dilaserve-migrate-any-step")
+#: The paper's algorithms with one mechanism off or one quality-aware piece added, then the
+#: default with one piece taken out.
+ABLATION_POLICIES = ("dilaserve-paper", *VARIANTS["dilaserve-paper"], "dilaserve", *VARIANTS["dilaserve"])
 #: Fixed-threshold policies: together they trace the static speed-quality frontier.
 STATIC_POLICIES = ("infaas", "llumnix", *FIXED_POLICIES)
 #: Policies that pick thresholds per request, placed against the static frontier in the
-#: trace and frontier experiments; list a dilaserve* variant here to add it (those not
-#: registered in this build are left out, so the list may name one before it lands).
-ADAPTIVE_POLICIES = tuple(p for p in ("dilaserve", "dilaserve-paper", "oracle") if p in policies.names())
+#: trace and frontier experiments; list a dilaserve* variant here to add it.
+ADAPTIVE_POLICIES = ("dilaserve", "dilaserve-paper", "oracle")
 TRACE_POLICIES = (*STATIC_POLICIES, *ADAPTIVE_POLICIES)
 
 #: The frontier experiment's high-phase loads, fractions of nominal capacity (full, quick).

@@ -29,7 +29,11 @@ Event = Union[RequestArrived, StepFinished, InstanceReady, InstanceStopped, Reco
 
 @dataclass(frozen=True)
 class RequestOutcome:
-    """What happened to a request: ``finished``, ``rejected`` or ``cancelled`` (with a reason)."""
+    """What happened to a request: ``finished``, ``rejected`` or ``cancelled`` (with a reason).
+
+    ``retry_after_s`` is set when a request was refused for load (SLO-aware admission):
+    when a retry may be served.
+    """
 
     request_id: str
     status: str
@@ -38,6 +42,7 @@ class RequestOutcome:
     time: float
     reason: Optional[str] = None
     late_on_arrival: bool = False
+    retry_after_s: Optional[float] = None
 
     @property
     def latency(self) -> float:

@@ -1,7 +1,15 @@
 """Named scheduling policies: the system, its baselines and its ablations.
 
-A policy only names its parts (dispatch, migration, migration point, filters) and switches
-mechanisms on or off, so each ablation differs from ``dilaserve`` in exactly one field.
+A policy only names its parts: dispatch, migration, migration point and filters (the
+scheduler's), and threshold selection, load control and admission (the threshold
+controller's, :mod:`dilaserve.control.policies`). Two families:
+
+* ``dilaserve-paper`` runs the paper's algorithms exactly; its ablations
+  (``dilaserve-paper-no-...``) switch one mechanism off, and ``dilaserve-paper+...`` add one
+  quality-aware piece each, so every piece's effect is measured against the paper's.
+* ``dilaserve`` (the default) combines the quality-aware pieces: thresholds limited by the
+  operator's quality budget, drops only where they make an SLO, no cap on requests that
+  miss anyway, and SLO-aware admission.
 ``fixed@TAU`` (one per candidate threshold) is the INFaaS-like baseline at threshold TAU:
 together they trace the static speed-quality frontier an adaptive policy must beat
 (docs/architecture.md, evaluation method).
@@ -12,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from dilaserve.control.config import ControlConfig
-from dilaserve.schedule.registry import Registry
+from dilaserve.utils.registry import Registry
 
 
 def fixed_policy_name(threshold: float) -> str:
@@ -29,9 +37,18 @@ class SchedulerPolicy:
         migration_point: when a request may move (``recompute``: before recompute steps,
             i.e. any step without caching; ``any``: between any two steps).
         filters: instance filter names; an instance must pass all of them.
-        slo_aware: per-request SLO-aware thresholds; False runs every request at
-            ``ControlConfig.fixed_threshold``.
-        load_control: cap thresholds so the worst-case load fits the cluster.
+        selection: threshold selection (``fixed``: every request at the fixed threshold;
+            ``paper``: the highest threshold predicted to make the SLO, else the lowest;
+            ``keep_quality``: the same, else the highest allowed).
+        load_control: how thresholds are capped so in-flight work fits the cluster
+            (``none``, ``paper``, ``feasible_prefix``); ignored by fixed selection.
+        admission: ``all``, or ``slo`` (refuse arrivals predicted to miss their SLO even at
+            their lowest allowed threshold: HTTP 429 in serving, a miss in evaluation).
+        quality_budget: limit the candidate thresholds by ``ControlConfig.quality_budget``
+            and the model's measured threshold-quality table.
+        step_pricing: how remaining steps are priced (``paper``, or ``mixed_batch``: a step
+            also pays the other pass its batch-mates trigger).
+        calibrate: correct step predictions online by what finished requests really took.
         reconfig: act on reconfiguration ticks (two-stage ILP); False keeps the cluster static.
         predictor: the kind of step predictor required (``learned``: any, ``oneshot``,
             ``oracle``); None when thresholds are fixed.
@@ -47,8 +64,12 @@ class SchedulerPolicy:
     migration: str = "lowest_latency"
     migration_point: str = "recompute"
     filters: tuple[str, ...] = ("batch_room",)
-    slo_aware: bool = True
-    load_control: bool = True
+    selection: str = "keep_quality"
+    load_control: str = "feasible_prefix"
+    admission: str = "slo"
+    quality_budget: bool = True
+    step_pricing: str = "mixed_batch"
+    calibrate: bool = True
     reconfig: bool = True
     predictor: Optional[str] = "learned"
     refresh_every_steps: Optional[int] = None
@@ -69,14 +90,43 @@ class SchedulerPolicy:
 
 policies: Registry[SchedulerPolicy] = Registry("scheduler policy")
 
-_FIXED = dict(slo_aware=False, load_control=False, reconfig=False, predictor=None)
+_FIXED = dict(selection="fixed", load_control="none", admission="all", quality_budget=False, reconfig=False,
+              predictor=None)
 DILASERVE = policies.add("dilaserve", SchedulerPolicy("dilaserve"))
+PAPER = policies.add("dilaserve-paper", SchedulerPolicy(
+    "dilaserve-paper", selection="paper", load_control="paper", admission="all", quality_budget=False,
+    step_pricing="paper", calibrate=False))
 policies.add("infaas", SchedulerPolicy("infaas", dispatch="least_tokens", migration="none", **_FIXED))
 policies.add("llumnix", SchedulerPolicy("llumnix", dispatch="least_tokens", migration="load_balance", **_FIXED))
-policies.add("dilaserve-no-load-control", replace(DILASERVE, name="dilaserve-no-load-control", load_control=False))
-policies.add("dilaserve-no-reconfig", replace(DILASERVE, name="dilaserve-no-reconfig", reconfig=False))
-policies.add("dilaserve-oneshot", replace(DILASERVE, name="dilaserve-oneshot", predictor="oneshot"))
-policies.add("dilaserve-migrate-any-step", replace(DILASERVE, name="dilaserve-migrate-any-step", migration_point="any"))
+
+
+#: Every variant by the policy it varies, in registration order (the ablation experiment's rows).
+VARIANTS: dict[str, list[str]] = {}
+
+
+def _variant(base: SchedulerPolicy, suffix: str, **change) -> SchedulerPolicy:
+    name = f"{base.name}{suffix}"
+    VARIANTS.setdefault(base.name, []).append(name)
+    return policies.add(name, replace(base, name=name, **change))
+
+
+# The paper's mechanisms, one switched off at a time.
+_variant(PAPER, "-no-load-control", load_control="none")
+_variant(PAPER, "-no-reconfig", reconfig=False)
+_variant(PAPER, "-oneshot", predictor="oneshot")
+_variant(PAPER, "-migrate-any-step", migration_point="any")
+# The quality-aware pieces, one added to the paper's algorithms at a time.
+_variant(PAPER, "+keep-quality", selection="keep_quality")
+_variant(PAPER, "+feasible-prefix", load_control="feasible_prefix")
+_variant(PAPER, "+quality-budget", quality_budget=True)
+_variant(PAPER, "+admission", admission="slo")
+_variant(PAPER, "+mixed-batch-pricing", step_pricing="mixed_batch")
+_variant(PAPER, "+calibration", calibrate=True)
+# And taken out of the default one at a time.
+_variant(DILASERVE, "-no-admission", admission="all")
+_variant(DILASERVE, "-no-quality-budget", quality_budget=False)
+_variant(DILASERVE, "-no-reconfig", reconfig=False)
+_variant(DILASERVE, "-no-calibration", calibrate=False)
 policies.add("oracle", replace(DILASERVE, name="oracle", predictor="oracle", refresh_every_steps=1))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -48,6 +48,7 @@ class GlobalScheduler:
         predictor: Optional[StepPredictor] = None,
         reconfigurator: Optional[Reconfigurator] = None,
         on_outcome: Optional[Callable[[RequestOutcome], None]] = None,
+        accuracy: Optional[Mapping[float, float]] = None,
     ):
         self.policy = get_policy(policy)
         p = self.policy
@@ -59,8 +60,10 @@ class GlobalScheduler:
         self.backend, self.profile, self.config = backend, profile, config
         control = p.control_for(control)  # a fixed@TAU policy's own threshold
         self.controller = ThresholdController(
-            control, profile, predictor if p.slo_aware else None,
-            slo_aware=p.slo_aware, load_control=p.load_control,
+            control, profile, predictor if p.selection != "fixed" else None,
+            selection=p.selection, load_control=p.load_control, admission=p.admission,
+            accuracy=accuracy, apply_quality_budget=p.quality_budget, step_pricing=p.step_pricing,
+            calibrate=p.calibrate,
             refresh_every_steps=p.refresh_every_steps,
         )
         self.dispatch = dispatch_policies.get(p.dispatch)(profile)
@@ -164,11 +167,20 @@ class GlobalScheduler:
                                       reason=f"needs {req.tokens} tokens > batch limit {limit}"))
             return
         self.controller.admit(req, self.now)
-        self.requests[req.request_id] = req
-        self._load_dirty = True
         if self.reconfigurator is not None:
+            # Refused requests are demand too: the planner sizes the cluster for them.
             self.reconfigurator.observe(req, self.now)
         slot = self.dispatch.choose(req, self.pool, self._mask(req))
+        placement = None if slot is None else (
+            int(self.pool.tp[slot]), float(self.pool.tokens[slot] + req.tokens), int(self.pool.n_reqs[slot]) + 1)
+        refusal = self.controller.check_admission(req, placement, self.now)
+        if refusal is not None:
+            self._warn("admission", "request %s refused: %s", req.request_id, refusal.reason)
+            self._emit(RequestOutcome(req.request_id, "rejected", req.arrival, req.deadline, self.now,
+                                      reason=refusal.reason, retry_after_s=refusal.retry_after_s))
+            return
+        self.requests[req.request_id] = req
+        self._load_dirty = True
         if slot is None:
             self._defer(req)
         else:
@@ -340,6 +352,7 @@ class GlobalScheduler:
     def _finish(self, req: TrackedRequest, slot: int) -> None:
         self.pool.unassign(slot, req.request_id, req.tokens)
         req.finish_time = self.now
+        self.controller.on_finish(req)
         del self.requests[req.request_id]
         self._load_dirty = True
         self._emit(RequestOutcome(req.request_id, "finished", req.arrival, req.deadline, self.now,

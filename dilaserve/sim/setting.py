@@ -9,18 +9,25 @@ from dilaserve.control.config import ControlConfig
 from dilaserve.control.step_law import StepLaw
 from dilaserve.predict.base import OneShotPredictor, StepPredictor
 from dilaserve.predict.dynamics import StepDynamics
+from dilaserve.predict.quality import ThresholdQuality
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConfig
 
 
 @dataclass(frozen=True)
 class Predictors:
-    """The step predictors the policies may ask for: ``learned`` (dilaserve and most
-    ablations) and ``oneshot`` (the one-shot ablation). The oracle is built per run by the
-    simulator, which alone knows the truth."""
+    """The offline pieces the policies may ask for: the step predictors ``learned``
+    (dilaserve and most ablations) and ``oneshot`` (the one-shot ablation), and the
+    threshold-quality table ``quality`` (policies with a quality budget). The oracle is
+    built per run by the simulator, which alone knows the truth."""
 
     learned: Optional[StepPredictor] = None
     oneshot: Optional[OneShotPredictor] = None
+    quality: Optional[ThresholdQuality] = None
+
+    def accuracy(self, thresholds) -> Optional[dict[float, float]]:
+        """Measured accuracy at each candidate threshold (None without a quality table)."""
+        return None if self.quality is None else {float(t): self.quality.accuracy(t) for t in thresholds}
 
 
 @dataclass(frozen=True)

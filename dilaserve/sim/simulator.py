@@ -133,6 +133,7 @@ class Simulator:
         sched = GlobalScheduler(
             backend, st.profile, pol, control=st.control, config=SchedulerConfig(warn_interval_s=300.0),
             predictor=self._predictor(pol, live), reconfigurator=reconfigurator, on_outcome=on_outcome,
+            accuracy=self.predictors.accuracy(st.control.thresholds),
         )
         initial = static_layout(st.cluster, st.initial_tp)
         with backend.instant_launches():

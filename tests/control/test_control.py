@@ -67,7 +67,8 @@ def test_select_uses_cache_aware_remaining_time():
     # gen 64 / block 32 => 2 recompute steps certain; 10 steps => 8 cache + 2 recompute
     # = 8 * 0.01 + 2 * 0.1 = 0.28 s at every threshold of this table.
     cfg = ControlConfig(thresholds=(0.5, 0.9), fixed_threshold=0.9)
-    ctl = ThresholdController(cfg, flat_profile(), TablePredictor([10, 10]), load_control=False)
+    ctl = ThresholdController(cfg, flat_profile(), TablePredictor([10, 10]), selection="paper",
+                              load_control="none", step_pricing="paper")
     tight, loose = make_request("a", slo=0.27), make_request("b", slo=0.29)
     for r in (tight, loose):
         ctl.admit(r, now=0.0)
@@ -135,7 +136,7 @@ def test_high_priority_requests_are_capped_last():
     cfg = ControlConfig(thresholds=(0.5, 0.9), fixed_threshold=0.9)
     # Flat 1 s steps, no caching: an instance does max_batch token-steps per second.
     profile = LatencyProfile("flat", {1: StepCurve((1.0,), (1.0,))})
-    ctl = ThresholdController(cfg, profile, TablePredictor([2, 10]))
+    ctl = ThresholdController(cfg, profile, TablePredictor([2, 10]), load_control="paper")
     early = make_request("early", prompt=36, gen=64, arrival=0.0, slo=10.0, use_cache=False)
     vip = make_request("vip", prompt=36, gen=64, arrival=1.0, slo=10.0, priority=1, use_cache=False)
     for r in (early, vip):
@@ -148,8 +149,8 @@ def test_high_priority_requests_are_capped_last():
     assert (vip.cap_index, early.cap_index) == (1, 1)
 
 
-def test_slo_missed_on_arrival_is_served_at_lowest(caplog):
-    ctl = ThresholdController(ControlConfig(), flat_profile(), TablePredictor([1] * 5))
+def test_slo_missed_on_arrival_is_served_at_lowest_by_the_paper(caplog):
+    ctl = ThresholdController(ControlConfig(), flat_profile(), TablePredictor([1] * 5), selection="paper")
     r = make_request("late", arrival=0.0, slo=1.0, min_threshold=0.7)
     with caplog.at_level(logging.WARNING):
         ctl.admit(r, now=5.0)
@@ -157,8 +158,17 @@ def test_slo_missed_on_arrival_is_served_at_lowest(caplog):
     assert r.allowed.tolist() == [False, False, True, False, False] and r.cap_index == 2
 
 
+def test_slo_missed_on_arrival_keeps_its_quality_when_quality_aware():
+    ctl = ThresholdController(ControlConfig(quality_budget=None), flat_profile(), TablePredictor([1] * 5))
+    r = make_request("late", arrival=0.0, slo=1.0, min_threshold=0.7)
+    ctl.admit(r, now=5.0)
+    assert r.late_on_arrival and r.allowed.tolist() == [False, False, True, True, True]
+    ctl.select([r], 1, 100, 1, now=5.0)
+    assert ctl.threshold(r) == 0.9  # nothing makes its SLO: no reason to lower it
+
+
 def test_fixed_threshold_mode_needs_no_predictor():
-    ctl = ThresholdController(ControlConfig(), flat_profile(), None, slo_aware=False)
+    ctl = ThresholdController(ControlConfig(), flat_profile(), None, selection="fixed")
     r = make_request("a")
     ctl.admit(r, 0.0)
     ctl.select([r], 1, 100, 1, 0.0)

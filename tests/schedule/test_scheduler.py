@@ -91,7 +91,7 @@ def test_without_caching_migration_at_any_step():
 
 
 def test_migrate_any_step_ablation_forces_a_recompute_on_the_destination():
-    sched, be, r0 = _one_loaded("dilaserve-migrate-any-step", use_cache=True)
+    sched, be, r0 = _one_loaded("dilaserve-paper-migrate-any-step", use_cache=True)
     assert r0.instance == "b"
     assert r0.state.next_kind.value == "recompute"
 
@@ -160,14 +160,16 @@ def test_unknown_events_are_logged_not_raised(caplog):
 
 def test_policy_registry():
     assert set(policies.names()) >= {
-        "infaas", "llumnix", "dilaserve", "dilaserve-no-load-control", "dilaserve-no-reconfig",
-        "dilaserve-oneshot", "dilaserve-migrate-any-step", "oracle",
+        "infaas", "llumnix", "dilaserve", "dilaserve-paper", "dilaserve-paper-no-load-control",
+        "dilaserve-paper-no-reconfig", "dilaserve-paper-oneshot", "dilaserve-paper-migrate-any-step", "oracle",
+        "dilaserve-no-admission", "dilaserve-paper+admission", "fixed@0.7",
     }
     with pytest.raises(ValueError, match="choose one of"):
         policies.get("nope")
     with pytest.raises(ValueError, match="needs a oracle predictor"):
         GlobalScheduler(RecordingBackend(), default_profile(), "oracle", predictor=OneShotPredictor(SPT))
-    custom = SchedulerPolicy("custom", dispatch="least_tokens", slo_aware=False, load_control=False, predictor=None)
+    custom = SchedulerPolicy("custom", dispatch="least_tokens", selection="fixed", load_control="none",
+                             predictor=None)
     sched = GlobalScheduler(RecordingBackend(), default_profile(), custom)
     assert sched.policy.name == "custom"
 

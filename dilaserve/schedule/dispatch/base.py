@@ -8,7 +8,7 @@ import numpy as np
 from dilaserve.control.request import TrackedRequest
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.schedule.pool import InstancePool
-from dilaserve.schedule.registry import Registry
+from dilaserve.utils.registry import Registry
 
 
 class DispatchPolicy(abc.ABC):

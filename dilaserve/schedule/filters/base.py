@@ -6,7 +6,7 @@ import numpy as np
 
 from dilaserve.control.request import TrackedRequest
 from dilaserve.schedule.pool import InstancePool
-from dilaserve.schedule.registry import Registry
+from dilaserve.utils.registry import Registry
 
 
 class InstanceFilter(abc.ABC):

@@ -1,4 +1,4 @@
-"""A name -> class registry, so policies are picked by name from configuration."""
+"""A name -> object registry, so policies and their pieces are picked by name from configuration."""
 from __future__ import annotations
 
 from typing import Callable, Generic, TypeVar

@@ -1,0 +1,105 @@
+"""The three pieces of a threshold policy, each a small class picked by name.
+
+* :class:`ThresholdSelection`: which threshold a placed request runs its next steps at.
+* :class:`LoadControl`: how high each in-flight request's threshold may go, so the work the
+  cluster holds fits what it can finish in time.
+* :class:`Admission`: whether a new request is taken at all.
+
+The :class:`~dilaserve.control.controller.ThresholdController` computes predictions,
+remaining times and loads once and hands them to these pieces, so each algorithm (the
+paper's, the quality-aware ones, the fixed-threshold baselines) is a few lines that differ
+in one decision (docs/architecture.md, "Threshold policies").
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from dilaserve.control.config import ControlConfig
+from dilaserve.utils.registry import Registry
+
+
+class ThresholdSelection(abc.ABC):
+    """Picks a request's threshold index at or below its cap."""
+
+    #: Needs remaining-step predictions (False only for fixed thresholds).
+    needs_predictor: bool = True
+    #: A request whose SLO passed before it arrived runs at its lowest allowed threshold
+    #: (the paper's best effort). False keeps its quality: nothing it does can meet the SLO.
+    degrade_late_arrivals: bool = False
+
+    def __init__(self, config: ControlConfig):
+        #: Index of ``ControlConfig.fixed_threshold`` among the ascending candidates.
+        self.fixed_index = config.index_of(config.fixed_threshold)
+
+    @abc.abstractmethod
+    def choose(self, allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float],
+               slo_left: float) -> int:
+        """The threshold index for one request.
+
+        ``allowed`` runs over the candidates in ascending order; ``cap`` is the highest index
+        load control leaves it; ``remaining_s(j)`` is its predicted remaining seconds at
+        index ``j`` on its instance (only called where the walk needs it).
+        """
+
+
+class LoadControl(abc.ABC):
+    """Caps thresholds so the in-flight work fits the cluster's capacity."""
+
+    def __init__(self, config: ControlConfig):
+        self.config = config
+
+    @abc.abstractmethod
+    def caps(self, load: np.ndarray, allowed: np.ndarray, capacity: float) -> np.ndarray:
+        """Cap index per request; rows of ``load`` / ``allowed`` ``(n, t)`` in walk order
+        (priority, deadline, arrival), thresholds ascending, ``capacity`` in the loads' units."""
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why an arrival was refused, and when a retry may be served."""
+
+    reason: str
+    retry_after_s: float
+
+
+class Admission(abc.ABC):
+    """Decides, on arrival, whether the request is taken."""
+
+    def __init__(self, config: ControlConfig):
+        self.config = config
+
+    @abc.abstractmethod
+    def check(self, predicted_s: Optional[float], slo_left: float) -> Optional[Rejection]:
+        """``predicted_s``: the request's predicted latency at its lowest allowed threshold on
+        the instance it would join (None when it would wait for room, or has no prediction).
+        Returns None to admit."""
+
+
+selection_policies: Registry[type[ThresholdSelection]] = Registry("threshold selection")
+load_controls: Registry[type[LoadControl]] = Registry("load control")
+admission_policies: Registry[type[Admission]] = Registry("admission policy")
+
+
+def lowest_allowed_at_or_below(allowed: Sequence[bool], cap: int) -> int:
+    """The lowest allowed index <= ``cap`` (0 when none is allowed)."""
+    for j in range(cap + 1):
+        if allowed[j]:
+            return j
+    return 0
+
+
+def highest_fitting(allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float],
+                    slo_left: float) -> Optional[int]:
+    """The highest allowed index <= ``cap`` whose remaining time fits ``slo_left``, else None.
+
+    Walking down from the cap asks for the remaining time only until the first fit, so a
+    request that fits at its cap costs one evaluation.
+    """
+    for j in range(cap, -1, -1):
+        if allowed[j] and remaining_s(j) <= slo_left:
+            return j
+    return None

@@ -1,0 +1,48 @@
+"""Load control: none, the paper's cap walk, and the cap walk over what can still fit."""
+from __future__ import annotations
+
+import numpy as np
+
+from dilaserve.control.load_control import cap_thresholds, highest_allowed, lowest_allowed
+from dilaserve.control.policies.base import LoadControl, load_controls
+
+
+@load_controls.register("none")
+class NoLoadControl(LoadControl):
+    """Every request may use its highest allowed threshold."""
+
+    def caps(self, load: np.ndarray, allowed: np.ndarray, capacity: float) -> np.ndarray:
+        return highest_allowed(allowed)
+
+
+@load_controls.register("paper")
+class PaperLoadControl(LoadControl):
+    """The paper's walk (:func:`~dilaserve.control.load_control.cap_thresholds`): a request
+    keeps a threshold only if the work before it, its own at that threshold and everyone
+    after it at their lowest still fit; otherwise it drops, to its lowest if need be."""
+
+    def caps(self, load: np.ndarray, allowed: np.ndarray, capacity: float) -> np.ndarray:
+        return cap_thresholds(load, allowed, capacity)
+
+
+@load_controls.register("feasible_prefix")
+class FeasiblePrefixLoadControl(LoadControl):
+    """The paper's walk over the requests that can still fit, and no cap for the rest.
+
+    When even every request at its lowest threshold overflows the capacity, the requests
+    last in the walk miss whatever their thresholds; the paper's walk still drops all of
+    them to their lowest. Here the walk runs over the longest prefix whose lowest-threshold
+    load fits, and the requests after it keep their highest threshold: lowering them
+    would cost quality without turning a miss into a hit.
+    """
+
+    def caps(self, load: np.ndarray, allowed: np.ndarray, capacity: float) -> np.ndarray:
+        n = load.shape[0]
+        caps = highest_allowed(allowed)
+        if n == 0:
+            return caps
+        min_load = load[np.arange(n), lowest_allowed(allowed)]
+        fit = int(np.searchsorted(np.cumsum(min_load), capacity, side="right"))
+        if fit:
+            caps[:fit] = cap_thresholds(load[:fit], allowed[:fit], capacity)
+        return caps
