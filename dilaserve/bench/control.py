@@ -43,7 +43,7 @@ STEPS_PER_TOKEN = {0.5: 0.31, 0.6: 0.37, 0.7: 0.45, 0.8: 0.56, 0.9: 0.71}
 
 
 def synthetic_profile() -> LatencyProfile:
-    """Linear step latency; TP-2 about 25% and TP-4 about 55% faster than TP-1 (DESIGN.md 6)."""
+    """Linear step latency; TP-2 about 25% and TP-4 about 55% faster than TP-1 (docs/architecture.md section 6)."""
     speed = {1: 1.0, 2: 0.75, 4: 0.45}
     pts = (256, 4096, 16384, 65536, 131072)
 

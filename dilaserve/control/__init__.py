@@ -1,4 +1,4 @@
-"""Threshold selection (SLO-aware) and adaptive load control (DESIGN.md section 5)."""
+"""Threshold selection (SLO-aware) and adaptive load control (docs/architecture.md section 5)."""
 from dilaserve.control.config import ControlConfig
 from dilaserve.control.controller import ThresholdController
 from dilaserve.control.load import CapacityModel, RequestShape, remaining_time, request_load, split_cost

@@ -1,4 +1,4 @@
-"""Request load, remaining time and instance capacity (DESIGN.md section 5).
+"""Request load, remaining time and instance capacity (docs/architecture.md section 5).
 
 Both request load and remaining time split a request's remaining steps into cache steps
 and recompute steps when caching is on: each unstarted block needs exactly one recompute

@@ -1,4 +1,4 @@
-"""SLO-aware threshold selection (DESIGN.md section 5).
+"""SLO-aware threshold selection (docs/architecture.md section 5).
 
 Walk a request's allowed thresholds from high to low and take the first whose predicted
 remaining time fits the SLO time left; if none fits, take the lowest allowed one.

@@ -145,7 +145,7 @@ class RequestState:
         return self.num_blocks - self.block_index - (1 if self.block_cached else 0)
 
     def progress_features(self) -> np.ndarray:
-        """The 10 threshold-independent predictor features (DESIGN.md section 4).
+        """The 10 threshold-independent predictor features (docs/architecture.md section 4).
 
         Order: output length, steps done / output length, unmasked / output
         length, block index / blocks, unmasked in block / block length, then

@@ -1,4 +1,4 @@
-"""The unmask rule (DESIGN.md section 3).
+"""The unmask rule (docs/architecture.md section 3).
 
 Among the still-masked positions of the current block, commit every token
 whose top-1 probability is at least the threshold; if none is, commit the

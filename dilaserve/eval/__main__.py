@@ -54,12 +54,16 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool]:
                     help=f"high phase's rate of trace/ablation as a fraction of nominal capacity for the lengths "
                          f"used (default {EvalOptions.high_load}; the low phase runs at {TRACE_LOW_LOAD}); "
                          "frontier sweeps it")
+    ap.add_argument("--policies", nargs="+", default=None, metavar="POLICY",
+                    help="run these registered policies instead of the experiment's list (e.g. to split a long "
+                         "run across processes, or to add an ablation to the trace)")
     a = ap.parse_args(argv)
     settings = tuple(a.settings) if a.settings else (("paper",) if a.quick else ("paper", "embedded"))
     try:
         opts = EvalOptions(quick=a.quick, settings=settings, trace=a.trace, out=a.out, seed=a.seed,
                            artifacts=a.artifacts, latency_noise=a.latency_noise, phase_s=a.phase_s,
-                           lengths=a.lengths, high_load=a.high_load)
+                           lengths=a.lengths, high_load=a.high_load,
+                           policies=tuple(a.policies) if a.policies else None)
     except ValueError as e:
         ap.error(str(e))
     names = list(ALL_EXPERIMENTS) if a.experiment == "all" else [a.experiment]

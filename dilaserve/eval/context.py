@@ -55,6 +55,7 @@ class EvalOptions:
         high_load: the high-load phase's rate as a fraction of nominal capacity (the low
             phase runs at ``TRACE_LOW_LOAD``); above 1 the cluster is overloaded at the
             baselines' threshold, which only a lower threshold can absorb.
+        policies: run these policies instead of each experiment's own list (None: the list).
     """
 
     quick: bool = False
@@ -67,6 +68,7 @@ class EvalOptions:
     phase_s: Optional[float] = None
     lengths: str = TRACE_LENGTHS
     high_load: float = 0.8
+    policies: Optional[tuple[str, ...]] = None
 
     def __post_init__(self) -> None:
         if self.phase_s is not None and self.phase_s <= 0:
@@ -77,6 +79,8 @@ class EvalOptions:
         if not self.high_load > 0:
             raise ValueError(f"--high-load {self.high_load} must be a positive fraction of nominal capacity, "
                              "e.g. 0.8 (the default) or 1.2 (overload)")
+        for name in self.policies or ():
+            get_policy(name)  # an unknown name fails here, listing the registered ones
         bad = [s for s in self.settings if s not in SETTINGS]
         if bad or not self.settings:
             raise ValueError(f"unknown settings {bad or list(self.settings)}: choose from {sorted(SETTINGS)}")
@@ -143,6 +147,7 @@ class EvalContext:
                      label: str = "") -> list[SimResult]:
         """One result per policy. A policy that differs from one already run only by its
         name (``fixed@0.9`` is ``infaas``) reuses that run: runs are deterministic."""
+        policies = self.options.policies or policies
         sim = self.simulator(setting)
         out, done = [], {}
         for name in policies:

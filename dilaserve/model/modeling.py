@@ -4,7 +4,7 @@ The model is a linear stack: embedding -> N x (RMSNorm, bidirectional
 rotary attention, RMSNorm, SwiGLU MLP) -> RMSNorm -> tied LM head. Attention is
 bidirectional because a diffusion LM denoises every position at once.
 
-Two ways to run it (DESIGN.md section 3):
+Two ways to run it (docs/architecture.md section 3):
 
 * **recompute**: the whole canvas goes through, every layer's rotated K and V
   are returned so the engine can cache them;

@@ -1,4 +1,4 @@
-"""Remaining-step prediction (DESIGN.md section 4) and the offline data behind it.
+"""Remaining-step prediction (docs/architecture.md section 4) and the offline data behind it.
 
 - ``features``: the 11 features; ``base``: the ``StepPredictor`` interface, one-shot and oracle;
 - ``prompts`` / ``rollouts``: decode prompt sets step by step into the step-feature table,

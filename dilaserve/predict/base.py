@@ -1,4 +1,4 @@
-"""Remaining-step predictors (DESIGN.md section 4).
+"""Remaining-step predictors (docs/architecture.md section 4).
 
 The control plane asks one question: how many denoising steps does each request still need
 at each candidate threshold? It asks for all requests and all thresholds in one call, since
@@ -68,7 +68,7 @@ class StepPredictor(abc.ABC):
 class OneShotPredictor(StepPredictor):
     """Output length x historical steps-per-token at the threshold, minus steps already done.
 
-    It looks only at what is known on arrival (the baseline of DESIGN.md section 4);
+    It looks only at what is known on arrival (the baseline of docs/architecture.md section 4);
     thresholds between the historical ones are interpolated.
     """
 

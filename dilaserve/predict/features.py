@@ -1,4 +1,4 @@
-"""The 11 step-predictor features (DESIGN.md section 4), built in one batch."""
+"""The 11 step-predictor features (docs/architecture.md section 4), built in one batch."""
 from __future__ import annotations
 
 from typing import Sequence

@@ -6,7 +6,7 @@ not on a 200-step one), a log target turns a squared loss into a relative one, a
 per-token ratio carries over to answers longer than the rollouts' (:data:`TARGET`).
 
 Prediction cost is per call as much as per row, so the control plane predicts every
-request at every threshold in one call (DESIGN.md section 7). The tree budget
+request at every threshold in one call (docs/architecture.md section 7). The tree budget
 (:attr:`TuningConfig.max_trees`, :attr:`TuningConfig.max_leaves`) bounds the per-row cost
 of that call. On the synthetic tasks, 32 trees of 16 leaves predict 1,000 requests x 5
 thresholds in about 0.5-1.5 us per row on a busy 2-core host; 60 trees of 24 leaves gain
@@ -120,7 +120,7 @@ def oneshot_rates(table: pl.DataFrame) -> dict[float, float]:
 
 
 def fit_oneshot(table: pl.DataFrame) -> OneShotPredictor:
-    """The one-shot baseline of DESIGN.md section 4, fitted on ``table``."""
+    """The one-shot baseline of docs/architecture.md section 4, fitted on ``table``."""
     return OneShotPredictor(oneshot_rates(table))
 
 
@@ -195,7 +195,7 @@ def _relative_error(pred: np.ndarray, label: np.ndarray) -> float:
 
 def _dataset(table: pl.DataFrame) -> lgb.Dataset:
     # A fresh Dataset per trial with feature_pre_filter off: Optuna varies min_data_in_leaf,
-    # which a pre-filtered Dataset would silently ignore (DESIGN.md section 7).
+    # which a pre-filtered Dataset would silently ignore (docs/architecture.md section 7).
     x = features_of(table)
     return lgb.Dataset(x, np.log(table["label"].to_numpy().astype(np.float64) / masked_left(x)),
                        feature_name=list(FEATURE_NAMES), params={"feature_pre_filter": False}, free_raw_data=False)

@@ -7,7 +7,7 @@ degree the ranks time
 * recompute steps: full passes over ``n / seq_len`` requests of ``seq_len`` tokens
   (x-axis: tokens in the batch, ``n``);
 * cache steps: ``n / block_length`` requests feeding one block each and attending to a
-  cached context of ``seq_len`` tokens (x-axis: fed tokens, ``n``, as DESIGN.md section 5
+  cached context of ``seq_len`` tokens (x-axis: fed tokens, ``n``, as docs/architecture.md section 5
   reads ``LP[tp][B x n_reqs]``).
 
 Each point is the median of ``repeats`` timed steps after one warm-up step.

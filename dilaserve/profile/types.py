@@ -1,4 +1,4 @@
-"""Latency profiles: step latency of one instance per TP degree (DESIGN.md section 5).
+"""Latency profiles: step latency of one instance per TP degree (docs/architecture.md section 5).
 
 ``LP[tp][n]`` is the wall time of one denoising step on a TP-``tp`` instance whose batch
 holds ``n`` tokens. Recompute steps (whole sequence) and cache steps (current block only)

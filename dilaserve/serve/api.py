@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Optional, Union
 
@@ -19,8 +20,10 @@ from .runtime import BadRequest, Generation, RequestHandle, ServeError, ServingR
 log = logging.getLogger(__name__)
 
 
-def _error(status: int, message: str, type_: str, param: Optional[str] = None) -> JSONResponse:
-    return JSONResponse(error_body(message, type_, param, status), status_code=status)
+def _error(status: int, message: str, type_: str, param: Optional[str] = None,
+           retry_after_s: Optional[float] = None) -> JSONResponse:
+    headers = {"Retry-After": str(max(1, math.ceil(retry_after_s)))} if retry_after_s is not None else None
+    return JSONResponse(error_body(message, type_, param, status), status_code=status, headers=headers)
 
 
 def _usage(g: Generation) -> dict:
@@ -63,7 +66,7 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
 
     @app.exception_handler(ServeError)
     async def _serve_error(request: Request, exc: ServeError):
-        return _error(exc.status, str(exc), exc.type, exc.param)
+        return _error(exc.status, str(exc), exc.type, exc.param, exc.retry_after_s)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):

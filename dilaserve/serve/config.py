@@ -23,7 +23,14 @@ class ServeConfig:
     initial_tp: int = option(1, "TP degree of the instances launched at start (the cluster starts uniform)")
     thresholds: list[float] = option([0.5, 0.6, 0.7, 0.8, 0.9], "candidate denoising thresholds")
     default_slo_ms: float = option(20000.0, "SLO for requests that send neither slo_ms nor deadline")
-    policy: str = option("dilaserve", "scheduling policy: dilaserve, infaas, llumnix or an ablation")
+    policy: str = option("dilaserve", "scheduling policy: dilaserve, dilaserve-paper, infaas, llumnix, fixed@TAU "
+                         "or an ablation")
+    quality_budget: Optional[float] = option(
+        0.1, "largest relative accuracy loss accepted for speed: thresholds whose measured accuracy is below "
+        "(1 - budget) x the best candidate's are not used (needs the threshold-quality artifact)")
+    admission_margin: float = option(
+        1.0, "SLO-aware admission answers 429 when a request's predicted latency at its lowest allowed threshold "
+        "exceeds this x its SLO (policies with admission; dilaserve-no-admission serves everything)")
     reconfig_interval_s: float = option(60.0, "seconds between reconfiguration ticks (0 disables reconfiguration)")
     max_batch_tokens: int = option(4096, "tokens one instance may hold in its batch")
     max_queue: int = option(256, "requests in flight (running + waiting) before new ones get HTTP 429")
@@ -52,6 +59,12 @@ class ServeConfig:
             raise ValueError("--default-slo-ms must be positive")
         if self.default_max_tokens < 1 or self.block_length < 1:
             raise ValueError("--default-max-tokens and --block-length must be positive")
+        if self.quality_budget is not None and not 0 <= self.quality_budget < 1:
+            raise ValueError(f"--quality-budget {self.quality_budget} must lie in [0, 1), e.g. 0.1 (within 10% of "
+                             "the best threshold's accuracy)")
+        if self.admission_margin <= 0:
+            raise ValueError(f"--admission-margin {self.admission_margin} must be positive (1.0 refuses only "
+                             "predicted misses)")
         if self.max_queue < 1:
             raise ValueError("--max-queue must be at least 1")
 

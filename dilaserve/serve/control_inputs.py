@@ -37,6 +37,8 @@ class ControlInputs:
     #: None only when neither the step dynamics nor the threshold-quality table exist.
     step_law: Optional[StepLaw]
     notes: list[str]
+    #: Measured accuracy per candidate threshold, for the quality budget (None: no table).
+    accuracy: Optional[dict[float, float]] = None
 
 
 def _rates_for(thresholds) -> dict[float, float]:
@@ -77,9 +79,22 @@ def load_control_inputs(checkpoint: str, device: str, thresholds, artifacts_root
         predictor = oneshot
 
     step_law = load_step_law(artifacts_root, thresholds, block_length, notes)
+    accuracy = load_accuracy(artifacts_root, thresholds, notes)
     for n in notes:
         log.warning(n)
-    return ControlInputs(profile, predictor, oneshot, step_law, notes)
+    return ControlInputs(profile, predictor, oneshot, step_law, notes, accuracy)
+
+
+def load_accuracy(artifacts_root: str, thresholds, notes: list[str]) -> Optional[dict[float, float]]:
+    """The served model's measured accuracy at each candidate threshold (the quality budget's
+    input), interpolated between measured thresholds; None (noted) without a table."""
+    try:
+        quality = artifacts.load_threshold_quality(artifacts_root)
+    except (FileNotFoundError, ValueError) as e:
+        notes.append(f"no threshold-quality table ({type(e).__name__}): the quality budget cannot be applied, so "
+                     "every candidate threshold is allowed (`make artifacts` builds the table)")
+        return None
+    return {float(t): quality.accuracy(t) for t in thresholds}
 
 
 def load_step_law(artifacts_root: str, thresholds, block_length: int, notes: list[str]) -> Optional[StepLaw]:

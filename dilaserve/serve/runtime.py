@@ -28,6 +28,7 @@ from dilaserve.model.adapters import describe_checkpoint
 from dilaserve.reconfig.config import ClusterConfig, ReconfigConfig
 from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule import GlobalScheduler
+from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_plane
 from dilaserve.schedule.events import ReconfigTick, RequestArrived, RequestOutcome
 from dilaserve.schedule.policies import get_policy
 
@@ -56,15 +57,23 @@ def connect_ray(cfg: ServeConfig) -> bool:
     return True
 
 
+def cluster_config(cfg: ServeConfig) -> ClusterConfig:
+    """The cluster the server may plan for: its slots as nodes, its TP degrees and batch limits."""
+    return ClusterConfig(nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node, tp_degrees=tuple(cfg.tp_degrees),
+                         max_batch_tokens={d: cfg.max_batch_tokens * d for d in cfg.tp_degrees})
+
+
 class ServeError(Exception):
-    """An error the API reports to the client with an HTTP status."""
+    """An error the API reports to the client with an HTTP status (and, for overload,
+    a ``Retry-After`` hint in seconds)."""
 
     status = 500
     type = "server_error"
 
-    def __init__(self, message: str, param: Optional[str] = None):
+    def __init__(self, message: str, param: Optional[str] = None, retry_after_s: Optional[float] = None):
         super().__init__(message)
         self.param = param
+        self.retry_after_s = retry_after_s
 
 
 class BadRequest(ServeError):
@@ -146,19 +155,15 @@ class ServingRuntime:
         self.backend = RayBackend(RayBackendConfig(cfg.model, cfg.device, cfg.torch_threads))
         self.backend.on_failure = self._on_instance_failure
         self.backend.on_step_time = lambda spec, s: self.metrics.step_latency.labels(str(spec.tp)).observe(s)
-        reconfigurator = None
-        if cfg.reconfig_interval_s > 0 and self.policy.reconfig:
-            cluster = ClusterConfig(
-                nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node, tp_degrees=tuple(cfg.tp_degrees),
-                max_batch_tokens={d: cfg.max_batch_tokens * d for d in cfg.tp_degrees},
-            )
+        rc = None
+        if cfg.reconfig_interval_s > 0:
             rc = ReconfigConfig(interval_s=cfg.reconfig_interval_s, block_length=cfg.block_length)
             rc = rc.with_step_law(inputs.step_law) if inputs.step_law else rc
-            reconfigurator = Reconfigurator(cluster, inputs.profile, rc)
-        self.scheduler = GlobalScheduler(
-            self.backend, inputs.profile, self.policy, control=ControlConfig(thresholds=tuple(sorted(cfg.thresholds))),
-            predictor=predictor, reconfigurator=reconfigurator, on_outcome=self._on_outcome,
-        )
+        control = ControlConfig(thresholds=tuple(sorted(cfg.thresholds)), quality_budget=cfg.quality_budget,
+                                admission_margin=cfg.admission_margin, step_law=inputs.step_law)
+        spec = ControlPlaneSpec(inputs.profile, control, cluster_config(cfg), reconfig=rc, accuracy=inputs.accuracy)
+        self.scheduler = build_control_plane(self.backend, self.policy, spec, predictor, self._on_outcome)
+        reconfigurator = self.scheduler.reconfigurator
         self.backend.bind(self._on_backend_event)  # observe events on their way to the scheduler
         self.scheduler.start(self._initial_specs())
         deadline = time.monotonic() + ready_timeout_s
@@ -215,7 +220,8 @@ class ServingRuntime:
             raise Unavailable("the server is not accepting requests (starting up or shutting down)")
         if self.scheduler.in_flight >= self.cfg.max_queue:
             self.metrics.rejected.labels("overloaded").inc()
-            raise Overloaded(f"{self.scheduler.in_flight} requests in flight (limit --max-queue {self.cfg.max_queue}); retry later")
+            raise Overloaded(f"{self.scheduler.in_flight} requests in flight (limit --max-queue {self.cfg.max_queue}); "
+                             "retry later", retry_after_s=1.0)
         if min_threshold > max(self.cfg.thresholds):
             raise BadRequest(f"min_threshold {min_threshold} is above every candidate threshold {sorted(self.cfg.thresholds)}",
                              "min_threshold")
@@ -241,6 +247,8 @@ class ServingRuntime:
         req = TrackedRequest(state, arrival=now, deadline=now + slo_s, priority=priority, min_threshold=min_threshold)
         self.scheduler.handle(RequestArrived(now, req))
         self._refresh_gauges()
+        if handle.done.done() and handle.done.exception() is not None:
+            raise handle.done.exception()  # refused on arrival: answer at once, before any stream starts
         return handle
 
     def cancel(self, handle: RequestHandle) -> None:
@@ -309,7 +317,15 @@ class ServingRuntime:
         else:
             self.metrics.requests.labels(out.status).inc()
             h.chunks.put_nowait(None)
-            err = BadRequest(f"request rejected: {out.reason}") if out.status == "rejected" else Unavailable(out.reason or out.status)
+            if out.status == "rejected" and out.retry_after_s is not None:
+                # SLO-aware admission: the request is fine, the cluster is too busy for its SLO now.
+                self.metrics.rejected.labels("slo").inc()
+                err = Overloaded(f"request refused: {out.reason}; retry after {out.retry_after_s:.0f} s, or with a "
+                                 "longer slo_ms", retry_after_s=out.retry_after_s)
+            elif out.status == "rejected":
+                err = BadRequest(f"request rejected: {out.reason}")
+            else:
+                err = Unavailable(out.reason or out.status)
             h.done.set_exception(err)
 
     def _on_instance_failure(self, spec: InstanceSpec, exc: BaseException) -> None:
@@ -358,11 +374,7 @@ def reconfigure_to(runtime: ServingRuntime, node_counts: list[dict[int, int]]) -
     if missing:
         raise ValueError(f"the latency profile has no TP {missing}: instances of those degrees would get no "
                          f"requests; measure them first (`make artifacts`) or choose from TP {list(sched.profile.tp_degrees)}")
-    reconf = sched.reconfigurator or Reconfigurator(
-        ClusterConfig(nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node, tp_degrees=tuple(cfg.tp_degrees),
-                      max_batch_tokens={d: cfg.max_batch_tokens * d for d in cfg.tp_degrees}),
-        sched.profile,
-    )
+    reconf = sched.reconfigurator or Reconfigurator(cluster_config(cfg), sched.profile)
     plan = reconf.plan_to(node_counts, sched.pool.active_specs())
     ok = sched.apply_plan(plan)
     if ok:

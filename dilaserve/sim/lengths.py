@@ -1,4 +1,4 @@
-"""Request lengths for benchmark-style workloads (DESIGN.md section 6).
+"""Request lengths for benchmark-style workloads (docs/architecture.md section 6).
 
 * GSM8K-like: prompt 1020 tokens, output 256 tokens (the paper's benchmark setting).
 * Long prompt, short answer: prompts around 2,000 tokens (log-normal, P50 2000, clipped to

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
@@ -18,13 +18,11 @@ import polars as pl
 from dilaserve.cluster.sim_backend import SimBackend, SimBackendConfig
 from dilaserve.control.request import TrackedRequest
 from dilaserve.predict.base import OraclePredictor, StepPredictor
-from dilaserve.reconfig.monitor import WorkloadMonitor
 from dilaserve.reconfig.plan import static_layout
-from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.schedule.events import ReconfigTick, RequestArrived, RequestOutcome
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
-from dilaserve.schedule.scheduler import GlobalScheduler
+from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_plane
 from dilaserve.sim.loop import EventLoop
 from dilaserve.sim.metrics import PolicySummary, summarize
 from dilaserve.sim.progress import ProgressModel
@@ -127,14 +125,15 @@ class Simulator:
             if len(rows) == len(reqs):
                 loop.stop()
 
-        reconfigurator = None
-        if pol.reconfig:
-            reconfigurator = Reconfigurator(st.cluster, st.profile, st.reconfig, WorkloadMonitor(st.monitor))
-        sched = GlobalScheduler(
-            backend, st.profile, pol, control=st.control, config=SchedulerConfig(warn_interval_s=300.0),
-            predictor=self._predictor(pol, live), reconfigurator=reconfigurator, on_outcome=on_outcome,
+        spec = ControlPlaneSpec(
+            st.profile, st.control, st.cluster,
+            # The planner prices a launch at what the simulated instances take to start.
+            reconfig=replace(st.reconfig, launch_time_s=cfg.backend.launch_time_s), monitor=st.monitor,
             accuracy=self.predictors.accuracy(st.control.thresholds),
+            scheduler=SchedulerConfig(warn_interval_s=300.0),
         )
+        sched = build_control_plane(backend, pol, spec, self._predictor(pol, live), on_outcome)
+        reconfigurator = sched.reconfigurator
         initial = static_layout(st.cluster, st.initial_tp)
         with backend.instant_launches():
             sched.start(initial)

@@ -1,4 +1,4 @@
-"""SLOs: scale x the mean latency of a request alone on a TP-1 instance (DESIGN.md section 6)."""
+"""SLOs: scale x the mean latency of a request alone on a TP-1 instance (docs/architecture.md section 6)."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,0 +1,63 @@
+"""The control plane, built in one place for serving and for the simulator.
+
+A :class:`ControlPlaneSpec` names everything the control plane is made of (latency
+profile, control and cluster settings, reconfiguration, the quality table's accuracies);
+:func:`build_control_plane` turns it and a policy into the scheduler that drives a
+backend. The HTTP server and the simulator both call it, so a policy decides the same way
+against real and simulated instances (docs/architecture.md, "One control plane").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional
+
+from dilaserve.cluster.base import Backend
+from dilaserve.control.config import ControlConfig
+from dilaserve.predict.base import StepPredictor
+from dilaserve.profile.types import LatencyProfile
+from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConfig
+from dilaserve.reconfig.monitor import WorkloadMonitor
+from dilaserve.reconfig.reconfigurator import Reconfigurator
+from dilaserve.schedule.config import SchedulerConfig
+from dilaserve.schedule.events import RequestOutcome
+from dilaserve.schedule.policies import SchedulerPolicy, get_policy
+from dilaserve.schedule.scheduler import GlobalScheduler
+
+
+@dataclass(frozen=True)
+class ControlPlaneSpec:
+    """Attributes:
+        profile: step latency per TP degree.
+        control: candidate thresholds, quality budget, admission margin, step law.
+        cluster: nodes, GPUs per node, TP degrees and batch limits reconfiguration plans for.
+        reconfig: reconfiguration settings; None never reconfigures (whatever the policy).
+        monitor: how the workload monitor groups and counts requests.
+        accuracy: measured accuracy per candidate threshold (the quality budget's input).
+        scheduler: scheduler settings that are not part of a policy.
+    """
+
+    profile: LatencyProfile
+    control: ControlConfig
+    cluster: ClusterConfig
+    reconfig: Optional[ReconfigConfig] = None
+    monitor: MonitorConfig = field(default_factory=MonitorConfig)
+    accuracy: Optional[Mapping[float, float]] = None
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+
+def build_control_plane(
+    backend: Backend, policy: SchedulerPolicy | str, spec: ControlPlaneSpec,
+    predictor: Optional[StepPredictor] = None,
+    on_outcome: Optional[Callable[[RequestOutcome], None]] = None,
+) -> GlobalScheduler:
+    """The scheduler for ``policy`` over ``backend``, with a reconfigurator when both the
+    policy and the spec reconfigure. ``predictor`` is ignored by fixed-threshold policies."""
+    pol = get_policy(policy)
+    reconfigurator = None
+    if pol.reconfig and spec.reconfig is not None:
+        reconfigurator = Reconfigurator(spec.cluster, spec.profile, spec.reconfig, WorkloadMonitor(spec.monitor))
+    return GlobalScheduler(
+        backend, spec.profile, pol, control=spec.control, config=spec.scheduler,
+        predictor=predictor if pol.selection != "fixed" else None, reconfigurator=reconfigurator,
+        on_outcome=on_outcome, accuracy=spec.accuracy,
+    )
