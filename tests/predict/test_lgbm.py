@@ -83,3 +83,25 @@ def test_oneshot_rates_are_steps_per_token(step_table):
 def test_tuning_config_rejects_bad_values(bad):
     with pytest.raises(ValueError):
         TuningConfig(**bad)
+
+
+def test_predictions_scale_with_masked_tokens_beyond_the_rollout_lengths(trained, step_table):
+    # A request 4x longer than any rollout, at the same progress, is predicted to need
+    # several times the steps (the booster predicts per masked token; its per-token rate
+    # may still follow the longest rollouts); a step-count target would stay flat at 1x.
+    x = features_of(step_table.filter(pl.col("steps_ratio") == 0.0))[:20]
+    longer = x.copy()
+    longer[:, FEATURE_NAMES.index("output_length")] *= 4
+    rows = PredictionBatch(tuple(str(i) for i in range(len(x))), (0.9,), x)
+    rows_long = PredictionBatch(tuple(str(i) for i in range(len(x))), (0.9,), longer)
+    ratio = trained.predictor.predict_rows(rows_long) / trained.predictor.predict_rows(rows)
+    assert np.median(ratio) > 1.5 and (ratio > 1.0).all()
+
+
+def test_load_rejects_a_booster_with_another_target(tmp_path, trained):
+    import json
+    trained.predictor.save(tmp_path)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    (tmp_path / "meta.json").write_text(json.dumps({**meta, "target": "log(remaining steps)"}))
+    with pytest.raises(ValueError, match="retrain the predictor"):
+        LightGBMPredictor.load(tmp_path)
