@@ -72,7 +72,6 @@ class ThresholdController:
         self.config = config
         self.profile = profile
         self.thresholds = np.array(config.thresholds)
-        self.fixed_index = config.index_of(config.fixed_threshold)
         self.selection = selection_policies.get(selection)(config)
         self.slo_aware = self.selection.needs_predictor
         if self.slo_aware and predictor is None:
@@ -145,8 +144,8 @@ class ThresholdController:
         ``placement`` is ``(tp, tokens, requests)`` of the instance it would join, counting
         the request itself, or None when it would wait for room.
         """
-        if not self.admission_on or req.late_on_arrival and self.selection.degrade_late_arrivals:
-            return None
+        if not self.admission_on or (req.late_on_arrival and self.selection.degrade_late_arrivals):
+            return None  # the paper's walk serves a late arrival best-effort; others refuse it
         predicted = None
         if placement is not None:
             tp, tokens, n = placement
