@@ -5,7 +5,8 @@
   the oracle bound.
 * ``rate-sweep``: Poisson arrivals, GSM8K-like lengths, at rising request rates.
 * ``slo-sweep``: one rate, SLO scale 1..10.
-* ``ablation``: the trace with each dilaserve mechanism switched off in turn.
+* ``ablation``: the trace with each of the paper's mechanisms switched off, each
+  quality-aware piece added to the paper's algorithms, and each taken out of the default.
 * ``frontier``: the trace at high-phase loads 0.6..1.4 x nominal capacity; per load, the
   static policies' attainment-quality frontier and where the adaptive policies land on it
   (an adaptive policy pays its way only above that frontier, docs/architecture.md).
@@ -32,7 +33,6 @@ from dilaserve.sim.simulator import SimResult
 from dilaserve.sim.slo import DEFAULT_SLO_SCALE, workload_slo
 from dilaserve.sim.workload import Phase, Workload
 
-MAIN_POLICIES = ("infaas", "llumnix", "dilaserve", "oracle")
 #: The paper's algorithms with one mechanism off or one quality-aware piece added, then the
 #: default with one piece taken out.
 ABLATION_POLICIES = ("dilaserve-paper", *VARIANTS["dilaserve-paper"], "dilaserve", *VARIANTS["dilaserve"])
@@ -41,6 +41,7 @@ STATIC_POLICIES = ("infaas", "llumnix", *FIXED_POLICIES)
 #: Policies that pick thresholds per request, placed against the static frontier in the
 #: trace and frontier experiments; list a dilaserve* variant here to add it.
 ADAPTIVE_POLICIES = ("dilaserve", "dilaserve-paper", "oracle")
+#: Every experiment but the ablation runs these: the static frontier and the adaptive policies.
 TRACE_POLICIES = (*STATIC_POLICIES, *ADAPTIVE_POLICIES)
 
 #: The frontier experiment's high-phase loads, fractions of nominal capacity (full, quick).
@@ -131,7 +132,7 @@ def rate_sweep(ctx: EvalContext) -> ExperimentOutput:
             wl = _poisson(ctx, setting, load)
             slo = _slo(ctx, setting, wl, DEFAULT_SLO_SCALE)
             rate = wl.meta["rate"]
-            for res in ctx.run_policies(setting, MAIN_POLICIES, wl, slo, f" {rate:.1f} req/s"):
+            for res in ctx.run_policies(setting, TRACE_POLICIES, wl, slo, f" {rate:.1f} req/s"):
                 out.runs.append(Run("rate-sweep", setting.name, res, "gsm8k", rate, DEFAULT_SLO_SCALE, x=rate))
         out.notes.append(f"{setting.name}: Poisson, GSM8K-like lengths (prompt 1020, output 256), loads "
                          f"{RATE_LOADS[ctx.options.quick]} x nominal capacity")
@@ -144,7 +145,7 @@ def slo_sweep(ctx: EvalContext) -> ExperimentOutput:
         wl = _poisson(ctx, setting, SLO_SWEEP_LOAD)
         for scale in SLO_SCALES[ctx.options.quick]:
             slo = _slo(ctx, setting, wl, scale)
-            for res in ctx.run_policies(setting, MAIN_POLICIES, wl, slo, f" SLO x{scale}"):
+            for res in ctx.run_policies(setting, TRACE_POLICIES, wl, slo, f" SLO x{scale}"):
                 out.runs.append(Run("slo-sweep", setting.name, res, "gsm8k", wl.meta["rate"], scale, x=scale))
         out.notes.append(f"{setting.name}: Poisson at {wl.meta['rate']:.1f} req/s ({SLO_SWEEP_LOAD} x nominal "
                          "capacity), GSM8K-like lengths")
