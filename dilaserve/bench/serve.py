@@ -127,6 +127,8 @@ def summarise(outcomes: list[Outcome], wall_s: float) -> dict:
         "throughput_rps": round(len(ok) / wall_s, 3),
         "output_tokens_per_s": round(sum(o.completion_tokens for o in ok) / wall_s, 2),
         "accuracy": round(sum(graded) / len(graded), 4) if graded else None,
+        # on time and correct, over every request sent (refused and failed ones count 0)
+        "goodput": round(sum(bool(o.slo_met and o.correct) for o in outcomes) / len(outcomes), 4) if graded else None,
         "mean_steps": round(float(np.mean([o.steps for o in ok])), 2) if ok else None,
         "mean_threshold": round(float(np.mean([o.mean_threshold for o in ok])), 4) if ok else None,
         "duration_s": round(wall_s, 2),
