@@ -28,9 +28,11 @@ class ControlConfig:
             least ``(1 - quality_budget)`` times its best candidate's (0.1: within 10%).
             None allows every candidate. Policies that apply it need the threshold-quality
             table; without one, every candidate is allowed (and the log says so).
-        admission_margin: SLO-aware admission refuses a request whose predicted latency at
-            its lowest allowed threshold exceeds ``admission_margin`` x its SLO time left
-            (1.0: refuse only predicted misses; larger admits more borderline requests).
+        admission_headroom: SLO-aware admission also refuses a request whose joining would
+            push two or more requests in flight past ``(1 - admission_headroom)`` x their SLO
+            time left, when they are within it now. The headroom absorbs prediction noise and
+            the batch growing after a request is admitted (0.1: keep 10%; 0: protect only
+            predicted hits).
     """
 
     thresholds: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
@@ -40,7 +42,7 @@ class ControlConfig:
     capacity_batch_grid: int = 64
     step_law: Optional[StepLaw] = None
     quality_budget: Optional[float] = 0.1
-    admission_margin: float = 1.0
+    admission_headroom: float = 0.1
 
     def __post_init__(self) -> None:
         thr = tuple(sorted(float(t) for t in self.thresholds))
@@ -71,8 +73,9 @@ class ControlConfig:
                 f"ControlConfig.quality_budget={self.quality_budget} must lie in [0, 1): it is the relative "
                 "accuracy loss accepted (0.1 = within 10% of the best threshold), or None for no limit"
             )
-        if self.admission_margin <= 0:
-            raise ValueError(f"ControlConfig.admission_margin={self.admission_margin} must be positive (try 1.0)")
+        if not 0 <= self.admission_headroom < 1:
+            raise ValueError(f"ControlConfig.admission_headroom={self.admission_headroom} must lie in [0, 1) "
+                             "(the share of SLO time left kept free for requests in flight; try 0.1)")
         if self.capacity_batch_grid < 1:
             raise ValueError("ControlConfig.capacity_batch_grid must be >= 1 (try 64)")
 

@@ -138,20 +138,37 @@ class ThresholdController:
             req.threshold_index = self.selection.choose(allowed, req.cap_index, _never_called, 0.0)
 
     def check_admission(self, req: TrackedRequest, placement: Optional[tuple[int, float, int]],
-                        now: float) -> Optional[Rejection]:
+                        now: float, members: Sequence[TrackedRequest] = ()) -> Optional[Rejection]:
         """Whether ``req`` (already :meth:`admit`-ted) is taken: None to take it.
 
         ``placement`` is ``(tp, tokens, requests)`` of the instance it would join, counting
-        the request itself, or None when it would wait for room.
+        the request itself, or None when it would wait for room; ``members`` are the
+        requests already on that instance. The request is predicted at its lowest allowed
+        threshold. Joining slows every member's steps, so each member that keeps its
+        headroom now but would not with the newcomer counts against it: admitting buys at
+        most one hit, and must not cost more than one.
         """
         if not self.admission_on or (req.late_on_arrival and self.selection.degrade_late_arrivals):
             return None  # the paper's walk serves a late arrival best-effort; others refuse it
         predicted = None
         if placement is not None:
             tp, tokens, n = placement
-            lowest = int(np.argmax(req.allowed))
-            predicted = self._remaining_fn(req, tp, tokens, n)(lowest)
+            predicted = self._remaining_fn(req, tp, tokens, n)(int(np.argmax(req.allowed)))
+            margin = 1.0 - self.config.admission_headroom
+            harmed = sum(1 for m in members if self._pushed_past_slo(m, tp, tokens, n, req.tokens, margin, now))
+            return self.admission.check(predicted, req.slo_left(now), harmed)
         return self.admission.check(predicted, req.slo_left(now))
+
+    def _pushed_past_slo(self, member: TrackedRequest, tp: int, tokens: float, n: int, newcomer_tokens: float,
+                         margin: float, now: float) -> bool:
+        """Whether ``member`` makes its SLO (times ``margin``) at its lowest allowed threshold
+        on its instance as it is, but not once a newcomer of ``newcomer_tokens`` joins
+        (``tokens`` and ``n`` count the newcomer)."""
+        if member.steps_pred is None:
+            return False
+        lowest, left = int(np.argmax(member.allowed)), margin * member.slo_left(now)
+        before = self._remaining_fn(member, tp, tokens - newcomer_tokens, n - 1)(lowest)
+        return before <= left < self._remaining_fn(member, tp, tokens, n)(lowest)
 
     def on_finish(self, req: TrackedRequest) -> None:
         """A request finished: what it really took calibrates the predictions."""

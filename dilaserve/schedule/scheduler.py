@@ -173,7 +173,8 @@ class GlobalScheduler:
         slot = self.dispatch.choose(req, self.pool, self._mask(req))
         placement = None if slot is None else (
             int(self.pool.tp[slot]), float(self.pool.tokens[slot] + req.tokens), int(self.pool.n_reqs[slot]) + 1)
-        refusal = self.controller.check_admission(req, placement, self.now)
+        members = () if slot is None else [self.requests[rid] for rid in self.pool.members[slot]]
+        refusal = self.controller.check_admission(req, placement, self.now, members)
         if refusal is not None:
             self._warn("admission", "request %s refused: %s", req.request_id, refusal.reason)
             self._emit(RequestOutcome(req.request_id, "rejected", req.arrival, req.deadline, self.now,

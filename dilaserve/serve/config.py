@@ -28,9 +28,10 @@ class ServeConfig:
     quality_budget: Optional[float] = option(
         0.1, "largest relative accuracy loss accepted for speed: thresholds whose measured accuracy is below "
         "(1 - budget) x the best candidate's are not used (needs the threshold-quality artifact)")
-    admission_margin: float = option(
-        1.0, "SLO-aware admission answers 429 when a request's predicted latency at its lowest allowed threshold "
-        "exceeds this x its SLO (policies with admission; dilaserve-no-admission serves everything)")
+    admission_headroom: float = option(
+        0.1, "SLO-aware admission answers 429 to a request predicted to miss its SLO, or whose joining would push "
+        "two or more requests in flight out of this share of their SLO time left (dilaserve-no-admission "
+        "serves everything)")
     reconfig_interval_s: float = option(60.0, "seconds between reconfiguration ticks (0 disables reconfiguration)")
     max_batch_tokens: int = option(4096, "tokens one instance may hold in its batch")
     max_queue: int = option(256, "requests in flight (running + waiting) before new ones get HTTP 429")
@@ -62,9 +63,8 @@ class ServeConfig:
         if self.quality_budget is not None and not 0 <= self.quality_budget < 1:
             raise ValueError(f"--quality-budget {self.quality_budget} must lie in [0, 1), e.g. 0.1 (within 10% of "
                              "the best threshold's accuracy)")
-        if self.admission_margin <= 0:
-            raise ValueError(f"--admission-margin {self.admission_margin} must be positive (1.0 refuses only "
-                             "predicted misses)")
+        if not 0 <= self.admission_headroom < 1:
+            raise ValueError(f"--admission-headroom {self.admission_headroom} must lie in [0, 1), e.g. 0.1")
         if self.max_queue < 1:
             raise ValueError("--max-queue must be at least 1")
 

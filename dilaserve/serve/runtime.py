@@ -160,7 +160,7 @@ class ServingRuntime:
             rc = ReconfigConfig(interval_s=cfg.reconfig_interval_s, block_length=cfg.block_length)
             rc = rc.with_step_law(inputs.step_law) if inputs.step_law else rc
         control = ControlConfig(thresholds=tuple(sorted(cfg.thresholds)), quality_budget=cfg.quality_budget,
-                                admission_margin=cfg.admission_margin, step_law=inputs.step_law)
+                                admission_headroom=cfg.admission_headroom, step_law=inputs.step_law)
         spec = ControlPlaneSpec(inputs.profile, control, cluster_config(cfg), reconfig=rc, accuracy=inputs.accuracy)
         self.scheduler = build_control_plane(self.backend, self.policy, spec, predictor, self._on_outcome)
         reconfigurator = self.scheduler.reconfigurator

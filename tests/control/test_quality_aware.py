@@ -90,11 +90,14 @@ def test_quality_budget_without_a_table_allows_everything_and_says_so(caplog):
 
 # ---------------------------------------------------------------- admission
 def test_slo_admission_refuses_predicted_misses_with_a_retry_hint():
-    adm = admission_policies.get("slo")(ControlConfig(admission_margin=1.0))
+    adm = admission_policies.get("slo")(CFG)
     assert adm.check(0.9, 1.0) is None
     assert adm.check(None, 1.0) is None          # would wait for room: not predicted, admitted
     no = adm.check(3.4, 1.0)
     assert no is not None and "predicted 3.40 s" in no.reason and no.retry_after_s == 3.0
+    # Harming one request in flight is a wash (one hit for one miss); two is a net loss.
+    assert adm.check(0.9, 1.0, harmed=1) is None
+    assert "2 request(s) in flight" in adm.check(0.9, 1.0, harmed=2).reason
     assert admission_policies.get("all")(CFG).check(100.0, 0.0) is None
 
 
@@ -161,3 +164,27 @@ def test_mixed_step_prices_charge_the_pass_batch_mates_trigger():
     assert mixed_step_prices(p, 1, 80, 80 * 400, 400, 32, 0.125).cache > busy.cache
     never = mixed_step_prices(p, 1, 40, 40 * 400, 400, 32, 0.0)   # nobody else recomputes
     assert never.cache == pytest.approx(p.latency(1, 32 * 40, StepKind.CACHE))
+
+
+def test_admission_refuses_a_newcomer_that_would_push_two_requests_in_flight_past_their_slo():
+    cfg = ControlConfig(quality_budget=None)
+    ctl = ThresholdController(cfg, default_profile(), OneShotPredictor({t: 0.7 for t in cfg.thresholds}),
+                              admission="slo")
+    probe, big = make_request("probe"), make_request("big", prompt=3000, slo=1e6)
+    ctl.admit(probe, 0.0)
+    ctl.admit(big, 0.0)
+    n, tokens = 3, 3 * probe.tokens
+    before = ctl._remaining_fn(probe, 1, tokens, n)(0)
+    after = ctl._remaining_fn(probe, 1, tokens + big.tokens, n + 1)(0)
+    assert after > before
+    # Members that keep their 10% headroom now, and lose it once the newcomer joins.
+    slo = (before + after) / 2 / (1 - cfg.admission_headroom)
+    tight = [make_request(f"m{i}", slo=slo) for i in range(2)]
+    loose = make_request("loose", slo=1e6)
+    for m in (*tight, loose):
+        ctl.admit(m, 0.0)
+    placement = (1, float(tokens + big.tokens), n + 1)
+    refusal = ctl.check_admission(big, placement, 0.0, [*tight, loose])
+    assert refusal is not None and "2 request(s) in flight" in refusal.reason
+    # One harmed request is a wash: the newcomer is taken.
+    assert ctl.check_admission(big, placement, 0.0, [tight[0], loose, loose]) is None

@@ -73,9 +73,10 @@ class Admission(abc.ABC):
         self.config = config
 
     @abc.abstractmethod
-    def check(self, predicted_s: Optional[float], slo_left: float) -> Optional[Rejection]:
+    def check(self, predicted_s: Optional[float], slo_left: float, harmed: int = 0) -> Optional[Rejection]:
         """``predicted_s``: the request's predicted latency at its lowest allowed threshold on
-        the instance it would join (None when it would wait for room, or has no prediction).
+        the instance it would join (None when it would wait for room, or has no prediction);
+        ``harmed``: how many requests already there would then miss an SLO they make now.
         Returns None to admit."""
 
 
