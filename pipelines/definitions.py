@@ -1,4 +1,4 @@
-"""Dagster definitions of the offline pipeline (DESIGN.md section 2).
+"""Dagster definitions of the offline pipeline (docs/architecture.md section 2).
 
     DAGSTER_HOME=$PWD/data/dagster_home dagster dev                 # UI (or: python -m pipelines dev)
     DAGSTER_HOME=$PWD/data/dagster_home dagster asset materialize -m pipelines.definitions --select '*'
