@@ -9,7 +9,7 @@ per-call cost is far above the arithmetic.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -19,21 +19,37 @@ def lowest_allowed(allowed: np.ndarray) -> np.ndarray:
     return np.argmax(allowed, axis=1)
 
 
+def lowest_allowed_at_or_below(allowed: Sequence[bool], cap: int) -> int:
+    """The lowest allowed index <= ``cap`` (0 when none is allowed)."""
+    for j in range(cap + 1):
+        if allowed[j]:
+            return j
+    return 0
+
+
+def highest_fitting(allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float],
+                    slo_left: float) -> Optional[int]:
+    """The highest allowed index <= ``cap`` whose remaining time fits ``slo_left``, else None.
+
+    Walking down from the cap asks for the remaining time only until the first fit, so a
+    request that fits at its cap costs one evaluation.
+    """
+    for j in range(cap, -1, -1):
+        if allowed[j] and remaining_s(j) <= slo_left:
+            return j
+    return None
+
+
 def pick_threshold(allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float], slo_left: float) -> int:
-    """One request's threshold index: the highest allowed index <= ``cap`` whose remaining
+    """The paper's walk for one request: the highest allowed index <= ``cap`` whose remaining
     time fits ``slo_left``, else the lowest allowed index <= ``cap`` (0 when none is allowed).
 
     ``allowed`` runs over the thresholds in ascending order; ``remaining_s(j)`` is the
     remaining time at threshold ``j``, asked for only where the walk needs it (mostly the
     first allowed index below the cap).
     """
-    for j in range(cap, -1, -1):
-        if allowed[j] and remaining_s(j) <= slo_left:
-            return j
-    for j in range(cap + 1):
-        if allowed[j]:
-            return j
-    return 0
+    j = highest_fitting(allowed, cap, remaining_s, slo_left)
+    return lowest_allowed_at_or_below(allowed, cap) if j is None else j
 
 
 def walk_thresholds(allowed: np.ndarray, remaining_s: np.ndarray, slo_left: np.ndarray) -> np.ndarray:

@@ -171,10 +171,7 @@ class GlobalScheduler:
             # Refused requests are demand too: the planner sizes the cluster for them.
             self.reconfigurator.observe(req, self.now)
         slot = self.dispatch.choose(req, self.pool, self._mask(req))
-        placement = None if slot is None else (
-            int(self.pool.tp[slot]), float(self.pool.tokens[slot] + req.tokens), int(self.pool.n_reqs[slot]) + 1)
-        members = () if slot is None else [self.requests[rid] for rid in self.pool.members[slot]]
-        refusal = self.controller.check_admission(req, placement, self.now, members)
+        refusal = self._admission(req, slot) if self.controller.admission_on else None
         if refusal is not None:
             self._warn("admission", "request %s refused: %s", req.request_id, refusal.reason)
             self._emit(RequestOutcome(req.request_id, "rejected", req.arrival, req.deadline, self.now,
@@ -255,6 +252,15 @@ class GlobalScheduler:
         self.executor = PlanExecutor(plan)
         self._advance_plan()
         return True
+
+    def _admission(self, req: TrackedRequest, slot: Optional[int]):
+        """The controller's admission check for ``req`` joining ``slot`` (None: it would wait)."""
+        if slot is None:
+            return self.controller.check_admission(req, None, self.now)
+        pool = self.pool
+        placement = (int(pool.tp[slot]), float(pool.tokens[slot] + req.tokens), int(pool.n_reqs[slot]) + 1)
+        members = [self.requests[rid] for rid in pool.members[slot]]
+        return self.controller.check_admission(req, placement, self.now, members)
 
     # ============================================================ placement
     def _mask(self, req: TrackedRequest) -> np.ndarray:

@@ -67,21 +67,10 @@ class ClusterSetting:
                              f"degree {self.cluster.tp_degrees}")
 
 
-def step_law_for(dynamics: StepDynamics, thresholds, block_length: int) -> StepLaw:
-    """The step law of the replayed dynamics at each candidate threshold: the exact expected
-    steps per block of their Markov chain (the simulator replays the same pools)."""
-    return StepLaw.from_dynamics(dynamics, block_length, thresholds)
-
-
-def tokens_per_step_for(dynamics: StepDynamics, thresholds, block_length: int = 32) -> dict[float, float]:
-    """``T_c`` of the reconfiguration ILP at each candidate threshold: ``B / S_c`` from the
-    replayed dynamics' step law (whole blocks, so the ILP's steps are the simulator's)."""
-    return step_law_for(dynamics, thresholds, block_length).tokens_per_step_at(thresholds)
-
-
 def with_dynamics(setting: ClusterSetting, dynamics: StepDynamics) -> ClusterSetting:
     """The setting with the step law of ``dynamics`` wherever the control plane prices work:
     load control's capacity and the reconfigurator's ``T_c``."""
-    law = step_law_for(dynamics, setting.control.thresholds, setting.block_length)
+    # The exact expected steps per block of the replayed Markov chain (the simulator replays the same pools).
+    law = StepLaw.from_dynamics(dynamics, setting.block_length, setting.control.thresholds)
     return replace(setting, control=replace(setting.control, step_law=law),
                    reconfig=setting.reconfig.with_step_law(law))

@@ -83,24 +83,3 @@ class Admission(abc.ABC):
 selection_policies: Registry[type[ThresholdSelection]] = Registry("threshold selection")
 load_controls: Registry[type[LoadControl]] = Registry("load control")
 admission_policies: Registry[type[Admission]] = Registry("admission policy")
-
-
-def lowest_allowed_at_or_below(allowed: Sequence[bool], cap: int) -> int:
-    """The lowest allowed index <= ``cap`` (0 when none is allowed)."""
-    for j in range(cap + 1):
-        if allowed[j]:
-            return j
-    return 0
-
-
-def highest_fitting(allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float],
-                    slo_left: float) -> Optional[int]:
-    """The highest allowed index <= ``cap`` whose remaining time fits ``slo_left``, else None.
-
-    Walking down from the cap asks for the remaining time only until the first fit, so a
-    request that fits at its cap costs one evaluation.
-    """
-    for j in range(cap, -1, -1):
-        if allowed[j] and remaining_s(j) <= slo_left:
-            return j
-    return None

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from dilaserve.control.policies.base import (
-    ThresholdSelection, highest_fitting, lowest_allowed_at_or_below, selection_policies,
-)
+from dilaserve.control.policies.base import ThresholdSelection, selection_policies
+from dilaserve.control.thresholds import highest_fitting, pick_threshold
 
 
 @selection_policies.register("fixed")
@@ -29,8 +28,7 @@ class PaperSelection(ThresholdSelection):
 
     def choose(self, allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float],
                slo_left: float) -> int:
-        j = highest_fitting(allowed, cap, remaining_s, slo_left)
-        return lowest_allowed_at_or_below(allowed, cap) if j is None else j
+        return pick_threshold(allowed, cap, remaining_s, slo_left)
 
 
 @selection_policies.register("keep_quality")
