@@ -13,8 +13,8 @@ def _():
     import matplotlib.pyplot as plt
 
     from dilaserve.schedule.policies import policies
-    from dilaserve.serve import app_support
-    return app_support, mo, os, plt, policies, weakref
+    from dilaserve.serve import client, launcher
+    return client, launcher, mo, os, plt, policies, weakref
 
 
 @app.cell
@@ -63,7 +63,7 @@ def _(autostart, default_reconfig_s, mo, policies):
 
 
 @app.cell
-def _(app_support, artifacts_dir, mo, policy, reconfig_s, toggle, weakref):
+def _(artifacts_dir, launcher, mo, policy, reconfig_s, toggle, weakref):
     def _stop_when_invalidated(handle_ref):
         # Runs in a mo.Thread: marimo sets should_exit when this cell re-runs (button
         # clicked again, settings changed) or is deleted; then the server goes with it.
@@ -84,7 +84,7 @@ def _(app_support, artifacts_dir, mo, policy, reconfig_s, toggle, weakref):
         flags = ["--policy", policy.value, "--reconfig-interval-s", str(reconfig_s.value), "--log-level", "warning"]
         with mo.status.spinner(title="Starting the server: Ray cluster and two CPU instances (about 20 s)"):
             try:
-                server = app_support.start_server(artifacts=artifacts_dir, extra_args=flags)
+                server = launcher.start_server(artifacts=artifacts_dir, extra_args=flags)
             except RuntimeError as e:
                 start_error = str(e)
         if server is not None:
@@ -116,11 +116,11 @@ def _(mo):
 
 
 @app.cell
-def _(app_support, mo, refresh, server):
+def _(client, mo, refresh, server):
     refresh  # re-scrape on every tick
     mo.stop(server is None, mo.md("_No metrics: the server is not running._"))
     try:
-        metrics = app_support.fetch_metrics(server.url)
+        metrics = client.fetch_metrics(server.url)
         print(f"metrics: {len(metrics)} dilaserve samples", flush=True)
     except Exception as e:  # the server may be shutting down between two ticks
         metrics = {}
@@ -159,7 +159,7 @@ def _(mo):
 
 
 @app.cell
-def _(app_support, form, headless_prompt, mo, server):
+def _(client, form, headless_prompt, mo, server):
     # The form's value (interactive) or --prompt (headless), with the form's defaults.
     request = form.value or ({"prompt": str(headless_prompt), "slo_ms": 20_000, "max_tokens": 32,
                               "min_threshold": 0.0, "priority": 0} if headless_prompt else None)
@@ -167,7 +167,7 @@ def _(app_support, form, headless_prompt, mo, server):
     mo.stop(server is None, mo.callout(mo.md("Start the server first."), kind="warn"))
     reply, reply_error = None, None
     try:
-        reply = app_support.complete(server.url, request["prompt"], max_tokens=request["max_tokens"],
+        reply = client.complete(server.url, request["prompt"], max_tokens=request["max_tokens"],
                                      slo_ms=request["slo_ms"], priority=request["priority"],
                                      min_threshold=request["min_threshold"])
         print(f"answer: {reply.text!r} steps: {reply.steps} thresholds: {reply.thresholds} "

@@ -3,7 +3,7 @@ import gc
 import subprocess
 import sys
 
-from dilaserve.serve.app_support import ServerHandle, serve_command
+from dilaserve.serve.launcher import ServerHandle, serve_command
 
 
 def _fake_server(tmp_path):

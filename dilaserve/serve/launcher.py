@@ -1,5 +1,5 @@
-"""Start, query and stop a ``python -m dilaserve.serve`` process from an app (the serving
-notebook, ``notebooks/serve_app.py``) or a script.
+"""Start and stop a ``python -m dilaserve.serve`` process from an app (the serving notebook,
+``notebooks/serve_app.py``), a benchmark or a script; ``dilaserve.serve.client`` talks to it.
 
 The server runs in its own subprocess and process group, so stopping it never touches the
 caller; its log goes to a file (a pipe nobody reads would fill up and stall it). A server lives
@@ -7,9 +7,7 @@ as long as its handle: when the handle is garbage-collected (a notebook session'
 cleared) or this interpreter exits, the server gets SIGTERM and shuts down on its own.
 
     server = start_server(extra_args=["--reconfig-interval-s", "0"])
-    reply = complete(server.url, "list : c a f b", max_tokens=32, slo_ms=5000)
-    print(reply.text, reply.steps, reply.thresholds)
-    print(fetch_metrics(server.url)["dilaserve:slo_attainment"])
+    print(server.url, server.pid)
     server.stop()
 """
 from __future__ import annotations
@@ -146,55 +144,3 @@ def start_server(
         raise RuntimeError(f"the server on port {port} did not become healthy (exit code {proc.returncode}); "
                            f"end of its log {log_path}:\n{handle.log_tail()}")
     return handle
-
-
-@dataclass(frozen=True)
-class Completion:
-    """One answer, with what the server reports about how it was decoded."""
-
-    text: str
-    steps: int
-    thresholds: list[float]
-    latency_ms: float
-    slo_ms: float
-    slo_met: bool
-    instances: list[str]
-
-
-def complete(url: str, prompt: str, max_tokens: int = 32, slo_ms: Optional[float] = None,
-             priority: int = 0, min_threshold: float = 0.0, model: str = "dila-tiny",
-             timeout_s: float = 300.0) -> Completion:
-    """POST ``/v1/completions`` and return the answer; raises ``RuntimeError`` with the
-    server's error message on a non-200 reply."""
-    body = {"model": model, "prompt": prompt, "max_tokens": int(max_tokens), "priority": int(priority),
-            "min_threshold": float(min_threshold)}
-    if slo_ms:
-        body["slo_ms"] = float(slo_ms)
-    r = httpx.post(url + "/v1/completions", json=body, timeout=timeout_s)
-    if r.status_code != 200:
-        try:
-            msg = r.json()["error"]["message"]
-        except (ValueError, KeyError, TypeError):
-            msg = r.text
-        raise RuntimeError(f"HTTP {r.status_code}: {msg}")
-    d = r.json()
-    info = d["dilaserve"]
-    return Completion(d["choices"][0]["text"], int(info["steps"]), list(info["thresholds"]),
-                      float(info["latency_ms"]), float(info["slo_ms"]), bool(info["slo_met"]),
-                      list(info["instances"]))
-
-
-def fetch_metrics(url: str, prefix: str = "dilaserve:") -> dict[str, float]:
-    """Scrape ``/metrics``: every sample whose name starts with ``prefix``, keyed by name
-    plus labels (``dilaserve:instances{tp="1"}``)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = httpx.get(url + "/metrics", timeout=5).text
-    out: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if not s.name.startswith(prefix):
-                continue
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
-            out[s.name + (f"{{{labels}}}" if labels else "")] = float(s.value)
-    return out

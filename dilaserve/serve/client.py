@@ -1,0 +1,64 @@
+"""A small HTTP client for a running DiLaServe server: one completion, the ``/metrics`` scrape.
+
+    reply = complete(server.url, "list : c a f b", max_tokens=32, slo_ms=5000)
+    print(reply.text, reply.steps, reply.thresholds)
+    print(fetch_metrics(server.url)["dilaserve:slo_attainment"])
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import httpx
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One answer, with what the server reports about how it was decoded."""
+
+    text: str
+    steps: int
+    thresholds: list[float]
+    latency_ms: float
+    slo_ms: float
+    slo_met: bool
+    instances: list[str]
+
+
+def complete(url: str, prompt: str, max_tokens: int = 32, slo_ms: Optional[float] = None,
+             priority: int = 0, min_threshold: float = 0.0, model: str = "dila-tiny",
+             timeout_s: float = 300.0) -> Completion:
+    """POST ``/v1/completions`` and return the answer; raises ``RuntimeError`` with the
+    server's error message on a non-200 reply."""
+    body = {"model": model, "prompt": prompt, "max_tokens": int(max_tokens), "priority": int(priority),
+            "min_threshold": float(min_threshold)}
+    if slo_ms:
+        body["slo_ms"] = float(slo_ms)
+    r = httpx.post(url + "/v1/completions", json=body, timeout=timeout_s)
+    if r.status_code != 200:
+        try:
+            msg = r.json()["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            msg = r.text
+        raise RuntimeError(f"HTTP {r.status_code}: {msg}")
+    d = r.json()
+    info = d["dilaserve"]
+    return Completion(d["choices"][0]["text"], int(info["steps"]), list(info["thresholds"]),
+                      float(info["latency_ms"]), float(info["slo_ms"]), bool(info["slo_met"]),
+                      list(info["instances"]))
+
+
+def fetch_metrics(url: str, prefix: str = "dilaserve:") -> dict[str, float]:
+    """Scrape ``/metrics``: every sample whose name starts with ``prefix``, keyed by name
+    plus labels (``dilaserve:instances{tp="1"}``)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url + "/metrics", timeout=5).text
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if not s.name.startswith(prefix):
+                continue
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[s.name + (f"{{{labels}}}" if labels else "")] = float(s.value)
+    return out
