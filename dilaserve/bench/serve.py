@@ -20,8 +20,6 @@ import asyncio
 import json
 import math
 import random
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,23 +133,6 @@ def summarise(outcomes: list[Outcome], wall_s: float) -> dict:
     }
 
 
-def launch(policy: str, port: int, extra: list[str]) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "dilaserve.serve", "--port", str(port), "--policy", policy, "--log-level", "warning", *extra]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server for policy {policy} exited: {proc.stderr.read().decode()[-2000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    proc.kill()
-    raise TimeoutError(f"server for policy {policy} did not become healthy")
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m dilaserve.bench serve", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -179,20 +160,17 @@ def main(argv=None) -> int:
     if not args.launch:
         result = {**common, **bench(args.base_url.rstrip("/"))}
     else:
-        from dilaserve.model.tensor_parallel import free_port
+        from dilaserve.serve.launcher import start_server
 
         result = {**common, "policies": {}}
         for policy in args.launch:
-            port = free_port()
-            proc = launch(policy, port, args.server_args.split())
+            # Raises with the end of the server's log if it exits or stays unhealthy.
+            server = start_server(extra_args=["--policy", policy, "--log-level", "warning", *args.server_args.split()],
+                                  timeout_s=300)
             try:
-                result["policies"][policy] = bench(f"http://127.0.0.1:{port}")
+                result["policies"][policy] = bench(server.url)
             finally:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                server.stop()
     result["machine"] = machine_info()
     emit(result, args.json)
     return 0

@@ -145,7 +145,7 @@ class RayBackend(Backend):
         cfg = self.config
         bundle = {"GPU": 1, "CPU": 1} if cfg.device == "cuda" else {"CPU": 1}
         pg = placement_group([dict(bundle) for _ in range(spec.tp)], strategy="STRICT_PACK")
-        from dilaserve.model.tensor_parallel import free_port
+        from dilaserve.utils.net import free_port
 
         master = f"tcp://127.0.0.1:{free_port()}"
         workers = []

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
 import time
 import traceback
 from dataclasses import dataclass
@@ -37,18 +36,14 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
+from dilaserve.utils.net import free_port
+
 from .adapters import load_diffusion_lm
 from .modeling import Attention, DiLaForMaskedDiffusion
 
 
 def default_backend(device: str) -> str:
     return "nccl" if str(device).startswith("cuda") else "gloo"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rank_device(device: str, rank: int) -> str:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import tempfile
 import threading
 import time
@@ -13,12 +12,7 @@ import uvicorn
 from dilaserve.serve.api import build_app
 from dilaserve.serve.config import ServeConfig
 from dilaserve.serve.runtime import ServingRuntime
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from dilaserve.utils.net import free_port
 
 
 class LiveServer:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import ray
 
-from tests.serve.server import free_port
+from dilaserve.utils.net import free_port
 from tests.serve.test_faults import LONG, wait_until
 
 pytestmark = pytest.mark.timeout(600)
