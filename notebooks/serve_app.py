@@ -12,9 +12,10 @@ def _():
     import marimo as mo
     import matplotlib.pyplot as plt
 
+    from dilaserve.engine import DEFAULT_CHECKPOINT
     from dilaserve.schedule.policies import policies
-    from dilaserve.serve import client, launcher
-    return client, launcher, mo, os, plt, policies, weakref
+    from dilaserve.serve import app_logic, client, launcher
+    return DEFAULT_CHECKPOINT, app_logic, client, launcher, mo, os, plt, policies, weakref
 
 
 @app.cell
@@ -25,7 +26,8 @@ def _(mo):
     Start the serving runtime (`python -m dilaserve.serve`: a local Ray cluster and two CPU
     instances of the embedded model; about 20 s to become healthy), watch its live
     `/metrics`, and send prompts with an SLO. Each answer shows the denoising steps the
-    request took and the threshold of every step.
+    request took and the threshold of every step, and whether it is correct when the prompt
+    is one of the examples.
 
     Open it with `marimo run notebooks/serve_app.py`. Headless:
     `python notebooks/serve_app.py --start --prompt="list : c a f b"` starts the server,
@@ -116,7 +118,7 @@ def _(mo):
 
 
 @app.cell
-def _(client, mo, refresh, server):
+def _(app_logic, client, mo, refresh, server):
     refresh  # re-scrape on every tick
     mo.stop(server is None, mo.md("_No metrics: the server is not running._"))
     try:
@@ -130,70 +132,123 @@ def _(client, mo, refresh, server):
         mo.stat(f"{_get('dilaserve:num_requests_running'):.0f}", label="running"),
         mo.stat(f"{_get('dilaserve:num_requests_waiting'):.0f}", label="waiting"),
         mo.stat(f"{_get('dilaserve:slo_met_total'):.0f}", label="met their SLO"),
-        mo.stat(f"{100 * _get('dilaserve:slo_attainment'):.0f}%", label="SLO attainment"),
+        mo.stat(app_logic.attainment_text(metrics), label="SLO attainment",
+                caption=f"{app_logic.finished_requests(metrics)} finished"),
         mo.stat(f"{_get('dilaserve:migrations_total'):.0f}", label="migrations"),
     ], justify="start")
-    # Histogram buckets would drown the table; keep counters, gauges and sums.
-    _rows = [{"metric": k, "value": v} for k, v in sorted(metrics.items()) if "_bucket" not in k]
+    _rows = app_logic.metric_rows(metrics)
     mo.vstack([_cards, mo.ui.table(_rows, selection=None, page_size=12, label="live /metrics")])
     return
 
 
 @app.cell
-def _(mo):
+def _(DEFAULT_CHECKPOINT, app_logic, headless_prompt):
+    # Never re-runs: the outbox remembers what was sent, so a server restart (which re-runs
+    # the cells below) does not send the last prompt again.
+    outbox = app_logic.Outbox()
+    if headless_prompt:
+        outbox.submit(app_logic.PromptRequest(str(headless_prompt), slo_ms=20_000, max_tokens=64))
+    examples = app_logic.example_prompts(per_task=2)
+    vocabulary = app_logic.checkpoint_vocabulary(DEFAULT_CHECKPOINT)
+    return examples, outbox, vocabulary
+
+
+@app.cell
+def _(app_logic, client, server):
+    # The quality floors this server accepts: up to its highest candidate threshold.
+    candidates = app_logic.candidates_from_health(client.health(server.url) if server is not None else None)
+    return (candidates,)
+
+
+@app.cell
+def _(examples, mo):
+    example = mo.ui.dropdown(list(examples), value=next(iter(examples)), label="example prompt")
+    example
+    return (example,)
+
+
+@app.cell
+def _(app_logic, candidates, example, examples, mo, outbox):
+    _inst = examples[example.value]
+    _floors = app_logic.floor_steps(candidates)
     form = mo.md("""
-    **Send a prompt**
+    **Send a prompt** (the example above, or your own in the task language)
 
     {prompt}
 
     {slo_ms} {max_tokens} {min_threshold} {priority}
     """).batch(
-        prompt=mo.ui.text_area(value="list : c a f b", full_width=True),
+        prompt=mo.ui.text_area(value=_inst.prompt, full_width=True),
         slo_ms=mo.ui.number(start=100, stop=600_000, step=100, value=20_000, label="SLO (ms)"),
-        max_tokens=mo.ui.number(start=1, stop=512, step=1, value=32, label="max tokens"),
-        min_threshold=mo.ui.slider(0.0, 1.0, step=0.05, value=0.0, label="quality floor (min threshold)"),
+        # the example's canvas: its answer and an end-of-text fit
+        max_tokens=mo.ui.number(start=1, stop=512, step=1, value=_inst.gen_length, label="max tokens"),
+        min_threshold=mo.ui.slider(steps=_floors, value=0.0, show_value=True,
+                                   label=f"quality floor (min threshold, up to {_floors[-1]:g})"),
         priority=mo.ui.number(start=-100, stop=100, step=1, value=0, label="priority"),
-    ).form(submit_button_label="Send")
+    ).form(submit_button_label="Send",
+           on_change=lambda value: outbox.submit(app_logic.PromptRequest.from_form(value) if value else None))
     form
     return (form,)
 
 
 @app.cell
-def _(client, form, headless_prompt, mo, server):
-    # The form's value (interactive) or --prompt (headless), with the form's defaults.
-    request = form.value or ({"prompt": str(headless_prompt), "slo_ms": 20_000, "max_tokens": 32,
-                              "min_threshold": 0.0, "priority": 0} if headless_prompt else None)
-    mo.stop(request is None, mo.md("_Submit the form to send a prompt._"))
-    mo.stop(server is None, mo.callout(mo.md("Start the server first."), kind="warn"))
-    reply, reply_error = None, None
-    try:
-        reply = client.complete(server.url, request["prompt"], max_tokens=request["max_tokens"],
-                                     slo_ms=request["slo_ms"], priority=request["priority"],
-                                     min_threshold=request["min_threshold"])
-        print(f"answer: {reply.text!r} steps: {reply.steps} thresholds: {reply.thresholds} "
-              f"latency_ms: {reply.latency_ms} slo_met: {reply.slo_met}", flush=True)
-    except Exception as e:  # HTTP errors and refused requests are shown, not raised
-        reply_error = str(e)
-        print(f"request failed: {reply_error}", flush=True)
-    return reply, reply_error
+def _(app_logic, client, form, outbox, server):
+    form  # a submission re-runs this cell; the form's on_change has queued it in the outbox
+    exchange = app_logic.send_pending(
+        outbox, server.url if server is not None else None,
+        lambda url, r: client.complete(url, r.prompt, max_tokens=r.max_tokens, slo_ms=r.slo_ms,
+                                       priority=r.priority, min_threshold=r.min_threshold))
+    if exchange is not None and exchange.reply is not None and exchange is outbox.last:
+        _r = exchange.reply
+        print(f"answer: {_r.text!r} steps: {_r.steps} thresholds: {_r.thresholds} latency_ms: {_r.latency_ms} "
+              f"slo_met: {_r.slo_met} finish_reason: {_r.finish_reason}", flush=True)
+    elif exchange is not None and exchange.error:
+        print(f"request failed: {exchange.error}", flush=True)
+    return (exchange,)
 
 
 @app.cell
-def _(mo, plt, reply, reply_error):
-    mo.stop(reply_error is not None, mo.callout(mo.md(f"**Request failed:** {reply_error}"), kind="danger"))
-    mo.stop(reply is None)
+def _(app_logic, examples, exchange, mo, plt, server, vocabulary):
+    mo.stop(exchange is None, mo.md("_Submit the form to send a prompt._"))
+    mo.stop(exchange.error == app_logic.NOT_STARTED, mo.callout(mo.md(exchange.error), kind="warn"))
+    mo.stop(exchange.error is not None, mo.callout(mo.md(f"**Request failed:** {exchange.error}"), kind="danger"))
+    _req, _reply = exchange.request, exchange.reply
+    _notes = []
+    if server is None or server.url != exchange.server_url:
+        _notes.append(mo.md("_The server that gave this answer has stopped since._"))
+    _unknown = app_logic.unknown_words(_req.prompt, vocabulary) if vocabulary else []
+    if _unknown:
+        _notes.append(mo.callout(mo.md(
+            "The model does not know " + ", ".join(f"`{w}`" for w in _unknown)
+            + ": it reads them as one unknown token. Its language is the tasks' (`list`, `pairs`, `arith`)."),
+            kind="warn"))
+    _verdict = app_logic.grade(_req.prompt, _reply.text, examples)
+    _finish = app_logic.finish_note(_reply.finish_reason, _req.max_tokens)
+    _canvas = app_logic.canvas_note(_req, app_logic.example_for(_req.prompt, examples))
+    if _canvas:
+        _notes.append(mo.callout(mo.md(_canvas), kind="warn"))
+    _line = f"**Answer:** {app_logic.answer_text(_reply.text)}"
+    if _verdict is not None:
+        _line += f": {_verdict.markdown()}"
     _fig, _ax = plt.subplots(figsize=(6, 2.2))
-    _ax.step(range(1, len(reply.thresholds) + 1), reply.thresholds, where="mid", marker="o")
-    _ax.set(xlabel="denoising step", ylabel="threshold", ylim=(0, 1.05), title="threshold of each step")
+    _n = len(_reply.thresholds)
+    _ax.step(range(1, _n + 1), _reply.thresholds, where="mid", marker="o")
+    _xlim, _ticks = app_logic.step_axis(_n)
+    _ax.set(xlabel="denoising step", ylabel="threshold", ylim=(0, 1.05), xlim=_xlim, xticks=_ticks,
+            title="threshold of each step")
     _ax.grid(alpha=0.3)
     _fig.tight_layout()
     mo.vstack([
-        mo.md(f"**Answer:** `{reply.text}`"),
+        *_notes,
+        mo.md(_line),
+        mo.callout(mo.md(_finish), kind="warn" if _reply.finish_reason == "length" else "neutral")
+        if _finish else mo.md(""),
         mo.hstack([
-            mo.stat(str(reply.steps), label="steps"),
-            mo.stat(f"{reply.latency_ms:.0f} ms", label=f"latency (SLO {reply.slo_ms:.0f} ms)"),
-            mo.stat("met" if reply.slo_met else "missed", label="SLO"),
-            mo.stat(", ".join(reply.instances) or "-", label="instances"),
+            mo.stat(str(_reply.steps), label="steps"),
+            mo.stat(f"{_reply.latency_ms:.0f} ms", label=f"latency (SLO {_reply.slo_ms:.0f} ms)"),
+            mo.stat("met" if _reply.slo_met else "missed", label="SLO"),
+            mo.stat(_reply.finish_reason or "-", label="finish reason"),
+            mo.stat(", ".join(_reply.instances) or "-", label="instances"),
         ], justify="start"),
         _fig,
     ])

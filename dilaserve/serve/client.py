@@ -2,7 +2,7 @@
 
     reply = complete(server.url, "list : c a f b", max_tokens=32, slo_ms=5000)
     print(reply.text, reply.steps, reply.thresholds)
-    print(fetch_metrics(server.url)["dilaserve:slo_attainment"])
+    print(fetch_metrics(server.url)["dilaserve:slo_attainment"], health(server.url)["thresholds"])
 """
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ class Completion:
     slo_ms: float
     slo_met: bool
     instances: list[str]
+    #: "stop" (the answer ended) or "length" (the canvas filled first); None if not reported.
+    finish_reason: Optional[str] = None
 
 
 def complete(url: str, prompt: str, max_tokens: int = 32, slo_ms: Optional[float] = None,
@@ -41,11 +43,26 @@ def complete(url: str, prompt: str, max_tokens: int = 32, slo_ms: Optional[float
         except (ValueError, KeyError, TypeError):
             msg = r.text
         raise RuntimeError(f"HTTP {r.status_code}: {msg}")
-    d = r.json()
-    info = d["dilaserve"]
-    return Completion(d["choices"][0]["text"], int(info["steps"]), list(info["thresholds"]),
+    return parse_completion(r.json())
+
+
+def parse_completion(body: dict) -> Completion:
+    """A ``/v1/completions`` body as a :class:`Completion`. ``finish_reason`` is read
+    defensively: a server that does not report it gives None."""
+    info, choice = body["dilaserve"], body["choices"][0]
+    return Completion(choice["text"], int(info["steps"]), list(info["thresholds"]),
                       float(info["latency_ms"]), float(info["slo_ms"]), bool(info["slo_met"]),
-                      list(info["instances"]))
+                      list(info["instances"]), choice.get("finish_reason"))
+
+
+def health(url: str, timeout_s: float = 5.0) -> Optional[dict]:
+    """The ``/health`` body (model, policy, candidate thresholds, ...), or None if the server
+    is not healthy or unreachable."""
+    try:
+        r = httpx.get(url + "/health", timeout=timeout_s)
+    except httpx.HTTPError:
+        return None
+    return r.json() if r.status_code == 200 else None
 
 
 def fetch_metrics(url: str, prefix: str = "dilaserve:") -> dict[str, float]:

@@ -358,6 +358,8 @@ class ServingRuntime:
         return {
             "model": self.model_name, "policy": self.policy.name, "instances": self._ready_instances(),
             "running": self.scheduler.in_flight if self.scheduler else 0, "notes": self.notes,
+            # the quality floors a request may ask for (min_threshold) go up to the highest
+            "thresholds": sorted(self.cfg.thresholds),
         }
 
 

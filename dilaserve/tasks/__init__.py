@@ -4,7 +4,7 @@ from __future__ import annotations
 import random
 
 from .arith import Arith
-from .base import BLOCK_LENGTH, Task, TaskInstance, gen_length_for
+from .base import BLOCK_LENGTH, Task, TaskInstance, Verdict, gen_length_for
 from .letters import ListLetters
 from .pairs import Pairs
 
@@ -24,4 +24,4 @@ def task_suite(n_per_task: int, seed: int = 0) -> list[TaskInstance]:
     return [t.sample(rng) for t in TASKS.values() for _ in range(n_per_task)]
 
 
-__all__ = ["TASKS", "Task", "TaskInstance", "BLOCK_LENGTH", "gen_length_for", "get_task", "task_suite"]
+__all__ = ["TASKS", "Task", "TaskInstance", "Verdict", "BLOCK_LENGTH", "gen_length_for", "get_task", "task_suite"]

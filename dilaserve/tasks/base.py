@@ -66,6 +66,11 @@ class Task(abc.ABC):
 
     def grade(self, inst: TaskInstance, answer: str | list[str]) -> bool:
         """True iff ``answer`` is some order of the items, each in a valid form."""
+        return self.verdict(inst, answer).correct
+
+    def verdict(self, inst: TaskInstance, answer: str | list[str]) -> "Verdict":
+        """The grade with its reasons: the expected answer, the first item that matches no
+        remaining item, and the items the answer leaves out."""
         toks = answer.split() if isinstance(answer, str) else list(answer)
         remaining = list(range(len(inst.items)))
         pos = 0
@@ -77,5 +82,37 @@ class Task(abc.ABC):
                     remaining.pop(k)
                     break
             else:
-                return False
-        return not remaining
+                # Every form of an instance has the same length: show one item's worth of tokens.
+                width = len(inst.items[remaining[0]]) if remaining else len(inst.items[0])
+                return Verdict(False, _words(inst.items), " ".join(toks[pos : pos + width]),
+                               _words(inst.items[i] for i in remaining))
+        return Verdict(not remaining, _words(inst.items), None, _words(inst.items[i] for i in remaining))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why an answer is graded as it is (what a person reading the answer wants to know)."""
+
+    correct: bool
+    #: The canonical answer (any order of its items is valid too).
+    expected: str
+    #: The first stretch of the answer that is no remaining item (None: every item matched).
+    first_wrong: str | None
+    #: Items the answer never wrote, space-separated ("" when none).
+    missing: str
+
+    def markdown(self) -> str:
+        """``**correct**``, or ``**wrong**`` with the first wrong item and the expected answer."""
+        if self.correct:
+            return "**correct**"
+        parts = ["**wrong**"]
+        if self.first_wrong:
+            parts.append(f"first wrong item `{self.first_wrong}`")
+        elif self.missing:
+            parts.append(f"missing `{self.missing}`")
+        parts.append(f"expected `{self.expected}` (items in any order)")
+        return "; ".join(parts)
+
+
+def _words(items) -> str:
+    return " ".join(" ".join(item) for item in items)
