@@ -23,10 +23,11 @@ def _():
     from dilaserve.reconfig.stage1 import (
         check_capacity_plan, class_latency, load_and_capacity, solve_capacity, step_latency_table,
     )
+    from dilaserve.utils.display import rounded_rows
     return (
         ClusterConfig, Counter, GPUS, MODELS, ReconfigConfig, Reconfigurator, RequestClass, StepLaw,
         analytic_profile, artifacts, check_capacity_plan, class_latency, load_and_capacity, mo, np, plt, replace,
-        solve_capacity, static_layout, step_latency_table,
+        rounded_rows, solve_capacity, static_layout, step_latency_table,
     )
 
 
@@ -86,7 +87,8 @@ def _(default_time_limit, mo, rate_scale):
     slo_scale = mo.ui.slider(1.0, 10.0, step=0.5, value=5.0, show_value=True,
                              label="SLO scale (x latency alone on TP-1 at threshold 0.9)")
     time_limit = mo.ui.number(start=0.5, stop=60.0, step=0.5, value=default_time_limit, label="ILP time limit (s)")
-    mo.vstack([mo.md("### Workload"), rates, mo.hstack([slo_scale, time_limit], justify="start")])
+    mo.vstack([mo.md("### Workload"), mo.md("Arrival rate of each request class:"), rates.vstack(),
+               mo.hstack([slo_scale, time_limit], justify="start")])
     return rates, shapes, slo_scale, time_limit
 
 
@@ -143,6 +145,7 @@ def _(
 
 @app.cell
 def _(check_capacity_plan, classes, config, mo, rec, solve_capacity):
+    class_labels = [f"p{int(k.prompt_tokens)}/o{int(k.output_tokens)}" for k in classes]
     mo.stop(not classes, mo.callout(mo.md("Give at least one class a positive arrival rate."), kind="warn"))
     problem = rec.problem(classes)
     with mo.status.spinner(title="Solving stage 1 (capacity planning)"):
@@ -153,21 +156,42 @@ def _(check_capacity_plan, classes, config, mo, rec, solve_capacity):
     else:
         print(f"stage 1: counts {plan.counts} batch {plan.batch} quality {plan.quality:.4f} "
               f"slack {plan.slack:.3f} ({plan.solve.solver}, {plan.solve.seconds:.2f}s)")
-    return plan, problem, violations
+    return class_labels, plan, problem, violations
 
 
 @app.cell
-def _(mo, plan, violations):
+def _(class_labels, classes, config, mo, plan, rec, replace, solve_capacity, violations):
+    _why = ""
+    if plan is None:
+        # Which class is the obstacle: solve stage 1 for each class alone on the whole cluster.
+        _limit = min(config.time_limit_s, 2.0)
+        _feasible = lambda ks: solve_capacity(rec.problem(ks), _limit, config.tiebreak_time_s) is not None  # noqa: E731
+        with mo.status.spinner(title="Stage 1 is infeasible: solving each class alone"):
+            # At its own rate; then at a trickle, which tells a too-tight SLO from a too-high rate.
+            _blocked = [(lab, _feasible([replace(k, rate=1e-3)])) for k, lab in zip(classes, class_labels)
+                        if not _feasible([k])]
+        _reasons = [f"**{lab}** " + ("needs more of the cluster than it has, even alone, at its rate"
+                                     if ok_at_trickle else
+                                     "cannot meet its SLO even alone: a single request at the lowest threshold on "
+                                     "the fastest TP degree takes longer than the SLO")
+                    for lab, ok_at_trickle in _blocked]
+        if _reasons:
+            _why = ("; ".join(_reasons) + ". Raise the SLO scale, lower that class's rate or add nodes.")
+        else:
+            _why = ("Each class alone meets its SLO; together they need more instance-seconds per second than "
+                    "the cluster has. Lower the rates or add nodes.")
+        print(f"stage 1 infeasible; classes infeasible alone: {[lab for lab, _ in _blocked]}")
     mo.stop(plan is None, mo.callout(mo.md(
         "**Stage 1 is infeasible** (or found no solution in the time limit): no TP mix serves these rates "
-        "within the SLO. The reconfigurator then falls back to all TP-1. Lower the rates, raise the SLO "
-        "scale or add nodes."), kind="danger"))
-    _msg = [f"**Chosen TP mix:** {', '.join(f'{n} x TP-{d}' for d, n in sorted(plan.counts.items()) if n) or 'none'}; "
-            f"batch size per degree {dict(sorted(plan.batch.items()))}.",
+        f"within the SLO. {_why}\n\n**Stage 2 is empty** because it places stage 1's plan, and there is none; "
+        "the running reconfigurator keeps all TP-1 in this case."), kind="danger"))
+    _chosen = sorted(d for d, n in plan.counts.items() if n)
+    _msg = [f"**Chosen TP mix:** {', '.join(f'{plan.counts[d]} x TP-{d}' for d in _chosen) or 'none'}; "
+            f"batch size {', '.join(f'{plan.batch[d]} on TP-{d}' for d in _chosen)}.",
             f"Average threshold per output token (rate-weighted): **{plan.quality:.3f}**; mean SLO slack "
             f"{100 * plan.slack:.0f}%; solved by {plan.solve.solver} in {plan.solve.seconds:.2f} s ({plan.solve.status})."]
     if violations:
-        _msg.append(f"Constraint check found: {violations}")
+        _msg.append("Constraint check found: " + "; ".join(map(str, violations)))
     mo.callout(mo.md("\n\n".join(_msg)), kind="warn" if violations else "success")
     return
 
@@ -194,11 +218,11 @@ def _(cluster, mo, plan, plt):
 
 
 @app.cell
-def _(class_latency, mo, np, plan, plt, problem):
+def _(class_latency, mo, np, plan, plt, problem, rounded_rows):
     mo.stop(plan is None)
     # Share of each class's steps at each threshold (rows of s[k, c]), and its latency vs SLO.
     _share = plan.steps_at / np.maximum(plan.steps_at.sum(axis=1, keepdims=True), 1e-9)
-    _labels = [f"p{int(k.prompt_tokens)}/o{int(k.output_tokens)}" for k in problem.classes]
+    _labels = [f"p{int(k.prompt_tokens)}/o{int(k.output_tokens)}" for k in problem.classes]  # as class_labels
     _fig, (_a1, _a2) = plt.subplots(1, 2, figsize=(11, 3.2))
     _bottom = np.zeros(len(_labels))
     for _c, _t in enumerate(problem.thresholds):
@@ -215,11 +239,11 @@ def _(class_latency, mo, np, plan, plt, problem):
     _a2.set(ylabel="seconds", title="latency per class vs SLO")
     _a2.legend(fontsize=7)
     _fig.tight_layout()
-    _table = [{"class": lab, "rate (req/s)": k.rate, "steps": round(float(plan.steps_at[i].sum()), 1),
-               **{f"steps on TP-{d}": round(float(plan.steps_on[i, j]), 1) for j, d in enumerate(problem.degrees)},
-               "latency (s)": round(float(_lat[i]), 3), "SLO (s)": round(k.slo_s, 3)}
+    _table = [{"class": lab, "rate (req/s)": k.rate, "steps": float(plan.steps_at[i].sum()),
+               **{f"steps on TP-{d}": float(plan.steps_on[i, j]) for j, d in enumerate(problem.degrees)},
+               "latency (s)": float(_lat[i]), "SLO (s)": k.slo_s}
               for i, (lab, k) in enumerate(zip(_labels, problem.classes))]
-    mo.vstack([_fig, mo.ui.table(_table, selection=None)])
+    mo.vstack([_fig, mo.ui.table(rounded_rows(_table, 3), selection=None)])
     return
 
 
@@ -239,10 +263,14 @@ def _(load_and_capacity, mo, plan, plt, problem):
 
 
 @app.cell
-def _(cluster, default_current_tp, mo):
+def _(cluster, default_current_tp, mo, plan):
     # The running configuration the migration plan starts from: a uniform cluster of one degree.
+    # By default the first one that is not already the plan, so that stage 2 has work to show.
     _options = [f"all TP-{d}" for d in cluster.tp_degrees]
-    _default = f"all TP-{default_current_tp}" if f"all TP-{default_current_tp}" in _options else _options[0]
+    _differs = [f"all TP-{d}" for d in cluster.tp_degrees
+                if plan is None or {k: n for k, n in plan.counts.items() if n} != {d: cluster.total_gpus // d}]
+    _default = (f"all TP-{default_current_tp}" if f"all TP-{default_current_tp}" in _options
+                else (_differs or _options)[0])
     current_choice = mo.ui.dropdown(_options, value=_default, label="current configuration")
     mo.vstack([mo.md("### Migration plan (stage 2)"), current_choice])
     return (current_choice,)
@@ -264,19 +292,22 @@ def _(Counter, cluster, config, current_choice, mo, plan, problem, rec, replace,
 @app.cell
 def _(config, current_objective, existing, migration, mo, plan):
     if current_objective is None:
-        _verdict = "the current configuration cannot meet the SLOs: the plan applies at once."
+        _verdict = ("the current configuration cannot meet the SLOs, so the plan is adopted without waiting for "
+                    f"the {100 * config.min_improvement:.0f}% improvement trigger.")
     else:
         _gain = plan.objective / current_objective - 1 if current_objective > 0 else float("inf")
         _apply = _gain >= config.min_improvement
-        _verdict = (f"objective {plan.objective:.4f} vs current {current_objective:.4f} ({100 * _gain:+.1f}%): "
-                    + ("applied" if _apply else "kept as is")
-                    + f" under the {100 * config.min_improvement:.0f}% trigger.")
+        _change = "no change" if abs(_gain) < 5e-4 else f"{100 * _gain:+.1f}%"
+        _verdict = (f"objective {plan.objective:.3f} vs current {current_objective:.3f} ({_change}): "
+                    + ("adopted" if _apply else "not worth migrating, the cluster is kept as is")
+                    + f" under the {100 * config.min_improvement:.0f}% improvement trigger.")
     _rows = [{"step": i + 1, "launch": s.launch.instance_id, "TP": s.launch.tp, "node": s.launch.node,
               "GPUs": str(list(s.launch.gpus)), "drain and stop first": ", ".join(s.stop_first) or "-"}
              for i, s in enumerate(migration.steps)]
     mo.vstack([
         mo.md(f"From {len(existing)} running instances: keep **{len(migration.keep)}**, launch "
-              f"**{len(migration.steps)}** one at a time, stop **{len(migration.stops)}**. Trigger: {_verdict}"),
+              f"**{len(migration.steps)}**, stop **{len(migration.stops)}**. Each launch below is one step: it "
+              f"first drains and stops the instances whose GPUs it needs. Trigger: {_verdict}"),
         mo.ui.table(_rows, selection=None) if _rows else mo.md("_Nothing to launch: the current cluster is the plan._"),
     ])
     return

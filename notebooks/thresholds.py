@@ -16,7 +16,8 @@ def _():
     from dilaserve import artifacts
     from dilaserve.engine import DEFAULT_CHECKPOINT, DenoisingEngine
     from dilaserve.tasks import TASKS, task_suite
-    return DEFAULT_CHECKPOINT, DenoisingEngine, TASKS, artifacts, mo, np, os, pl, plt, task_suite
+    from dilaserve.utils.display import rounded_rows
+    return DEFAULT_CHECKPOINT, DenoisingEngine, TASKS, artifacts, mo, np, os, pl, plt, rounded_rows, task_suite
 
 
 @app.cell
@@ -77,7 +78,7 @@ def _(mo):
 
 
 @app.cell
-def _(mo, plt, quality, quality_missing):
+def _(mo, plt, quality, quality_missing, rounded_rows):
     mo.stop(quality is None, quality_missing)
     _fig, _ax = plt.subplots(figsize=(6, 3.8))
     _steps = [r.mean_steps for r in quality.fixed]
@@ -92,8 +93,8 @@ def _(mo, plt, quality, quality_missing):
     _ax.grid(alpha=0.3)
     _ax.legend(fontsize=8)
     _fig.tight_layout()
-    _rows = [{"threshold": r.threshold, "accuracy": round(r.accuracy, 3), "mean steps": round(r.mean_steps, 2),
-              "steps per token": round(r.steps_per_token, 3), "requests": r.n} for r in quality.fixed]
+    _rows = rounded_rows([{"threshold": r.threshold, "accuracy": r.accuracy, "mean steps": r.mean_steps,
+                           "steps per token": r.steps_per_token, "requests": r.n} for r in quality.fixed], 3)
     mo.vstack([
         _fig,
         mo.ui.table(_rows, selection=None),
@@ -119,13 +120,19 @@ def _(mo, np, pl, plt, step_table, steps_missing):
     _thresholds = per_request["threshold"].unique().sort().to_list()
     _fig, (_a1, _a2) = plt.subplots(1, 2, figsize=(11, 3.5))
     _bins = np.arange(0.5, per_request["steps"].max() + 1.5, max(1, per_request["steps"].max() // 30))
-    for _t in _thresholds:
-        _a1.hist(per_request.filter(pl.col("threshold") == _t)["steps"], bins=_bins, alpha=0.5, label=f"{_t:g}")
+    # Step lines in an ordered colour map (dark: low threshold), not overlaid see-through bars.
+    _colors = plt.cm.viridis(np.linspace(0, 0.9, len(_thresholds)))
+    for _t, _c in zip(_thresholds, _colors):
+        _a1.hist(per_request.filter(pl.col("threshold") == _t)["steps"], bins=_bins, histtype="step", lw=1.8,
+                 color=_c, label=f"{_t:g}")
     _a1.set(xlabel="steps per request", ylabel="requests", title="step-count distribution")
     _a1.legend(title="threshold", fontsize=7)
+    # Whiskers at the 5th and 95th percentiles, outliers hidden: most steps commit one or two
+    # tokens, and the rare step that commits a whole block would squash the boxes flat.
     _a2.boxplot([step_table.filter(pl.col("threshold") == _t)["tokens_committed"].to_numpy() for _t in _thresholds],
-                tick_labels=[f"{_t:g}" for _t in _thresholds])
-    _a2.set(xlabel="threshold", ylabel="tokens committed", title="tokens committed per step")
+                tick_labels=[f"{_t:g}" for _t in _thresholds], whis=(5, 95), showfliers=False, showmeans=True)
+    _a2.set(xlabel="threshold", ylabel="tokens committed",
+            title="tokens committed per step (5-95%, mean as triangle)")
     _fig.tight_layout()
     _fig
     return
@@ -140,7 +147,7 @@ def _(mo):
 
 
 @app.cell
-def _(evaluation, evaluation_missing, mo, plt):
+def _(evaluation, evaluation_missing, mo, plt, rounded_rows):
     mo.stop(evaluation is None, evaluation_missing)
     # Held-out requests, grouped by how far through its steps a request was (progress decile).
     _fig, _ax = plt.subplots(figsize=(6.5, 3.5))
@@ -152,7 +159,8 @@ def _(evaluation, evaluation_missing, mo, plt):
     _ax.grid(alpha=0.3)
     _ax.legend(fontsize=8)
     _fig.tight_layout()
-    mo.vstack([_fig, mo.ui.table(evaluation["overall"], selection=None, label="overall (held-out requests)")])
+    mo.vstack([_fig, mo.ui.table(rounded_rows(evaluation["overall"]), selection=None,
+                                 label="overall (held-out requests)")])
     return
 
 
@@ -170,8 +178,9 @@ def _(mo, prompts_per_task, quality, task_suite):
     _candidates = [r.threshold for r in quality.fixed] if quality is not None else [0.5, 0.6, 0.7, 0.8, 0.9]
     instances = task_suite(prompts_per_task, seed=0)
     threshold = mo.ui.slider(steps=sorted(_candidates), value=max(_candidates), label="threshold", show_value=True)
-    request = mo.ui.dropdown({f"{inst.task}: {inst.prompt}": i for i, inst in enumerate(instances)},
-                             value=f"{instances[0].task}: {instances[0].prompt}", label="request")
+    # A prompt starts with its task's name: it is its own label.
+    request = mo.ui.dropdown({inst.prompt: i for i, inst in enumerate(instances)}, value=instances[0].prompt,
+                             label="request")
     mo.hstack([threshold, request], justify="start")
     return instances, request, threshold
 
@@ -196,9 +205,9 @@ def _(TASKS, engine, instances, mo, request, threshold):
             snapshots.append(state.response.copy())
     engine.release(state.request_id)
     answer = engine.decode(state)
-    correct = TASKS[inst.task].grade(inst, answer)
-    print(f"replay at {threshold.value:g}: {state.steps_done} steps, answer {answer!r}, correct {correct}")
-    return answer, correct, snapshots, state
+    verdict = TASKS[inst.task].verdict(inst, answer)
+    print(f"replay at {threshold.value:g}: {state.steps_done} steps, answer {answer!r}, correct {verdict.correct}")
+    return answer, snapshots, state, verdict
 
 
 @app.cell
@@ -209,7 +218,7 @@ def _(mo, state):
 
 
 @app.cell
-def _(answer, correct, engine, mo, plt, snapshots, state, step):
+def _(answer, engine, mo, plt, snapshots, state, step, verdict):
     _now, _before = snapshots[step.value], snapshots[max(step.value - 1, 0)]
     _tokens = engine.tokenizer.convert_ids_to_tokens(_now.tolist())
     _cells = []
@@ -227,14 +236,17 @@ def _(answer, correct, engine, mo, plt, snapshots, state, step):
     _ax.bar(range(1, state.steps_done + 1), state.tokens_per_step, color="tab:blue")
     if step.value:
         _ax.bar([step.value], [state.tokens_per_step[step.value - 1]], color="tab:red")
-    _ax.set(xlabel="step", ylabel="tokens committed", title="tokens committed per step")
+    _ax.set(xlabel="step", ylabel="tokens committed", title="tokens committed per step",
+            xlim=(0.5, state.steps_done + 0.5))
+    _ax.xaxis.get_major_locator().set_params(integer=True)
+    _ax.yaxis.get_major_locator().set_params(integer=True)
     _fig.tight_layout()
     mo.vstack([
         mo.md(f"Step **{step.value}** of {state.steps_done} (highlighted: tokens this step committed; "
               f"&#9617;: still masked)."),
         _canvas,
         _fig,
-        mo.md(f"Final answer: `{answer}`: **{'correct' if correct else 'wrong'}**."),
+        mo.md(f"Final answer: `{answer}`: {verdict.markdown()}."),
     ])
     return
 

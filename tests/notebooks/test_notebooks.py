@@ -1,8 +1,10 @@
-"""Every notebook runs headless as a script on tiny inputs, and passes `marimo check`."""
+"""Every notebook runs headless on tiny inputs and passes `marimo check`. The three report
+notebooks are run by `marimo export html`, and the page they export shows no long float."""
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -31,6 +33,33 @@ def run_notebook(name: str, *args: str, artifacts: Path | None = None, timeout: 
     return out
 
 
+# A float with 12 or more decimals (1.211499373517445): what a page must never show a reader.
+LONG_DECIMAL = re.compile(r"\d\.\d{12,}")
+
+
+def export_notebook(name: str, out_dir: Path, *args: str, artifacts: Path | None = None,
+                    timeout: float = 180) -> tuple[str, str]:
+    """``marimo export html notebooks/NAME.py -- ARGS``: runs every cell as a browser would.
+    Returns (stdout + stderr, the page); asserts a clean export and no long decimal on the page."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+    if artifacts is not None:
+        env["DILASERVE_ARTIFACTS"] = str(artifacts)
+    page = out_dir / f"{name}.html"
+    # Exported from a copy: the export writes a session snapshot beside the notebook, and the
+    # committed snapshots under notebooks/__marimo__/ must not change when the tests run.
+    copy = out_dir / f"{name}.py"
+    shutil.copyfile(NOTEBOOKS / f"{name}.py", copy)
+    proc = subprocess.run([sys.executable, "-m", "marimo", "export", "html", str(copy), "-o", str(page), "--", *args],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]  # a failing cell makes the export exit 1
+    assert "Traceback" not in out, out[-4000:]
+    html = page.read_text()
+    long = sorted(set(LONG_DECIMAL.findall(html)))
+    assert not long, f"{name}.html shows unrounded numbers: {long[:10]}"
+    return out, html
+
+
 @pytest.fixture(scope="module")
 def tiny_artifacts(tmp_path_factory):
     return build_threshold_artifacts(tmp_path_factory.mktemp("artifacts"))
@@ -43,10 +72,15 @@ def test_marimo_check_passes():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_thresholds_on_tiny_artifacts(tiny_artifacts):
-    out = run_notebook("thresholds", "--prompts=1", artifacts=tiny_artifacts)
+def test_long_decimals_are_caught():
+    assert LONG_DECIMAL.search("mae 1.211499373517445") and not LONG_DECIMAL.search("mae 1.211, 0.0001235")
+
+
+def test_thresholds_on_tiny_artifacts(tiny_artifacts, tmp_path):
+    out, html = export_notebook("thresholds", tmp_path, "--prompts=1", artifacts=tiny_artifacts)
     assert "missing artifact" not in out
     assert re.search(r"replay at 0\.9: \d+ steps", out), out[-2000:]
+    assert "expected" in html or "correct" in html  # the replay's verdict
 
 
 def test_thresholds_names_the_command_for_a_missing_artifact(tmp_path):
@@ -55,17 +89,18 @@ def test_thresholds_names_the_command_for_a_missing_artifact(tmp_path):
     assert "replay at" in out  # the replay needs no artifact and still runs
 
 
-def test_reconfig_solves_both_stages():
-    out = run_notebook("reconfig", "--nodes=1", "--gpus-per-node=2", "--rate-scale=0.125", "--time-limit-s=2",
-                       "--current-tp=2")
+def test_reconfig_solves_both_stages(tmp_path):
+    out, _ = export_notebook("reconfig", tmp_path, "--nodes=1", "--gpus-per-node=2", "--rate-scale=0.125",
+                             "--time-limit-s=2", "--current-tp=2")
     assert re.search(r"stage 1: counts \{1: \d+, 2: \d+\}", out), out[-2000:]
     assert re.search(r"stage 2: keep \d+, launch \d+, stop \d+", out), out[-2000:]
 
 
-def test_evaluation_loads_results(tmp_path):
-    build_eval_results(tmp_path)
-    out = run_notebook("evaluation", f"--results={tmp_path}", "--experiment=trace")
+def test_evaluation_loads_results_and_says_which_run(tmp_path):
+    results = build_eval_results(tmp_path / "results")
+    out, html = export_notebook("evaluation", tmp_path, f"--results={results}", "--experiment=trace")
     assert "loaded" in out and "'dilaserve'" in out and "'infaas'" in out, out[-2000:]
+    assert "full run of" in html and "requests per policy" in html
 
 
 def test_evaluation_without_results_says_how_to_make_them(tmp_path):
