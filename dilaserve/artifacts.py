@@ -129,8 +129,8 @@ def load_profile(name: str = "measured", root: Optional[PathLike] = None):
 
     paths = artifact_paths(root)
     if name == "measured":
-        return LatencyProfile.load(_need(paths.measured_profile, "measured_latency_profile"))
-    return LatencyProfile.load(_need(paths.analytic_profile(name), "analytic_latency_profiles"))
+        return LatencyProfile.load(_need(paths.measured_profile, "measured_profile"))
+    return LatencyProfile.load(_need(paths.analytic_profile(name), "analytic_profiles"))
 
 
 def available_profiles(root: Optional[PathLike] = None) -> list[str]:

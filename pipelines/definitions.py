@@ -4,8 +4,8 @@
     DAGSTER_HOME=$PWD/data/dagster_home dagster asset materialize -m pipelines.definitions --select '*'
 
 Graph: prompt_set, model_checkpoint -> rollouts -> step_features -> step_predictor, step_dynamics;
-rollouts -> threshold_quality; model_checkpoint -> measured_latency_profile;
-analytic_latency_profiles stands alone. Artifacts land in data/artifacts/ (dilaserve.artifacts).
+rollouts -> threshold_quality; model_checkpoint -> measured_profile;
+analytic_profiles stands alone. Artifacts land in data/artifacts/ (dilaserve.artifacts).
 """
 import dagster as dg
 

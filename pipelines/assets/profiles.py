@@ -35,7 +35,7 @@ def _is_embedded(checkpoint: str) -> bool:
 
 
 @dg.asset(group_name="profiles")
-def measured_latency_profile(context: dg.AssetExecutionContext, config: MeasuredProfileConfig, model_checkpoint: str,
+def measured_profile(context: dg.AssetExecutionContext, config: MeasuredProfileConfig, model_checkpoint: str,
                              model: ModelResource, artifacts: ArtifactsResource) -> dict:
     """Recompute- and cache-step latency vs tokens of the embedded model, with real TP ranks."""
     if not _is_embedded(model_checkpoint):
@@ -64,7 +64,7 @@ class AnalyticProfileConfig(dg.Config):
 
 
 @dg.asset(group_name="profiles")
-def analytic_latency_profiles(context: dg.AssetExecutionContext, config: AnalyticProfileConfig,
+def analytic_profiles(context: dg.AssetExecutionContext, config: AnalyticProfileConfig,
                               artifacts: ArtifactsResource) -> dict:
     """Calibrated roofline profiles of real checkpoints on real GPUs, one file per (model, GPU)."""
     paths = artifacts.paths()
@@ -84,7 +84,7 @@ def analytic_latency_profiles(context: dg.AssetExecutionContext, config: Analyti
     return {name: p.to_dict() for name, p in profiles.items()}
 
 
-@dg.asset_check(asset=analytic_latency_profiles, description="stored profiles hit the TP-2/TP-4 calibration targets")
+@dg.asset_check(asset=analytic_profiles, description="stored profiles hit the TP-2/TP-4 calibration targets")
 def analytic_profiles_calibrated(artifacts: ArtifactsResource) -> dg.AssetCheckResult:
     from dilaserve.profile.types import LatencyProfile
 

@@ -7,8 +7,8 @@ import yaml
 from pipelines.__main__ import command
 from pipelines.definitions import defs
 
-ASSETS = {"prompt_set", "model_checkpoint", "rollouts", "step_features", "step_predictor", "measured_latency_profile",
-          "analytic_latency_profiles", "threshold_quality", "step_dynamics"}
+ASSETS = {"prompt_set", "model_checkpoint", "rollouts", "step_features", "step_predictor", "measured_profile",
+          "analytic_profiles", "threshold_quality", "step_dynamics"}
 
 
 def test_definitions_load_with_the_whole_graph():
