@@ -8,6 +8,7 @@ from pydantic import Field
 
 from dilaserve.predict.evaluate import evaluate
 from dilaserve.predict.lgbm import TuningConfig, train_predictor
+from pipelines.metadata import image, tidy
 from pipelines.plots import predictor_error_plot
 from pipelines.resources import ArtifactsResource
 
@@ -44,13 +45,13 @@ def step_predictor(context: dg.AssetExecutionContext, config: PredictorConfig, s
         {**ev.to_dict(), "test_requests": trained.test_requests, "trials": trained.trials}, indent=1))
     plot = predictor_error_plot(ev.by_decile, ev.by_threshold, paths.predictor_dir / "error_by_decile.png")
     summary = {name: {m: ev.metric(name, m) for m in ("mae", "rel_err")} for name in ("lightgbm", "oneshot")}
-    context.add_output_metadata({
+    context.add_output_metadata(tidy({
         "mae": summary["lightgbm"]["mae"], "rel_err": summary["lightgbm"]["rel_err"],
         "mae_oneshot": summary["oneshot"]["mae"], "rel_err_oneshot": summary["oneshot"]["rel_err"],
         "trees": trained.predictor.booster.num_trees(), "trials": trained.n_trials_run,
         "best_params": dg.MetadataValue.json(trained.best_params), "folder": str(paths.predictor_dir),
-        "plot": dg.MetadataValue.path(str(plot)),
-    })
+        "plot": image(plot, "remaining-step error by progress and by threshold"), "plot_path": str(plot),
+    }))
     return summary
 
 
@@ -59,7 +60,7 @@ def predictor_beats_oneshot(artifacts: ArtifactsResource) -> dg.AssetCheckResult
     overall = {r["predictor"]: r for r in json.loads(artifacts.paths().predictor_evaluation.read_text())["overall"]}
     ours, base = overall["lightgbm"], overall["oneshot"]
     passed = ours["rel_err"] < base["rel_err"] and ours["mae"] < base["mae"]
-    return dg.AssetCheckResult(passed=passed, metadata={
+    return dg.AssetCheckResult(passed=passed, metadata=tidy({
         "rel_err": ours["rel_err"], "rel_err_oneshot": base["rel_err"], "mae": ours["mae"], "mae_oneshot": base["mae"],
         "rel_err_ratio": ours["rel_err"] / base["rel_err"] if base["rel_err"] else float("nan"),
-    })
+    }))

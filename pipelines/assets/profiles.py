@@ -9,6 +9,7 @@ from pydantic import Field
 from dilaserve.engine.state import StepKind
 from dilaserve.profile.analytic import GPUS, MODELS, ROOFLINE, analytic_profile
 from dilaserve.profile.measure import MeasureConfig, measure_profile
+from pipelines.metadata import image, tidy
 from pipelines.plots import latency_profile_plot
 from pipelines.resources import ArtifactsResource, ModelResource
 
@@ -50,10 +51,10 @@ def measured_profile(context: dg.AssetExecutionContext, config: MeasuredProfileC
     prof.save(path)
     plot = latency_profile_plot({"measured": prof}, path.with_suffix(".png"))
     n = max(config.recompute_tokens)
-    context.add_output_metadata({
-        "path": str(path), "plot": dg.MetadataValue.path(str(plot)),
+    context.add_output_metadata(tidy({
+        "path": str(path), "plot": image(plot, "measured step latency"), "plot_path": str(plot),
         **{f"tp{d}_recompute_ms_at_{n}": prof.latency(d, n) * 1e3 for d in prof.tp_degrees},
-    })
+    }))
     return prof.to_dict()
 
 
@@ -79,8 +80,8 @@ def analytic_profiles(context: dg.AssetExecutionContext, config: AnalyticProfile
     plot = latency_profile_plot(profiles, paths.profiles_dir / "analytic" / "analytic.png")
     n = ROOFLINE.calibration_tokens
     ratios = {name: {f"tp{d}": p.latency(d, n) / p.latency(1, n) for d in p.tp_degrees} for name, p in profiles.items()}
-    context.add_output_metadata({"profiles": sorted(profiles), "plot": dg.MetadataValue.path(str(plot)),
-                                 "latency_vs_tp1_at_calibration": dg.MetadataValue.json(ratios)})
+    context.add_output_metadata(tidy({"profiles": sorted(profiles), "plot": image(plot, "analytic step latency"),
+                                      "plot_path": str(plot), "latency_vs_tp1_at_calibration": ratios}))
     return {name: p.to_dict() for name, p in profiles.items()}
 
 
@@ -96,4 +97,4 @@ def analytic_profiles_calibrated(artifacts: ArtifactsResource) -> dg.AssetCheckR
             got = p.latency(tp, n, StepKind.RECOMPUTE) / p.latency(1, n, StepKind.RECOMPUTE)
             if p.has(tp) and abs(got - target) > 0.01:
                 misses[f"{p.name} TP-{tp}"] = got
-    return dg.AssetCheckResult(passed=bool(files) and not misses, metadata={"files": len(files), "misses": dg.MetadataValue.json(misses)})
+    return dg.AssetCheckResult(passed=bool(files) and not misses, metadata=tidy({"files": len(files), "misses": misses}))

@@ -10,6 +10,7 @@ from dilaserve.predict.quality import ThresholdQuality
 from dilaserve.predict.rollouts import (dipped_threshold_jobs, mixed_threshold_jobs, run_rollouts,
                                        switched_threshold_jobs)
 from pipelines.assets.rollouts import RolloutSet
+from pipelines.metadata import tidy
 from pipelines.progress import progress_logger
 from pipelines.resources import ArtifactsResource, ModelResource
 
@@ -45,13 +46,13 @@ def threshold_quality(context: dg.AssetExecutionContext, config: QualityConfig, 
                                            meta={"checkpoint": model_checkpoint, "requests": len(prompt_set)},
                                            varied=[(v.requests, v.steps) for v in varied])
     path = table.save(artifacts.paths().threshold_quality)
-    context.add_output_metadata({
+    context.add_output_metadata(tidy({
         "path": str(path),
-        "accuracy": dg.MetadataValue.json({f"{r.threshold:g}": r.accuracy for r in table.fixed}),
-        "mean_steps": dg.MetadataValue.json({f"{r.threshold:g}": r.mean_steps for r in table.fixed}),
+        "accuracy": {f"{r.threshold:g}": r.accuracy for r in table.fixed},
+        "mean_steps": {f"{r.threshold:g}": r.mean_steps for r in table.fixed},
         "mixed_accuracy": table.mixed.accuracy, "mixed_expected": table.mixed.expected_accuracy,
-        "late_weight": dg.MetadataValue.json(table.describe()),
-    })
+        "late_weight": table.describe(),
+    }))
     return table.to_dict()
 
 
@@ -66,6 +67,6 @@ def step_dynamics(context: dg.AssetExecutionContext, config: DynamicsConfig, ste
     dyn = StepDynamics.from_step_table(step_features, config.n_buckets)
     folder = dyn.save(artifacts.paths().dynamics_dir)
     tc = dyn.mean_tokens_per_step()
-    context.add_output_metadata({"folder": str(folder), "samples": dyn.samples.height,
-                                 "mean_tokens_per_step": dg.MetadataValue.json({f"{k:g}": v for k, v in tc.items()})})
+    context.add_output_metadata(tidy({"folder": str(folder), "samples": dyn.samples.height,
+                                      "mean_tokens_per_step": {f"{k:g}": v for k, v in tc.items()}}))
     return {str(k): v for k, v in tc.items()}

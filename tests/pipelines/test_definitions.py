@@ -29,3 +29,20 @@ def test_cli_wrapper_selects_upstream_of_named_assets():
     assert command(["materialize", "step_predictor", "step_dynamics"])[-1] == "+step_predictor,+step_dynamics"
     with pytest.raises(SystemExit):
         command(["deploy"])
+
+
+def test_dev_silences_only_dagsters_dg_dev_notice():
+    import warnings
+
+    from dagster_shared.utils.warnings import supersession_warning
+
+    from pipelines.__main__ import interpreter_flags
+
+    assert interpreter_flags(["materialize"]) == []
+    flag, spec = interpreter_flags(["dev"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings._setoption(spec)  # what `python -W spec` does
+        supersession_warning("Function `dev_command`", "Use 'dg dev' instead.")
+        supersession_warning("Function `other_command`")
+    assert flag == "-W" and [str(w.message).split(" is ")[0] for w in caught] == ["Function `other_command`"]

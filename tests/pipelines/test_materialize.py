@@ -57,3 +57,25 @@ def test_predictor_beats_oneshot_on_micro_data(built):
 def test_missing_artifact_names_the_command(tmp_path):
     with pytest.raises(artifacts.MissingArtifactError, match=r"dagster asset materialize .*\+step_predictor"):
         artifacts.load_predictor(tmp_path)
+
+
+def test_asset_pages_show_plots_as_images_and_rounded_numbers(built):
+    import dagster as dg
+
+    result, _ = built
+    metadata = {e.asset_key.to_user_string(): e.event_specific_data.materialization.metadata
+                for e in result.get_asset_materialization_events()}
+    for asset in ("step_predictor", "measured_profile", "analytic_profiles"):
+        plot = metadata[asset]["plot"]
+        assert isinstance(plot, dg.MarkdownMetadataValue) and "](data:image/png;base64," in plot.value, asset
+
+    def floats(value):
+        if isinstance(value, dict):
+            return [f for v in value.values() for f in floats(v)]
+        if isinstance(value, list):
+            return [f for v in value for f in floats(v)]
+        return [value] if isinstance(value, float) else []
+
+    shown = [(asset, f) for asset, md in metadata.items() for v in md.values()
+             for f in floats(getattr(v, "value", getattr(v, "data", None)))]
+    assert shown and all(f == float(f"{f:.4g}") for _, f in shown), [s for s in shown if s[1] != float(f"{s[1]:.4g}")]
