@@ -211,6 +211,7 @@ def _(cluster, mo, plan, plt):
                 _x += _d
     _ax.set(xlabel="GPU", ylabel="node", xlim=(0, cluster.gpus_per_node), title="instances per node (stage 1)")
     _ax.set_yticks(range(cluster.nodes))
+    _ax.set_xticks(range(cluster.gpus_per_node + 1))
     _ax.invert_yaxis()
     _fig.tight_layout()
     _fig

@@ -118,23 +118,34 @@ def _(mo, np, pl, plt, step_table, steps_missing):
     # One row per step: a request's step count at a threshold is its number of rows.
     per_request = step_table.group_by("request_id", "threshold").agg(pl.len().alias("steps")).sort("threshold")
     _thresholds = per_request["threshold"].unique().sort().to_list()
-    _fig, (_a1, _a2) = plt.subplots(1, 2, figsize=(11, 3.5))
+    # Small multiples, one panel per threshold on shared axes, rather than overlaid histograms.
+    _fig, _axes = plt.subplots(1, len(_thresholds), figsize=(2.3 * len(_thresholds) + 1, 2.6), sharex=True,
+                               sharey=True, squeeze=False)
     _bins = np.arange(0.5, per_request["steps"].max() + 1.5, max(1, per_request["steps"].max() // 30))
-    # Step lines in an ordered colour map (dark: low threshold), not overlaid see-through bars.
-    _colors = plt.cm.viridis(np.linspace(0, 0.9, len(_thresholds)))
-    for _t, _c in zip(_thresholds, _colors):
-        _a1.hist(per_request.filter(pl.col("threshold") == _t)["steps"], bins=_bins, histtype="step", lw=1.8,
-                 color=_c, label=f"{_t:g}")
-    _a1.set(xlabel="steps per request", ylabel="requests", title="step-count distribution")
-    _a1.legend(title="threshold", fontsize=7)
-    # Whiskers at the 5th and 95th percentiles, outliers hidden: most steps commit one or two
-    # tokens, and the rare step that commits a whole block would squash the boxes flat.
-    _a2.boxplot([step_table.filter(pl.col("threshold") == _t)["tokens_committed"].to_numpy() for _t in _thresholds],
-                tick_labels=[f"{_t:g}" for _t in _thresholds], whis=(5, 95), showfliers=False, showmeans=True)
-    _a2.set(xlabel="threshold", ylabel="tokens committed",
-            title="tokens committed per step (5-95%, mean as triangle)")
+    for _ax, _t in zip(_axes[0], _thresholds):
+        _s = per_request.filter(pl.col("threshold") == _t)["steps"]
+        _ax.hist(_s, bins=_bins, color="tab:blue")
+        _ax.axvline(_s.median(), color="k", lw=1, ls="--")
+        _ax.set_title(f"threshold {_t:g}: median {_s.median():g}", fontsize=9)
+        _ax.set_xlabel("steps per request")
+        _ax.grid(alpha=0.3)
+    _axes[0][0].set_ylabel("requests")
     _fig.tight_layout()
-    _fig
+    # Tokens committed per step are bimodal (one or two, or the rest of a block when the
+    # answer's end-of-text fills it), so a box plot would be all whisker: shares per bucket.
+    _buckets = [(1, 1, "1"), (2, 2, "2"), (3, 4, "3-4"), (5, 8, "5-8"), (9, 16, "9-16"), (17, 10**9, "17+")]
+    _fig2, _ax2 = plt.subplots(figsize=(7.5, 0.9 + 0.4 * len(_thresholds)))
+    _left = np.zeros(len(_thresholds))
+    _colors = plt.cm.viridis(np.linspace(0, 0.95, len(_buckets)))
+    for (_lo, _hi, _name), _c in zip(_buckets, _colors):
+        _share = np.array([step_table.filter((pl.col("threshold") == _t) & pl.col("tokens_committed").is_between(_lo, _hi))
+                           .height / max(1, step_table.filter(pl.col("threshold") == _t).height) for _t in _thresholds])
+        _ax2.barh([f"{_t:g}" for _t in _thresholds], 100 * _share, left=100 * _left, color=_c, label=_name)
+        _left += _share
+    _ax2.set(xlabel="share of steps (%)", ylabel="threshold", xlim=(0, 100), title="tokens committed per step")
+    _ax2.legend(title="tokens", fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    _fig2.tight_layout()
+    mo.vstack([_fig, _fig2])
     return
 
 

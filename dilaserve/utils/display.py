@@ -7,6 +7,8 @@ from typing import Any
 
 #: Significant digits shown for a measured number (1.211, 0.0001235, 3542).
 DIGITS = 4
+#: Magnitudes below this are floating-point noise (an ILP's 1.5e-12 steps on TP-2) and show as 0.
+NOISE = 1e-9
 
 
 def rounded(value: Any, digits: int = DIGITS) -> Any:
@@ -19,6 +21,8 @@ def rounded(value: Any, digits: int = DIGITS) -> Any:
             return None
         if math.isinf(value) or value.is_integer():
             return int(value) if value.is_integer() else value
+        if abs(value) < NOISE:
+            return 0  # a solver's or a subtraction's round-off, not a measured quantity
         return float(f"{value:.{digits}g}")
     return value
 
@@ -30,10 +34,13 @@ def rounded_rows(rows: list[dict], digits: int = DIGITS) -> list[dict]:
 
 
 def rounded_frame(frame, digits: int = DIGITS):
-    """A polars DataFrame with its float columns rounded and its all-null / all-NaN columns dropped."""
+    """A polars DataFrame with its float columns rounded (noise to 0) and its all-null / all-NaN
+    columns dropped."""
     import polars as pl
 
     floats = [c for c, t in frame.schema.items() if t in (pl.Float32, pl.Float64)]
     empty = [c for c in frame.columns
              if frame[c].null_count() == frame.height or (c in floats and frame[c].is_nan().fill_null(True).all())]
-    return frame.drop(empty).with_columns(pl.col(c).round_sig_figs(digits) for c in floats if c not in empty)
+    return frame.drop(empty).with_columns(
+        pl.when(pl.col(c).abs() < NOISE).then(0.0).otherwise(pl.col(c).round_sig_figs(digits)).alias(c)
+        for c in floats if c not in empty)
