@@ -210,8 +210,9 @@ def _(app_logic, client, form, outbox, server):
 @app.cell
 def _(app_logic, examples, exchange, mo, plt, server, vocabulary):
     mo.stop(exchange is None, mo.md("_Submit the form to send a prompt._"))
-    mo.stop(exchange.error == app_logic.NOT_STARTED, mo.callout(mo.md(exchange.error), kind="warn"))
-    mo.stop(exchange.error is not None, mo.callout(mo.md(f"**Request failed:** {exchange.error}"), kind="danger"))
+    if exchange.error is not None:  # (mo.stop evaluates its output eagerly: build it only here)
+        mo.stop(True, mo.callout(mo.md(exchange.error), kind="warn") if exchange.error == app_logic.NOT_STARTED
+                else mo.callout(mo.md(f"**Request failed:** {exchange.error}"), kind="danger"))
     _req, _reply = exchange.request, exchange.reply
     _notes = []
     if server is None or server.url != exchange.server_url:

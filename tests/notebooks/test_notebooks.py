@@ -126,7 +126,7 @@ def test_serve_app_starts_answers_and_stops(tmp_path):
                        "--prompt=list : c a f b", timeout=280)
     m = re.search(r"server pid (\d+) healthy at (\S+)", out)
     assert m, out[-4000:]
-    assert re.search(r"answer: .* steps: [1-9]\d* thresholds: \[[0-9., ]+\]", out), out[-4000:]
+    assert re.search(r"answer: .* steps: [1-9]\d* thresholds: \[[0-9., ]+\].* finish_reason: (stop|length)", out), out[-4000:]
     assert "metrics: " in out
     # The app leaves nothing behind: the server exits once the notebook has.
     pid = int(m.group(1))
