@@ -91,16 +91,19 @@ def _(
 
 
 @app.cell
-def _(default_experiment, find_runs, mo, preferred, results_dir, run_message):
+def _(default_experiment, find_runs, mo, preferred, quick_dir, results_dir, run_message):
     run_message  # look again after a run
     saved = find_runs(results_dir)
     _first = preferred(saved, default_experiment)
     if _first is None:
         print(f"no results in {results_dir}: run `python -m dilaserve.eval {default_experiment} --quick "
-              f"--out {results_dir}`")
+              f"--out {quick_dir}`")
     mo.stop(_first is None, mo.callout(mo.md(
-        f"No results under `{results_dir}`. Click **run it (quick)**, or run\n\n"
-        f"```\npython -m dilaserve.eval {default_experiment} --quick --out {results_dir}\n```"), kind="warn"))
+        f"No results under `{results_dir}`. Click **run it (quick)** (minutes), or run\n\n"
+        f"```\npython -m dilaserve.eval {default_experiment} --quick --out {quick_dir}\n```\n\n"
+        f"The full run the README reports (minutes per policy) is\n\n"
+        f"```\npython -m dilaserve.eval {default_experiment} --settings paper --out {results_dir}\n```"),
+        kind="warn"))
     chosen_run = mo.ui.dropdown({r.label: i for i, r in enumerate(saved)}, value=_first.label, label="results",
                                 full_width=True)
     chosen_run

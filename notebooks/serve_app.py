@@ -137,7 +137,8 @@ def _(app_logic, client, mo, refresh, server):
         mo.stat(f"{_get('dilaserve:migrations_total'):.0f}", label="migrations"),
     ], justify="start")
     _rows = app_logic.metric_rows(metrics)
-    mo.vstack([_cards, mo.ui.table(_rows, selection=None, page_size=12, label="live /metrics")])
+    mo.vstack([_cards, mo.ui.table(_rows, selection=None, page_size=12, label="live /metrics",
+                                   format_mapping={"value": lambda v: f"{v:,g}"})])
     return
 
 
@@ -231,6 +232,8 @@ def _(app_logic, examples, exchange, mo, plt, server, vocabulary):
     _line = f"**Answer:** {app_logic.answer_text(_reply.text)}"
     if _verdict is not None:
         _line += f": {_verdict.markdown()}"
+    else:
+        _line += " _(not graded: only the example prompts have a known answer)_"
     _fig, _ax = plt.subplots(figsize=(6, 2.2))
     _n = len(_reply.thresholds)
     _ax.step(range(1, _n + 1), _reply.thresholds, where="mid", marker="o")
