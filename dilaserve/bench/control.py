@@ -25,6 +25,7 @@ from dilaserve.cluster.base import (
 )
 from dilaserve.control.config import ControlConfig
 from dilaserve.control.request import TrackedRequest
+from dilaserve.control.step_law import TYPICAL_STEPS_PER_TOKEN
 from dilaserve.engine.state import RequestState
 from dilaserve.predict.base import OneShotPredictor
 from dilaserve.profile.types import LatencyProfile, StepCurve
@@ -39,7 +40,7 @@ from dilaserve.schedule.scheduler import GlobalScheduler
 
 MASK, EOS = 1, 2
 #: Historical steps per token at each threshold (a representative rollout table).
-STEPS_PER_TOKEN = {0.5: 0.31, 0.6: 0.37, 0.7: 0.45, 0.8: 0.56, 0.9: 0.71}
+STEPS_PER_TOKEN = TYPICAL_STEPS_PER_TOKEN
 
 
 def synthetic_profile() -> LatencyProfile:

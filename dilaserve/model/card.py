@@ -13,11 +13,12 @@ import math
 import platform
 from pathlib import Path
 
+from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 from dilaserve.engine import DenoisingEngine
 from dilaserve.eval_quality import quality_table
 from dilaserve.tasks import task_suite
 
-THRESHOLDS = (0.9, 0.8, 0.7, 0.6, 0.5)
+THRESHOLDS = tuple(sorted(CANDIDATE_THRESHOLDS, reverse=True))
 
 
 def training_stages(log: dict) -> list[dict]:

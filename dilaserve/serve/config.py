@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 from dilaserve.engine import DEFAULT_CHECKPOINT
 from dilaserve.utils.cli import option
 
@@ -21,7 +22,7 @@ class ServeConfig:
     slots_per_node: int = option(2, "GPUs (or CPU slots) per node; a TP group never spans nodes")
     tp_degrees: list[int] = option([1, 2], "tensor-parallel degrees reconfiguration may use")
     initial_tp: int = option(1, "TP degree of the instances launched at start (the cluster starts uniform)")
-    thresholds: list[float] = option([0.5, 0.6, 0.7, 0.8, 0.9], "candidate denoising thresholds")
+    thresholds: list[float] = option(list(CANDIDATE_THRESHOLDS), "candidate denoising thresholds")
     default_slo_ms: float = option(20000.0, "SLO for requests that send neither slo_ms nor deadline")
     policy: str = option("dilaserve", "scheduling policy: dilaserve, dilaserve-paper, infaas, llumnix, fixed@TAU "
                          "or an ablation")
