@@ -11,7 +11,7 @@ import argparse
 
 from dilaserve.engine import DEFAULT_CHECKPOINT, DenoisingEngine
 from dilaserve.eval_quality import decode_suite
-from dilaserve.tasks import TASKS, task_suite
+from dilaserve.tasks import task_suite
 
 
 def main(argv=None) -> None:
