@@ -34,7 +34,7 @@ import torch
 
 from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 from dilaserve.engine import DEFAULT_CHECKPOINT, DenoisingEngine
-from dilaserve.eval_quality import quality_table
+from dilaserve.suite_decoding import quality_table
 from dilaserve.tasks import TASKS, task_suite
 
 from .common import emit, machine_info, ratio

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 from dilaserve.engine import DenoisingEngine
-from dilaserve.eval_quality import quality_table
+from dilaserve.suite_decoding import quality_table
 from dilaserve.tasks import task_suite
 
 THRESHOLDS = tuple(sorted(CANDIDATE_THRESHOLDS, reverse=True))

@@ -137,7 +137,7 @@ def test_sequential_decode_commits_one_token_per_step(tiny_engine):
 
 
 def test_lower_threshold_takes_fewer_steps_on_the_default_checkpoint(default_engine):
-    from dilaserve.eval_quality import quality_table
+    from dilaserve.suite_decoding import quality_table
 
     suite = task_suite(4, seed=11)
     hi, lo = quality_table(default_engine, suite, [0.9, 0.5])
@@ -148,7 +148,7 @@ def test_lower_threshold_takes_fewer_steps_on_the_default_checkpoint(default_eng
 def test_default_checkpoint_answers_the_list_task_and_pays_for_low_thresholds(default_engine):
     """The committed model is trained: it lists letters correctly at 0.9, and committing at 0.5
     loses answers on the tasks with several valid orders and forms (the trade-off to control)."""
-    from dilaserve.eval_quality import quality_table
+    from dilaserve.suite_decoding import quality_table
     from dilaserve.tasks import get_task
 
     rng = random.Random(3)

@@ -2,8 +2,8 @@
 import math
 from pathlib import Path
 
-from dilaserve.eval_quality import QualityRow
 from dilaserve.model.card import render, training_stages
+from dilaserve.suite_decoding import QualityRow
 
 
 def _log(steps, minutes, lr, parent=None):
