@@ -44,7 +44,7 @@ STEPS_PER_TOKEN = TYPICAL_STEPS_PER_TOKEN
 
 
 def synthetic_profile() -> LatencyProfile:
-    """Linear step latency; TP-2 about 25% and TP-4 about 55% faster than TP-1 (docs/architecture.md section 6)."""
+    """Linear step latency; TP-2 about 25% and TP-4 about 55% faster than TP-1 (made up, to time the control loop)."""
     speed = {1: 1.0, 2: 0.75, 4: 0.45}
     pts = (256, 4096, 16384, 65536, 131072)
 

@@ -1,4 +1,4 @@
-"""The event-driven global scheduler (docs/architecture.md section 5).
+"""The event-driven global scheduler (docs/architecture.md section 1, dataflow; its policy pieces: section 8).
 
 On every event it (1) places each unscheduled or just-stepped request on an instance
 (dispatch for new or deferred requests, migration for just-stepped ones, at legal
