@@ -4,7 +4,11 @@ Each field becomes a ``--kebab-case`` flag. Its help text is the field's
 ``metadata["help"]`` (see :func:`option`) or, for the per-concern configs that document
 their fields in an ``Attributes:`` docstring section, that entry; its default is shown.
 Lists and tuples take several values; ``Optional`` numbers also take ``none``; a bool
-flag given alone means true (``--quick``) and also takes a value (``--quick false``).
+field is a pair of flags (``--quick`` / ``--no-quick``).
+
+A flag the parser already has is left as it was declared: a program may declare one by
+hand (its own help, choices or default) beside the generated ones, and new fields of
+its options get flags without a change to the program.
 
 A field made with :func:`nested` holds a whole per-concern config (``ControlConfig``,
 ``ReconfigConfig``, ...): its fields become flags of their own, in one argument group,
@@ -136,14 +140,6 @@ def _coerce(tp: Any, value: Any) -> Any:
     return value
 
 
-def _bool(text: str) -> bool:
-    if text.lower() in ("1", "true", "yes", "on"):
-        return True
-    if text.lower() in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
-
-
 def _or_none(convert: Callable[[str], Any]) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         return None if text.lower() == "none" else convert(text)
@@ -160,27 +156,31 @@ def _default_of(f: dataclasses.Field) -> Any:
     return dataclasses.MISSING
 
 
-def _add_field(parser, f: dataclasses.Field, tp: Any, dest: str, default: Any, help_text: str) -> None:
+def _add_field(parser, f: dataclasses.Field, tp: Any, dest: str, default: Any, help_text: str,
+               overrides_only: bool = False) -> None:
     elem, is_list, optional = _base_type(tp)
     if elem not in _SCALARS:
         raise TypeError(f"field {f.name!r} has type {tp!r}, which has no flag: exclude it (cli=False, or "
                         "nested(..., exclude=...)) and set it at run time")
+    flag = "--" + dest.replace("_", "-")
+    if flag in parser._option_string_actions:  # declared by hand: the program's own flag wins
+        return
     shown = list(default) if isinstance(default, tuple) else default
     kwargs: dict[str, Any] = {"dest": dest, "help": f"{help_text} (default: {shown})".replace("%", "%%")}
     if default is dataclasses.MISSING:
         kwargs["required"] = True
         kwargs["help"] = help_text.replace("%", "%%")
     else:
-        kwargs["default"] = default
+        kwargs["default"] = argparse.SUPPRESS if overrides_only else default
     if elem is bool and not is_list:
-        kwargs.update(type=_bool, nargs="?", const=True, metavar="{true,false}")
+        kwargs["action"] = argparse.BooleanOptionalAction
     else:
         kwargs["type"] = _or_none(elem) if optional and elem is not str else elem
         if is_list:
             kwargs["nargs"] = "+"
     if "choices" in f.metadata:
         kwargs["choices"] = list(f.metadata["choices"])
-    parser.add_argument("--" + dest.replace("_", "-"), **kwargs)
+    parser.add_argument(flag, **kwargs)
 
 
 def _walk(cls: type, spec: Optional[Nested] = None):
@@ -201,9 +201,13 @@ def _walk(cls: type, spec: Optional[Nested] = None):
         yield f, hints[f.name], spec.dest(f.name) if spec else f.name, default, _help(f, docs)
 
 
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: Type) -> None:
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: Type, overrides_only: bool = False) -> None:
     """Add a flag for every field of ``cls`` and of its :func:`nested` configs (each in its
-    own argument group)."""
+    own argument group), except those the parser already has.
+
+    With ``overrides_only`` a flag not given is absent from the parsed namespace (its help
+    still shows the class's default), so the values given can be applied to a base
+    config other than the class's defaults (``dataclasses.replace(QUICK, **given)``)."""
     seen: dict[str, str] = {}
 
     def claim(dest: str, owner: str) -> None:
@@ -218,10 +222,10 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: Type) -> None:
             group = parser.add_argument_group(f"{tp.cls.__name__} ({f.name})", title.replace("%", "%%"))
             for sf, stp, sdest, sdefault, shelp in _walk(tp.cls, tp):
                 claim(sdest, f"{tp.cls.__name__}.{sf.name}")
-                _add_field(group, sf, stp, sdest, sdefault, shelp)
+                _add_field(group, sf, stp, sdest, sdefault, shelp, overrides_only)
         else:
             claim(dest, f"{cls.__name__}.{f.name}")
-            _add_field(parser, f, tp, dest, default, help_text)
+            _add_field(parser, f, tp, dest, default, help_text, overrides_only)
 
 
 def build_dataclass(cls: Type[T], values: Mapping[str, Any]) -> T:
@@ -244,6 +248,20 @@ def build_dataclass(cls: Type[T], values: Mapping[str, Any]) -> T:
     if values:
         raise TypeError(f"{cls.__name__} has no setting {', '.join(sorted(values))}; see --help for the flags")
     return cls(**kwargs)
+
+
+def values_for(cls: type, namespace: Mapping[str, Any] | argparse.Namespace) -> dict[str, Any]:
+    """The entries of a parsed namespace that are settings of ``cls`` (by flag destination),
+    leaving out the program's other flags (``--json``, a positional experiment)."""
+    values = vars(namespace) if isinstance(namespace, argparse.Namespace) else dict(namespace)
+    dests = set()
+    for f, tp, dest, _, _ in _walk(cls):
+        if isinstance(tp, Nested):
+            dests.add(f.name)
+            dests.update(sdest for _, _, sdest, _, _ in _walk(tp.cls, tp))
+        else:
+            dests.add(dest)
+    return {k: v for k, v in values.items() if k in dests}
 
 
 def _flag_names(cls: type) -> dict[str, str]:

@@ -14,7 +14,7 @@ from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.serve.config import ServeConfig
 from dilaserve.serve.control_inputs import ControlInputs
 from dilaserve.serve.runtime import control_plane_spec
-from dilaserve.utils.cli import add_dataclass_arguments, build_dataclass, field_docs, parse_dataclass
+from dilaserve.utils.cli import add_dataclass_arguments, build_dataclass, field_docs, parse_dataclass, values_for
 from tests.control.builders import default_profile
 
 
@@ -61,7 +61,7 @@ def test_errors_name_the_flag_and_come_from_the_owning_config(capsys):
     assert "--fixed-threshold 0.95 is not a candidate" in capsys.readouterr().err
 
 
-def test_bool_flags_take_no_value_or_one():
+def test_bool_fields_are_flag_pairs_and_hand_declared_flags_win():
     @dataclasses.dataclass
     class Opts:
         """Attributes:
@@ -71,9 +71,21 @@ def test_bool_flags_take_no_value_or_one():
         quick: bool = False
 
     assert parse_dataclass(Opts, ["--quick"]).quick is True
-    assert parse_dataclass(Opts, ["--quick", "false"]).quick is False
+    assert parse_dataclass(Opts, ["--quick", "--no-quick"]).quick is False
     assert parse_dataclass(Opts, []).quick is False
     assert field_docs(Opts) == {"quick": "a short run."}
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_const", const=True, default=False, help="by hand")
+    parser.add_argument("--json", action="store_true")
+    add_dataclass_arguments(parser, Opts)
+    assert parser.parse_args(["--quick"]).quick is True
+    assert values_for(Opts, parser.parse_args(["--json"])) == {"quick": False}
+
+
+def test_overrides_only_leaves_out_the_flags_not_given():
+    parser = argparse.ArgumentParser()
+    add_dataclass_arguments(parser, MonitorConfig, overrides_only=True)
+    assert vars(parser.parse_args(["--window-s", "30"])) == {"window_s": 30.0}
 
 
 def test_unknown_settings_are_refused():
