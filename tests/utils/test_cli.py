@@ -104,3 +104,21 @@ def test_the_served_control_plane_is_the_flags_completed_by_the_artifacts():
     assert spec.monitor is cfg.monitor and spec.scheduler.max_request_tokens == 900
     assert spec.reconfig.block_length == 16 and spec.reconfig.tokens_per_step == law.tokens_per_step_at(law.thresholds)
     assert control_plane_spec(serve("--reconfig-interval-s", "0"), inputs).reconfig is None
+
+
+def test_eval_and_bench_options_come_from_their_dataclasses(capsys):
+    from dilaserve.bench.quality import QUICK
+    from dilaserve.bench.quality import parse as parse_quality
+    from dilaserve.eval.__main__ import parse as parse_eval
+
+    names, opts, as_json = parse_eval(["trace", "--quick", "--json", "--policies", "infaas", "dilaserve",
+                                       "--lengths", "sharegpt", "--phase-s", "30"])
+    assert names == ["trace"] and as_json and opts.quick and opts.settings == ("paper",)
+    assert opts.policies == ("infaas", "dilaserve") and opts.lengths == "sharegpt" and opts.phase_s == 30.0
+    assert parse_eval(["trace"])[1].settings == ("paper", "embedded")
+    # Given flags override the quick run's settings; the others keep the quick run's.
+    cfg, as_json = parse_quality(["--quick", "--loads", "0.5", "2", "--gpus", "1"])
+    assert cfg.loads == (0.5, 2.0) and cfg.gpus == 1 and cfg.requests == QUICK.requests and not as_json
+    with pytest.raises(SystemExit):
+        parse_quality(["--requests", "1"])
+    assert "use at least 2" in capsys.readouterr().err
