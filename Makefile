@@ -4,6 +4,7 @@
 # More:
 #   make demo        decode task prompts at a few thresholds and print accuracy / steps
 #   make artifacts   materialise the offline pipeline (predictor, profiles, quality, dynamics)
+#   make lint        ruff: lint rules and the format check (configuration in pyproject.toml)
 #
 # GPU hosts install their own CUDA build of torch first and skip ours:
 #   make setup TORCH_SPEC=
@@ -13,7 +14,7 @@ PY := $(VENV)/bin/python
 # The CPU build; a bare `torch` would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup run demo artifacts test bench clean-venv
+.PHONY: setup run demo artifacts test lint bench clean-venv
 
 # Built once on a fresh checkout (data/artifacts/ is git-ignored); `make artifacts` rebuilds.
 ARTIFACTS_STAMP := data/artifacts/.built
@@ -44,6 +45,11 @@ $(ARTIFACTS_STAMP): $(VENV)/.installed
 # The benchmarks' tests run against the pipeline's artifacts, as a user's run would.
 test: setup $(ARTIFACTS_STAMP)
 	$(PY) -m pytest -q
+
+# Read-only: reports what to change; `ruff check --fix` / `ruff format` apply it.
+lint: setup
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 bench: setup
 	$(PY) -m dilaserve.bench engine --json

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 
 from dilaserve.engine import DEFAULT_CHECKPOINT, DenoisingEngine
-from dilaserve.eval_quality import decode_suite
-from dilaserve.tasks import TASKS, task_suite
+from dilaserve.suite_decoding import decode_suite
+from dilaserve.tasks import task_suite
 
 
 def main(argv=None) -> None:

@@ -14,10 +14,11 @@ def _():
     import polars as pl
 
     from dilaserve import artifacts
+    from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
     from dilaserve.engine import DEFAULT_CHECKPOINT, DenoisingEngine
     from dilaserve.tasks import TASKS, task_suite
     from dilaserve.utils.display import rounded_rows
-    return DEFAULT_CHECKPOINT, DenoisingEngine, TASKS, artifacts, mo, np, os, pl, plt, rounded_rows, task_suite
+    return CANDIDATE_THRESHOLDS, DEFAULT_CHECKPOINT, DenoisingEngine, TASKS, artifacts, mo, np, os, pl, plt, rounded_rows, task_suite
 
 
 @app.cell
@@ -184,9 +185,9 @@ def _(mo):
 
 
 @app.cell
-def _(mo, prompts_per_task, quality, task_suite):
-    # Thresholds measured by the pipeline, else the candidate set of the design.
-    _candidates = [r.threshold for r in quality.fixed] if quality is not None else [0.5, 0.6, 0.7, 0.8, 0.9]
+def _(CANDIDATE_THRESHOLDS, mo, prompts_per_task, quality, task_suite):
+    # Thresholds measured by the pipeline, else the candidate set the controller uses.
+    _candidates = [r.threshold for r in quality.fixed] if quality is not None else list(CANDIDATE_THRESHOLDS)
     instances = task_suite(prompts_per_task, seed=0)
     threshold = mo.ui.slider(steps=sorted(_candidates), value=max(_candidates), label="threshold", show_value=True)
     # A prompt starts with its task's name: it is its own label.

@@ -25,6 +25,7 @@ from dilaserve.cluster.base import (
 )
 from dilaserve.control.config import ControlConfig
 from dilaserve.control.request import TrackedRequest
+from dilaserve.control.step_law import TYPICAL_STEPS_PER_TOKEN
 from dilaserve.engine.state import RequestState
 from dilaserve.predict.base import OneShotPredictor
 from dilaserve.profile.types import LatencyProfile, StepCurve
@@ -39,11 +40,11 @@ from dilaserve.schedule.scheduler import GlobalScheduler
 
 MASK, EOS = 1, 2
 #: Historical steps per token at each threshold (a representative rollout table).
-STEPS_PER_TOKEN = {0.5: 0.31, 0.6: 0.37, 0.7: 0.45, 0.8: 0.56, 0.9: 0.71}
+STEPS_PER_TOKEN = TYPICAL_STEPS_PER_TOKEN
 
 
 def synthetic_profile() -> LatencyProfile:
-    """Linear step latency; TP-2 about 25% and TP-4 about 55% faster than TP-1 (docs/architecture.md section 6)."""
+    """Linear step latency; TP-2 about 25% and TP-4 about 55% faster than TP-1 (made up, to time the control loop)."""
     speed = {1: 1.0, 2: 0.75, 4: 0.45}
     pts = (256, 4096, 16384, 65536, 131072)
 

@@ -32,13 +32,14 @@ import time
 
 import torch
 
+from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 from dilaserve.engine import DEFAULT_CHECKPOINT, DenoisingEngine
-from dilaserve.eval_quality import quality_table
+from dilaserve.suite_decoding import quality_table
 from dilaserve.tasks import TASKS, task_suite
 
 from .common import emit, machine_info, ratio
 
-THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
+THRESHOLDS = CANDIDATE_THRESHOLDS
 
 
 def throughput(engine: DenoisingEngine, prompts, gen_lengths, use_cache: bool, repeats: int,

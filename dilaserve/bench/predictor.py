@@ -25,12 +25,13 @@ import time
 import numpy as np
 import polars as pl
 
+from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 from dilaserve.predict.base import PredictionBatch, StepPredictor
 from dilaserve.predict.evaluate import evaluate
 
 from .common import emit, machine_info, ratio
 
-THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
+THRESHOLDS = CANDIDATE_THRESHOLDS
 N_REQUESTS = 1000
 
 

@@ -53,6 +53,7 @@ from dilaserve.sim.setting import ClusterSetting, Predictors, with_dynamics
 from dilaserve.sim.simulator import SimConfig, Simulator
 from dilaserve.sim.slo import workload_slo
 from dilaserve.sim.workload import WorkloadRequest
+from dilaserve.utils.cli import add_dataclass_arguments, build_dataclass, flag_error, values_for
 
 #: Policies compared by default; a name not registered in this checkout is skipped and listed.
 DEFAULT_POLICIES = ("fixed@0.9", "fixed@0.7", "dilaserve", "dilaserve-paper")
@@ -195,26 +196,24 @@ class RecordingModelProgress(ModelProgress):
         return [ws for ws, _ in self.finished.values()]
 
 
-def main(argv: list[str]) -> int:
+def parse(argv: list[str]) -> tuple[QualityBenchConfig, bool]:
+    """The run's settings and whether to print only JSON."""
     ap = argparse.ArgumentParser(prog="python -m dilaserve.bench quality")
     ap.add_argument("--json", action="store_true", help="print only the JSON result line")
     ap.add_argument("--quick", action="store_true", help="48 requests, one load, two policies (for tests)")
-    ap.add_argument("--requests", type=int, help=f"prompts per workload (default {QualityBenchConfig.requests})")
-    ap.add_argument("--loads", type=float, nargs="+", help="fractions of nominal capacity (default 0.5 1 2)")
-    ap.add_argument("--policies", nargs="+", help="policies to compare (default: " + " ".join(DEFAULT_POLICIES) + ")")
-    ap.add_argument("--slo-scale", type=float, help="SLO as a multiple of the mean isolated latency (default 3)")
-    ap.add_argument("--prompt-seed", type=int, help="seeds the prompts (default 7, held out from the pipeline's)")
+    # The settings' flags, from QualityBenchConfig; those given override the full or the quick run.
+    add_dataclass_arguments(ap, QualityBenchConfig, overrides_only=True)
     args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.ERROR)
     base = QUICK if args.quick else QualityBenchConfig()
-    overrides = {k: v for k, v in {
-        "requests": args.requests, "loads": tuple(args.loads) if args.loads else None,
-        "policies": tuple(args.policies) if args.policies else None, "slo_scale": args.slo_scale,
-        "prompt_seed": args.prompt_seed,
-    }.items() if v is not None}
     try:
-        cfg = QualityBenchConfig(**{**asdict(base), **overrides})
+        return build_dataclass(QualityBenchConfig, {**asdict(base), **values_for(QualityBenchConfig, args)}), args.json
     except ValueError as exc:
-        ap.error(str(exc))
-    emit(run(cfg), args.json)
+        ap.error(flag_error(QualityBenchConfig, exc))
+        raise  # unreachable: ap.error exits
+
+
+def main(argv: list[str]) -> int:
+    cfg, as_json = parse(argv)
+    logging.basicConfig(level=logging.ERROR)
+    emit(run(cfg), as_json)
     return 0

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from dilaserve.control.step_law import StepLaw
+from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class ControlConfig:
             predicted hits).
     """
 
-    thresholds: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
+    thresholds: tuple[float, ...] = CANDIDATE_THRESHOLDS
     fixed_threshold: float = 0.9
     refresh_every_steps: int = 4
     load_control_interval_s: float = 0.25

@@ -111,3 +111,15 @@ class StepLaw:
     def request_steps(self, gen_length: float, threshold: float) -> float:
         """Expected steps of a canvas of ``gen_length`` tokens (whole blocks) at ``threshold``."""
         return gen_length / self.block_length * self.steps(threshold)
+
+
+#: Steps per output token at each threshold of a typical rollout table of the embedded
+#: model. Configs built before any artifact is loaded (the reconfigurator's placeholder
+#: ``T_c``, the control benchmark) use it; serving replaces it with the measured law.
+TYPICAL_STEPS_PER_TOKEN: dict[float, float] = {0.5: 0.31, 0.6: 0.37, 0.7: 0.45, 0.8: 0.56, 0.9: 0.71}
+
+
+def typical_tokens_per_step(thresholds: Iterable[float], block_length: int = 32) -> dict[float, float]:
+    """``T_c`` of :data:`TYPICAL_STEPS_PER_TOKEN` at ``thresholds`` (interpolated between its
+    entries), so a placeholder table always covers the candidate set it is built for."""
+    return StepLaw.from_steps_per_token(TYPICAL_STEPS_PER_TOKEN, block_length).tokens_per_step_at(thresholds)

@@ -13,6 +13,11 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+#: The candidate confidence thresholds, ascending. The one declaration: the controller's,
+#: the server's, the pipeline's rollouts, the benchmarks' and the notebooks' defaults all
+#: read it, so a candidate set changes in one place.
+CANDIDATE_THRESHOLDS: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
+
 
 def lowest_allowed(allowed: np.ndarray) -> np.ndarray:
     """Index of each row's lowest allowed threshold (0 when a row allows none)."""

@@ -20,52 +20,33 @@ import json
 import logging
 import sys
 import time
-from pathlib import Path
 
 from dilaserve.artifacts import MissingArtifactError
-from dilaserve.eval.context import LENGTHS, SETTINGS, TRACE_LOW_LOAD, EvalContext, EvalOptions
+from dilaserve.eval.context import SETTINGS, EvalContext, EvalOptions
 from dilaserve.eval.experiments import ALL_EXPERIMENTS, EXPERIMENTS
 from dilaserve.eval.report import extra_json, policies_json, write
-from dilaserve.sim.traces import AZURE_CONV, TraceFormatError
+from dilaserve.sim.traces import TraceFormatError
+from dilaserve.utils.cli import add_dataclass_arguments, build_dataclass, flag_error, values_for
 
 
 def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool]:
     ap = argparse.ArgumentParser(prog="python -m dilaserve.eval", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
-    ap.add_argument("--quick", action="store_true", help="reduced run (minutes); the paper setting only "
-                    "unless --settings is given")
     ap.add_argument("--json", action="store_true", help="end with one JSON line of per-policy results")
-    ap.add_argument("--trace", type=Path, default=AZURE_CONV,
-                    help="trace CSV in the Azure LLM trace format or BurstGPT's (default: the shipped "
-                         "Azure conversation trace)")
+    # By hand: the default follows --quick.
     ap.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=None,
-                    help="cluster settings: paper (LLaDA-8B on H100, analytic), embedded (measured profile)")
-    ap.add_argument("--out", type=Path, default=Path("results"), help="results folder (default: results/)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--artifacts", type=Path, default=None, help="pipeline artifact folder")
-    ap.add_argument("--latency-noise", type=float, default=0.05, help="sigma of step-latency noise (0: none)")
-    ap.add_argument("--phase-s", type=float, default=None,
-                    help="seconds per load phase of trace/ablation/frontier (default 3600, or 75 with --quick)")
-    ap.add_argument("--lengths", choices=LENGTHS, default=EvalOptions.lengths,
-                    help="request lengths of trace/ablation/frontier: trace (its own token counts, the "
-                         "default) or a length model drawn per request (seeded), keeping the trace's arrivals")
-    ap.add_argument("--high-load", type=float, default=EvalOptions.high_load,
-                    help=f"high phase's rate of trace/ablation as a fraction of nominal capacity for the lengths "
-                         f"used (default {EvalOptions.high_load}; the low phase runs at {TRACE_LOW_LOAD}); "
-                         "frontier sweeps it")
-    ap.add_argument("--policies", nargs="+", default=None, metavar="POLICY",
-                    help="run these registered policies instead of the experiment's list (e.g. to split a long "
-                         "run across processes, or to add an ablation to the trace)")
+                    help="cluster settings: paper (LLaDA-8B on H100, analytic), embedded (measured profile); "
+                         "default: both, or paper alone with --quick")
+    # Every other option is a field of EvalOptions, documented and validated there.
+    add_dataclass_arguments(ap, EvalOptions)
     a = ap.parse_args(argv)
-    settings = tuple(a.settings) if a.settings else (("paper",) if a.quick else ("paper", "embedded"))
+    values = values_for(EvalOptions, a)
+    values["settings"] = tuple(a.settings) if a.settings else (("paper",) if a.quick else ("paper", "embedded"))
     try:
-        opts = EvalOptions(quick=a.quick, settings=settings, trace=a.trace, out=a.out, seed=a.seed,
-                           artifacts=a.artifacts, latency_noise=a.latency_noise, phase_s=a.phase_s,
-                           lengths=a.lengths, high_load=a.high_load,
-                           policies=tuple(a.policies) if a.policies else None)
-    except ValueError as e:
-        ap.error(str(e))
+        opts = build_dataclass(EvalOptions, values)
+    except (ValueError, TypeError) as e:
+        ap.error(flag_error(EvalOptions, e))
     names = list(ALL_EXPERIMENTS) if a.experiment == "all" else [a.experiment]
     return names, opts, a.json
 

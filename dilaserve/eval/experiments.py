@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from dilaserve.eval.context import TRACE_LOW_LOAD, EvalContext
-from dilaserve.schedule.policies import FIXED_POLICIES, VARIANTS, policies
+from dilaserve.schedule.policies import FIXED_POLICIES, VARIANTS
 from dilaserve.sim.arrivals import PhaseSpec, poisson_workload, shape_trace
 from dilaserve.sim.lengths import GSM8K_OUTPUT_TOKENS, GSM8K_PROMPT_TOKENS
 from dilaserve.sim.setting import ClusterSetting

@@ -1,23 +1,14 @@
-"""Write a checkpoint's model card: training config and time, accuracy and steps per threshold.
+"""A checkpoint's model card: training config and time, accuracy and steps per threshold.
 
-    python -m dilaserve.model.card data/models/dila-tiny [--per-task 50]
-
-The numbers are measured here, on the task suite, with the engine (dual cache on), and
-next to them the one-token-per-step decode of the same checkpoint.
+This module only renders the card from a training log and a speed-quality table; the
+measurement, which decodes the task suite with the engine, is ``python -m
+dilaserve.model_card`` (above the engine, so the model package never imports it).
 """
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import platform
 from pathlib import Path
-
-from dilaserve.engine import DenoisingEngine
-from dilaserve.eval_quality import quality_table
-from dilaserve.tasks import task_suite
-
-THRESHOLDS = (0.9, 0.8, 0.7, 0.6, 0.5)
 
 
 def training_stages(log: dict) -> list[dict]:
@@ -79,22 +70,3 @@ def render(path: Path, rows, per_task: int, log: dict) -> str:
             "",
         ]
     return "\n".join(lines)
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("checkpoint")
-    p.add_argument("--per-task", type=int, default=50)
-    args = p.parse_args(argv)
-    path = Path(args.checkpoint)
-    engine = DenoisingEngine.from_pretrained(path)
-    rows = quality_table(engine, task_suite(args.per_task, seed=2024), list(THRESHOLDS) + [math.inf])
-    log_path = path / "train_log.json"
-    log = json.loads(log_path.read_text()) if log_path.exists() else {}
-    (path / "README.md").write_text(render(path, rows, args.per_task, log))
-    print((path / "README.md").read_text())
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional
 
-from dilaserve.control.step_law import StepLaw
+from dilaserve.control.step_law import StepLaw, typical_tokens_per_step
+from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ class ReconfigConfig:
     min_improvement: float = 0.10
     time_limit_s: float = 5.0
     tokens_per_step: Mapping[float, float] = field(
-        default_factory=lambda: {0.5: 3.2, 0.6: 2.7, 0.7: 2.2, 0.8: 1.8, 0.9: 1.4}
+        default_factory=lambda: typical_tokens_per_step(CANDIDATE_THRESHOLDS)
     )
     slack_weight: float = 1e-3
     block_length: int = 32

@@ -1,4 +1,4 @@
-"""Stage 1 of reconfiguration: capacity planning (see ``docs/architecture.md``, control algorithms).
+"""Stage 1 of reconfiguration: capacity planning (``docs/architecture.md`` section 9).
 
 Decides how many TP-d instances each node runs, one batch size per TP degree, and how each
 request class's steps split across thresholds and TP degrees, maximising the

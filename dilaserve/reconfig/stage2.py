@@ -1,4 +1,4 @@
-"""Stage 2 of reconfiguration: minimal-disruption placement (docs/architecture.md section 5).
+"""Stage 2 of reconfiguration: minimal-disruption placement (docs/architecture.md section 9).
 
 Given the instance counts stage 1 chose, assign GPUs to instance slots so that as many
 running instances as possible survive. Candidate slots are the aligned TP groups of every

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from dilaserve.control.config import ControlConfig
+from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 from dilaserve.utils.registry import Registry
 
 
@@ -136,7 +137,7 @@ def _fixed_at(threshold: float) -> SchedulerPolicy:
     return policies.add(name, replace(policies.get("infaas"), name=name, fixed_threshold=threshold))
 
 
-FIXED_POLICIES: tuple[str, ...] = tuple(_fixed_at(t).name for t in ControlConfig().thresholds)
+FIXED_POLICIES: tuple[str, ...] = tuple(_fixed_at(t).name for t in CANDIDATE_THRESHOLDS)
 
 
 def get_policy(policy: "SchedulerPolicy | str") -> SchedulerPolicy:

@@ -1,4 +1,4 @@
-"""The event-driven global scheduler (docs/architecture.md section 5).
+"""The event-driven global scheduler (docs/architecture.md section 1, dataflow; its policy pieces: section 8).
 
 On every event it (1) places each unscheduled or just-stepped request on an instance
 (dispatch for new or deferred requests, migration for just-stepped ones, at legal
@@ -28,8 +28,9 @@ from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.schedule.dispatch import dispatch_policies
 from dilaserve.schedule.events import Event, ReconfigTick, RequestArrived, RequestOutcome
-from dilaserve.schedule.filters import instance_filters, migration_points
+from dilaserve.schedule.filters import instance_filters
 from dilaserve.schedule.migration import migration_policies
+from dilaserve.schedule.migration_points import migration_points
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
 from dilaserve.schedule.pool import InstancePool
 

@@ -1,11 +1,33 @@
-"""Server configuration: one dataclass, every field a documented ``--kebab-case`` flag."""
+"""Server configuration, composed of the per-concern configs (vLLM style).
+
+:class:`ServeConfig` holds what only the server has (model, address, cluster slots,
+queue, drain) and, whole, the configs each concern already owns: threshold control
+(:class:`~dilaserve.control.config.ControlConfig`), reconfiguration
+(:class:`~dilaserve.reconfig.config.ReconfigConfig`), the workload monitor
+(:class:`~dilaserve.reconfig.config.MonitorConfig`) and the scheduler
+(:class:`~dilaserve.schedule.config.SchedulerConfig`). Every field of each is a
+documented ``--kebab-case`` flag (:mod:`dilaserve.utils.cli`), validated by the config
+that owns it; only what the server fills from the pipeline's artifacts (the step law,
+the tokens-per-step table) or from its own flags (the block length) is not a flag.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
 
+from dilaserve.control.config import ControlConfig
 from dilaserve.engine import DEFAULT_CHECKPOINT
-from dilaserve.utils.cli import option
+from dilaserve.reconfig.config import MonitorConfig, ReconfigConfig
+from dilaserve.schedule.config import SchedulerConfig
+from dilaserve.utils.cli import nested, option
+
+#: The server re-plans every minute by default (the class's 300 s suits hour-long traces).
+SERVE_RECONFIG_INTERVAL_S = 60.0
+
+
+def reconfig_or_off(**fields) -> Optional[ReconfigConfig]:
+    """``--reconfig-interval-s 0`` switches reconfiguration off (no reconfigurator)."""
+    return None if fields.get("interval_s") == 0 else ReconfigConfig(**fields)
 
 
 @dataclass
@@ -21,18 +43,9 @@ class ServeConfig:
     slots_per_node: int = option(2, "GPUs (or CPU slots) per node; a TP group never spans nodes")
     tp_degrees: list[int] = option([1, 2], "tensor-parallel degrees reconfiguration may use")
     initial_tp: int = option(1, "TP degree of the instances launched at start (the cluster starts uniform)")
-    thresholds: list[float] = option([0.5, 0.6, 0.7, 0.8, 0.9], "candidate denoising thresholds")
     default_slo_ms: float = option(20000.0, "SLO for requests that send neither slo_ms nor deadline")
     policy: str = option("dilaserve", "scheduling policy: dilaserve, dilaserve-paper, infaas, llumnix, fixed@TAU "
                          "or an ablation")
-    quality_budget: Optional[float] = option(
-        0.1, "largest relative accuracy loss accepted for speed: thresholds whose measured accuracy is below "
-        "(1 - budget) x the best candidate's are not used (needs the threshold-quality artifact)")
-    admission_headroom: float = option(
-        0.1, "SLO-aware admission answers 429 to a request predicted to miss its SLO, or whose joining would push "
-        "two or more requests in flight out of this share of their SLO time left (dilaserve-no-admission "
-        "serves everything)")
-    reconfig_interval_s: float = option(60.0, "seconds between reconfiguration ticks (0 disables reconfiguration)")
     max_batch_tokens: int = option(4096, "tokens one instance may hold in its batch")
     max_queue: int = option(256, "requests in flight (running + waiting) before new ones get HTTP 429")
     default_max_tokens: int = option(64, "generation length when a request sends no max_tokens")
@@ -42,6 +55,15 @@ class ServeConfig:
     torch_threads: int = option(1, "intra-op threads per CPU worker")
     drain_timeout_s: float = option(30.0, "on SIGINT/SIGTERM, wait this long for in-flight requests before failing them")
     log_level: str = option("info", "logging level")
+    # The per-concern configs; the step law comes from the artifacts at start-up.
+    control: ControlConfig = nested(ControlConfig, exclude=("step_law",))
+    reconfig: Optional[ReconfigConfig] = nested(
+        ReconfigConfig, prefix="reconfig", exclude=("tokens_per_step", "block_length"),
+        defaults={"interval_s": SERVE_RECONFIG_INTERVAL_S}, build=reconfig_or_off,
+        help="reconfiguration (--reconfig-interval-s 0 switches it off); its tokens per step come from the "
+             "step law, its block length from --block-length")
+    monitor: MonitorConfig = nested(MonitorConfig, prefix="monitor")
+    scheduler: SchedulerConfig = nested(SchedulerConfig)
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -51,22 +73,20 @@ class ServeConfig:
         if self.num_slots % self.slots_per_node and self.num_slots > self.slots_per_node:
             raise ValueError(f"--num-slots {self.num_slots} is not a whole number of nodes of {self.slots_per_node}")
         if any(tp < 1 or tp & (tp - 1) for tp in self.tp_degrees):
-            raise ValueError(f"--tp-degrees must be powers of two, got {self.tp_degrees}")
+            raise ValueError(f"--tp-degrees must be powers of two, got {self.tp_degrees}: e.g. --tp-degrees 1 2")
         if self.initial_tp not in self.tp_degrees or self.initial_tp > min(self.slots_per_node, self.num_slots):
             raise ValueError(f"--initial-tp {self.initial_tp} must be one of --tp-degrees {self.tp_degrees} and fit on a node")
-        if not self.thresholds or any(not 0 < t <= 1 for t in self.thresholds):
-            raise ValueError(f"--thresholds must lie in (0, 1], got {self.thresholds}")
         if self.default_slo_ms <= 0:
-            raise ValueError("--default-slo-ms must be positive")
+            raise ValueError(f"--default-slo-ms {self.default_slo_ms} must be positive milliseconds, e.g. 20000")
         if self.default_max_tokens < 1 or self.block_length < 1:
             raise ValueError("--default-max-tokens and --block-length must be positive")
-        if self.quality_budget is not None and not 0 <= self.quality_budget < 1:
-            raise ValueError(f"--quality-budget {self.quality_budget} must lie in [0, 1), e.g. 0.1 (within 10% of "
-                             "the best threshold's accuracy)")
-        if not 0 <= self.admission_headroom < 1:
-            raise ValueError(f"--admission-headroom {self.admission_headroom} must lie in [0, 1), e.g. 0.1")
         if self.max_queue < 1:
-            raise ValueError("--max-queue must be at least 1")
+            raise ValueError(f"--max-queue {self.max_queue}: allow at least 1 request in flight (default 256)")
+
+    @property
+    def thresholds(self) -> tuple[float, ...]:
+        """The candidate thresholds, ascending (``control`` owns them)."""
+        return self.control.thresholds
 
     @property
     def nodes(self) -> int:

@@ -14,18 +14,17 @@ import itertools
 import logging
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
 
 from dilaserve.cluster.base import InstanceReady, InstanceSpec, InstanceStopped, StepFinished
 from dilaserve.cluster.ray_backend import RayBackend, RayBackendConfig
-from dilaserve.control.config import ControlConfig
 from dilaserve.control.request import TrackedRequest
 from dilaserve.engine.state import RequestState, new_request
 from dilaserve.model.adapters import describe_checkpoint
-from dilaserve.reconfig.config import ClusterConfig, ReconfigConfig
+from dilaserve.reconfig.config import ClusterConfig
 from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule import GlobalScheduler
 from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_plane
@@ -33,7 +32,7 @@ from dilaserve.schedule.events import ReconfigTick, RequestArrived, RequestOutco
 from dilaserve.schedule.policies import get_policy
 
 from .config import ServeConfig
-from .control_inputs import load_control_inputs
+from .control_inputs import ControlInputs, load_control_inputs
 from .metrics import ServeMetrics
 
 log = logging.getLogger(__name__)
@@ -61,6 +60,17 @@ def cluster_config(cfg: ServeConfig) -> ClusterConfig:
     """The cluster the server may plan for: its slots as nodes, its TP degrees and batch limits."""
     return ClusterConfig(nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node, tp_degrees=tuple(cfg.tp_degrees),
                          max_batch_tokens={d: cfg.max_batch_tokens * d for d in cfg.tp_degrees})
+
+
+def control_plane_spec(cfg: ServeConfig, inputs: ControlInputs) -> ControlPlaneSpec:
+    """The server's per-concern configs, completed with what the artifacts measured (the
+    step law) and the served model's block length."""
+    rc = None
+    if cfg.reconfig is not None:
+        rc = replace(cfg.reconfig, block_length=cfg.block_length)
+        rc = rc.with_step_law(inputs.step_law) if inputs.step_law else rc
+    return ControlPlaneSpec(inputs.profile, replace(cfg.control, step_law=inputs.step_law), cluster_config(cfg),
+                            reconfig=rc, monitor=cfg.monitor, accuracy=inputs.accuracy, scheduler=cfg.scheduler)
 
 
 class ServeError(Exception):
@@ -155,13 +165,7 @@ class ServingRuntime:
         self.backend = RayBackend(RayBackendConfig(cfg.model, cfg.device, cfg.torch_threads))
         self.backend.on_failure = self._on_instance_failure
         self.backend.on_step_time = lambda spec, s: self.metrics.step_latency.labels(str(spec.tp)).observe(s)
-        rc = None
-        if cfg.reconfig_interval_s > 0:
-            rc = ReconfigConfig(interval_s=cfg.reconfig_interval_s, block_length=cfg.block_length)
-            rc = rc.with_step_law(inputs.step_law) if inputs.step_law else rc
-        control = ControlConfig(thresholds=tuple(sorted(cfg.thresholds)), quality_budget=cfg.quality_budget,
-                                admission_headroom=cfg.admission_headroom, step_law=inputs.step_law)
-        spec = ControlPlaneSpec(inputs.profile, control, cluster_config(cfg), reconfig=rc, accuracy=inputs.accuracy)
+        spec = control_plane_spec(cfg, inputs)
         self.scheduler = build_control_plane(self.backend, self.policy, spec, predictor, self._on_outcome)
         reconfigurator = self.scheduler.reconfigurator
         self.backend.bind(self._on_backend_event)  # observe events on their way to the scheduler
@@ -339,7 +343,7 @@ class ServingRuntime:
 
     async def _tick_loop(self) -> None:
         while True:
-            await asyncio.sleep(self.cfg.reconfig_interval_s)
+            await asyncio.sleep(self.cfg.reconfig.interval_s)
             self._on_backend_event(ReconfigTick(self.backend.clock()))
 
     # ================================================================ metrics

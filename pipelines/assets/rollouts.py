@@ -6,13 +6,14 @@ import dagster as dg
 import polars as pl
 from pydantic import Field, field_validator
 
+from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 from dilaserve.predict.prompts import Prompt
 from dilaserve.predict.rollouts import RolloutResult, fixed_threshold_jobs, run_rollouts
 from dilaserve.predict.schema import validate_step_table
 from pipelines.progress import progress_logger
 from pipelines.resources import ArtifactsResource, ModelResource
 
-DEFAULT_THRESHOLDS = [0.5, 0.6, 0.7, 0.8, 0.9]
+DEFAULT_THRESHOLDS = list(CANDIDATE_THRESHOLDS)
 
 
 class RolloutConfig(dg.Config):
@@ -26,7 +27,7 @@ class RolloutConfig(dg.Config):
     @classmethod
     def _check(cls, v: list[float]) -> list[float]:
         if not v or any(not 0 < t <= 1 for t in v) or len(set(v)) != len(v):
-            raise ValueError(f"thresholds {v}: give distinct values in (0, 1], e.g. [0.5, 0.6, 0.7, 0.8, 0.9]")
+            raise ValueError(f"thresholds {v}: give distinct values in (0, 1], e.g. {DEFAULT_THRESHOLDS}")
         return sorted(v)
 
 

@@ -1,14 +1,13 @@
 import math
 import random
 
-import numpy as np
 import pytest
 import torch
 
 from dilaserve.engine import DenoisingEngine, StepKind
 from dilaserve.engine.engine import MAX_PADDING, length_groups
 from dilaserve.model.adapters import CheckpointError, load_diffusion_lm
-from dilaserve.tasks import TASKS, task_suite
+from dilaserve.tasks import task_suite
 
 
 def test_cache_step_logits_equal_recompute_when_nothing_changed(tiny_engine):
@@ -138,7 +137,7 @@ def test_sequential_decode_commits_one_token_per_step(tiny_engine):
 
 
 def test_lower_threshold_takes_fewer_steps_on_the_default_checkpoint(default_engine):
-    from dilaserve.eval_quality import quality_table
+    from dilaserve.suite_decoding import quality_table
 
     suite = task_suite(4, seed=11)
     hi, lo = quality_table(default_engine, suite, [0.9, 0.5])
@@ -149,7 +148,7 @@ def test_lower_threshold_takes_fewer_steps_on_the_default_checkpoint(default_eng
 def test_default_checkpoint_answers_the_list_task_and_pays_for_low_thresholds(default_engine):
     """The committed model is trained: it lists letters correctly at 0.9, and committing at 0.5
     loses answers on the tasks with several valid orders and forms (the trade-off to control)."""
-    from dilaserve.eval_quality import quality_table
+    from dilaserve.suite_decoding import quality_table
     from dilaserve.tasks import get_task
 
     rng = random.Random(3)

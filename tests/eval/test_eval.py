@@ -38,6 +38,42 @@ def test_report_writes_tables_plots_and_summary(tmp_path, tiny_runs):
     json.dumps(pol)  # serialisable (NaN mapped to null)
 
 
+def test_plots_draw_the_runs_numbers(tmp_path, tiny_runs, monkeypatch):
+    """Each trace plot shows the tables' data, one line per policy, in a non-blank image."""
+    import matplotlib.image
+
+    from dilaserve.eval import plots
+
+    drawn, save = {}, plots._save
+
+    def keep(fig, path):
+        drawn[path.name] = {line.get_label(): (line.get_xdata(), line.get_ydata())
+                            for ax in fig.axes for line in ax.get_lines()}
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    out, dyn = tiny_runs
+    ctx = EvalContext(EvalOptions(out=tmp_path, settings=("paper",)))
+    ctx.__dict__.update(dynamics=dyn, quality=quality())
+    _, folder = write(out, ctx)
+    requests = pl.read_parquet(folder / "requests.parquet").filter(pl.col("status") == "finished")
+    series = pl.read_parquet(folder / "threshold_series.parquet")
+    for policy in ("infaas", "dilaserve", "oracle"):
+        x, y = drawn["latency_cdf.png"][policy]
+        lat = requests.filter(pl.col("policy") == policy)["latency_s"].sort().to_numpy()
+        np.testing.assert_allclose(x, lat)
+        assert y[-1] == pytest.approx(1.0) and np.all(np.diff(y) > 0)
+        x, y = drawn["threshold_over_time.png"][policy]
+        mine = series.filter(pl.col("policy") == policy).sort("time_s")
+        np.testing.assert_allclose(x, mine["time_s"].to_numpy())
+        np.testing.assert_allclose(y, mine["mean_threshold"].to_numpy())
+    assert "SLO" in drawn["latency_cdf.png"]
+    assert any(label.startswith("TP-") for label in drawn["tp_mix_over_time.png"])
+    for name in drawn:
+        image = matplotlib.image.imread(folder / name)
+        assert image.shape[0] > 100 and image.shape[1] > 100 and image.std() > 0.01, name
+
+
 def _artifacts(root):
     """Just enough artifacts for the harness to reach the trace file."""
     varied_dynamics().save(root / "dynamics")

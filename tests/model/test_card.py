@@ -2,8 +2,8 @@
 import math
 from pathlib import Path
 
-from dilaserve.eval_quality import QualityRow
 from dilaserve.model.card import render, training_stages
+from dilaserve.suite_decoding import QualityRow
 
 
 def _log(steps, minutes, lr, parent=None):
@@ -36,3 +36,21 @@ def test_the_card_splits_accuracy_by_task():
     card = render(Path("dila-tiny"), rows, 10, _log(50, 1.0, 1e-3))
     assert "| threshold | accuracy | mean steps | `arith` | `list` |" in card
     assert "| 0.9 | 0.900 | 10.00 | 0.80 | 1.00 |" in card and "| 0.5 | 0.300 | 6.00 | 0.10 | 0.50 |" in card
+
+
+def test_the_model_package_imports_nothing_above_it():
+    """The engine builds on the model; the card's measurement (which decodes with the
+    engine) lives in dilaserve.model_card, so no module of dilaserve/model imports upward."""
+    import ast
+
+    import dilaserve.model
+
+    above = ("dilaserve.engine", "dilaserve.suite_decoding", "dilaserve.model_card", "dilaserve.predict",
+             "dilaserve.control", "dilaserve.schedule", "dilaserve.serve", "dilaserve.sim", "dilaserve.eval")
+    offenders = []
+    for path in Path(dilaserve.model.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.name}: {n}" for n in names if n.startswith(above)]
+    assert not offenders

@@ -12,6 +12,7 @@ import uvicorn
 from dilaserve.serve.api import build_app
 from dilaserve.serve.config import ServeConfig
 from dilaserve.serve.runtime import ServingRuntime
+from dilaserve.utils.cli import build_dataclass
 from dilaserve.utils.net import free_port
 
 
@@ -20,7 +21,8 @@ class LiveServer:
         self.port = free_port()
         # No pipeline artifacts, as on a fresh clone: the server measures its profile at start-up.
         overrides.setdefault("artifacts", tempfile.mkdtemp(prefix="no-artifacts-"))
-        self.cfg = ServeConfig(port=self.port, **overrides)
+        # Settings by flag name (reconfig_interval_s=0), as on the command line.
+        self.cfg = build_dataclass(ServeConfig, {"port": self.port, **overrides})
         self.runtime = ServingRuntime(self.cfg)
         config = uvicorn.Config(build_app(self.runtime), host="127.0.0.1", port=self.port, log_level="warning")
         self.server = uvicorn.Server(config)

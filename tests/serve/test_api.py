@@ -40,22 +40,32 @@ def test_completions_are_real_decodes_graded_by_the_tasks(server, engine):
         text, info = body["choices"][0]["text"], body["dilaserve"]
         assert body["object"] == "text_completion" and body["choices"][0]["finish_reason"] in ("stop", "length")
         assert body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"]
-        assert info["steps"] == len(info["thresholds"]) >= 1 and info["slo_met"] in (True, False)
+        assert info["steps"] == len(info["thresholds"]) >= 1
+        # The SLO sent is the one judged, and "met" means the answer came within it.
+        assert info["slo_ms"] == 60000 and info["slo_met"] == (info["latency_ms"] <= info["slo_ms"])
+        assert info["instances"] and set(info["instances"]) <= set(server.on_loop(lambda: server.runtime.scheduler.pool.ids))
         assert all(t in server.cfg.thresholds for t in info["thresholds"])
         # The same checkpoint decoding with the same per-step thresholds gives the same answer.
         assert text == replay(engine, inst.prompt, inst.gen_length, info["thresholds"])
         graded.append(TASKS[inst.task].grade(inst, text))
-    assert len(graded) == len(suite)
+    # The embedded model answers most task prompts correctly (its card: ~94% at 0.9); an
+    # all-wrong suite means the server decodes garbage or grades the wrong text.
+    assert any(graded), f"no correct answer among {len(graded)}"
 
 
-def test_chat_completions_and_models(server):
+def test_chat_completions_and_models(server, engine):
     models = httpx.get(server.url + "/v1/models").json()
     assert [m["id"] for m in models["data"]] == [server.runtime.model_name]
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "pairs : a b"},
+                {"role": "assistant", "content": "b a"}, {"role": "user", "content": "list : c a f"}]
     r = post(server, "/v1/chat/completions", {"model": server.runtime.model_name, "max_tokens": 32,
-                                                "messages": [{"role": "user", "content": "list : c a f"}]})
+                                                "messages": messages})
     assert r.status_code == 200, r.text
-    msg = r.json()["choices"][0]["message"]
-    assert msg["role"] == "assistant" and isinstance(msg["content"], str)
+    body = r.json()
+    msg = body["choices"][0]["message"]
+    assert body["object"] == "chat.completion" and msg["role"] == "assistant"
+    # Without a chat template the model answers the last user message: a real decode of it.
+    assert msg["content"] == replay(engine, "list : c a f", 32, body["dilaserve"]["thresholds"])
 
 
 def test_streaming_sends_blocks_then_done(server, engine):

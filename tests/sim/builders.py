@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 from dilaserve.predict.base import OneShotPredictor
 from dilaserve.predict.dynamics import StepDynamics
 from dilaserve.predict.quality import FixedRow, MixedRow, ThresholdQuality
@@ -12,7 +13,7 @@ from dilaserve.reconfig.config import ClusterConfig
 from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.setting import ClusterSetting, Predictors, with_dynamics
 
-THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
+THRESHOLDS = CANDIDATE_THRESHOLDS
 
 
 def dynamics(tokens: dict[float, list[int]], n_buckets: int = 1) -> StepDynamics:

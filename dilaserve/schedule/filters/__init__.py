@@ -1,10 +1,8 @@
-"""Filters: which instances may take a request, and when a request may move.
+"""Instance filters: which instances may take a request.
 
-Kept apart from dispatch and migration policies so a policy only ranks candidates.
+Kept apart from dispatch policies so a policy only ranks the instances that pass.
 """
-from dilaserve.schedule.filters import any_step, batch_room, recompute_only  # noqa: F401  (registers)
-from dilaserve.schedule.filters.base import (
-    InstanceFilter, MigrationPoint, instance_filters, migration_points,
-)
+from dilaserve.schedule.filters import batch_room  # noqa: F401  (registers)
+from dilaserve.schedule.filters.base import InstanceFilter, instance_filters
 
-__all__ = ["InstanceFilter", "MigrationPoint", "instance_filters", "migration_points"]
+__all__ = ["InstanceFilter", "instance_filters"]

@@ -16,12 +16,4 @@ class InstanceFilter(abc.ABC):
     def mask(self, req: TrackedRequest, pool: InstancePool) -> np.ndarray: ...
 
 
-class MigrationPoint(abc.ABC):
-    """Decides whether a request, between two steps, may move to another instance."""
-
-    @abc.abstractmethod
-    def allows(self, req: TrackedRequest) -> bool: ...
-
-
 instance_filters: Registry[type[InstanceFilter]] = Registry("instance filter")
-migration_points: Registry[type[MigrationPoint]] = Registry("migration point")

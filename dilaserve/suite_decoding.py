@@ -1,4 +1,5 @@
-"""Decode a task suite at several thresholds and grade it: the speed-quality table."""
+"""Decode the task suite at several thresholds and grade it: the speed-quality table of a checkpoint
+(the model card, the demo and the engine benchmark read it)."""
 from __future__ import annotations
 
 import math

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from dilaserve.control.request import TrackedRequest
-from dilaserve.schedule.filters.base import MigrationPoint, migration_points
+from dilaserve.schedule.migration_points.base import MigrationPoint, migration_points
 
 
 @migration_points.register("any")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from dilaserve.control.request import TrackedRequest
 from dilaserve.engine.state import StepKind
-from dilaserve.schedule.filters.base import MigrationPoint, migration_points
+from dilaserve.schedule.migration_points.base import MigrationPoint, migration_points
 
 
 @migration_points.register("recompute")

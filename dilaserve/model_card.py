@@ -1,0 +1,43 @@
+"""Measure a checkpoint and write its model card (``README.md`` in the checkpoint folder).
+
+    python -m dilaserve.model_card data/models/dila-tiny [--per-task 50]
+
+The numbers are measured here, on the task suite, with the engine (dual cache on), and
+next to them the one-token-per-step decode of the same checkpoint. The card's text is
+:func:`dilaserve.model.card.render`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
+from dilaserve.engine import DenoisingEngine
+from dilaserve.model.card import render
+from dilaserve.suite_decoding import quality_table
+from dilaserve.tasks import task_suite
+
+#: The card lists the candidate thresholds from the highest (its quality reference) down.
+THRESHOLDS = tuple(sorted(CANDIDATE_THRESHOLDS, reverse=True))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m dilaserve.model_card", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint")
+    p.add_argument("--per-task", type=int, default=50, help="prompts per task (default 50)")
+    args = p.parse_args(argv)
+    path = Path(args.checkpoint)
+    engine = DenoisingEngine.from_pretrained(path)
+    rows = quality_table(engine, task_suite(args.per_task, seed=2024), list(THRESHOLDS) + [math.inf])
+    log_path = path / "train_log.json"
+    log = json.loads(log_path.read_text()) if log_path.exists() else {}
+    (path / "README.md").write_text(render(path, rows, args.per_task, log))
+    print((path / "README.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
