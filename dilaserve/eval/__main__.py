@@ -24,7 +24,8 @@ from pathlib import Path
 
 from dilaserve.artifacts import MissingArtifactError
 from dilaserve.eval.context import LENGTHS, SETTINGS, TRACE_LOW_LOAD, EvalContext, EvalOptions
-from dilaserve.eval.experiments import ALL_EXPERIMENTS, EXPERIMENTS
+from dilaserve.artifacts import DYNAMICS_LAWS
+from dilaserve.eval.experiments import ALL_EXPERIMENTS, EXPERIMENTS, TRACE_LOADS
 from dilaserve.eval.report import extra_json, policies_json, write
 from dilaserve.sim.traces import AZURE_CONV, TraceFormatError
 
@@ -40,7 +41,14 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool]:
                     help="trace CSV in the Azure LLM trace format or BurstGPT's (default: the shipped "
                          "Azure conversation trace)")
     ap.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=None,
-                    help="cluster settings: paper (LLaDA-8B on H100, analytic), embedded (measured profile)")
+                    help="settings: paper (LLaDA-8B on H100, analytic; ShareGPT lengths as the paper builds them; "
+                         "high phase at nominal capacity), paper-published (the same, replaying the step law "
+                         "calibrated to Fast-dLLM's published LLaDA numbers), embedded (measured profile, the "
+                         "trace's own lengths, high phase 0.8)")
+    ap.add_argument("--dynamics", choices=DYNAMICS_LAWS, default=EvalOptions.dynamics,
+                    help="replay this step law in every setting: embedded (the embedded model's recorded steps) or "
+                         "llada-8b-published (calibrated to published numbers, not a measurement); default: each "
+                         "setting's own")
     ap.add_argument("--out", type=Path, default=Path("results"), help="results folder (default: results/)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--artifacts", type=Path, default=None, help="pipeline artifact folder")
@@ -48,12 +56,14 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool]:
     ap.add_argument("--phase-s", type=float, default=None,
                     help="seconds per load phase of trace/ablation/frontier (default 3600, or 75 with --quick)")
     ap.add_argument("--lengths", choices=LENGTHS, default=EvalOptions.lengths,
-                    help="request lengths of trace/ablation/frontier: trace (its own token counts, the "
-                         "default) or a length model drawn per request (seeded), keeping the trace's arrivals")
+                    help="request lengths of trace/ablation/frontier: trace (its own token counts) or a length "
+                         "model drawn per request (seeded), keeping the trace's arrivals; default: the setting's "
+                         "(sharegpt-paper in the paper settings, trace in embedded)")
     ap.add_argument("--high-load", type=float, default=EvalOptions.high_load,
-                    help=f"high phase's rate of trace/ablation as a fraction of nominal capacity for the lengths "
-                         f"used (default {EvalOptions.high_load}; the low phase runs at {TRACE_LOW_LOAD}); "
-                         "frontier sweeps it")
+                    help=f"high phase's rate as a fraction of nominal capacity (a static all-TP-1 cluster at threshold "
+                         f"0.9) for the lengths used; the low phase runs at {TRACE_LOW_LOAD}. Default: the setting's "
+                         f"(1.0 paper, 0.8 embedded), and trace also sweeps {', '.join(map(str, TRACE_LOADS))}; "
+                         "given, trace runs that load alone; frontier sweeps its own loads")
     ap.add_argument("--policies", nargs="+", default=None, metavar="POLICY",
                     help="run these registered policies instead of the experiment's list (e.g. to split a long "
                          "run across processes, or to add an ablation to the trace)")
@@ -62,7 +72,7 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool]:
     try:
         opts = EvalOptions(quick=a.quick, settings=settings, trace=a.trace, out=a.out, seed=a.seed,
                            artifacts=a.artifacts, latency_noise=a.latency_noise, phase_s=a.phase_s,
-                           lengths=a.lengths, high_load=a.high_load,
+                           lengths=a.lengths, high_load=a.high_load, dynamics=a.dynamics,
                            policies=tuple(a.policies) if a.policies else None)
     except ValueError as e:
         ap.error(str(e))

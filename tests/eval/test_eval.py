@@ -80,11 +80,16 @@ def test_lengths_and_high_load_shape_the_trace_workload(tmp_path):
     def workload(**kw):
         ctx = EvalContext(EvalOptions(settings=("paper",), phase_s=60.0, artifacts=tmp_path, **kw))
         setting = ctx.setting("paper")
-        cap = ctx.capacity(setting, ctx.trace.prompt_tokens, ctx.trace.output_tokens)
+        tr = ctx.trace_for(setting)
+        cap = ctx.capacity(setting, tr.prompt_tokens, tr.output_tokens)
         return trace_workload(ctx, setting), cap
 
-    base, cap = workload()
+    base, cap = workload(lengths="trace", high_load=0.8)
     sg, cap_sg = workload(lengths="sharegpt", high_load=1.2)
+    # The paper setting's own: ShareGPT as the paper builds it (whole-block answers), high phase at capacity.
+    paper, cap_paper = workload()
+    assert {r.output_tokens % 32 for r in paper.requests} == {0}
+    assert [p.rate for p in paper.phases] == pytest.approx([0.3 * cap_paper, 1.0 * cap_paper])
     # Lengths drawn from ShareGPT's model, not the trace's (P50 prompt 28 vs ~1000 tokens).
     assert np.median([r.prompt_tokens for r in sg.requests]) < 60 < np.median([r.prompt_tokens for r in base.requests])
     # Rates are fractions of the nominal capacity for the lengths used: shorter requests, more of them.
