@@ -78,9 +78,15 @@ class LawInputs:
         self.name = name
         self.root = artifacts.law_root(name, artifacts_root)
 
+    def _load(self, loader, asset: str):
+        try:
+            return loader(self.root)
+        except artifacts.MissingArtifactError as e:  # name the law's own asset, not the embedded one's
+            raise artifacts.MissingArtifactError(e.path, f"published_{asset}") from None
+
     @cached_property
     def dynamics(self) -> StepDynamics:
-        return artifacts.load_step_dynamics(self.root)
+        return self._load(artifacts.load_step_dynamics, "step_dynamics")
 
     @cached_property
     def table(self) -> ReplayTable:
@@ -88,11 +94,12 @@ class LawInputs:
 
     @cached_property
     def quality(self) -> ThresholdQuality:
-        return artifacts.load_threshold_quality(self.root)
+        return self._load(artifacts.load_threshold_quality, "threshold_quality")
 
     @cached_property
     def predictors(self) -> Predictors:
-        return Predictors(artifacts.load_predictor(self.root), artifacts.load_oneshot(self.root), self.quality)
+        return Predictors(self._load(artifacts.load_predictor, "step_predictor"),
+                          self._load(artifacts.load_oneshot, "step_predictor"), self.quality)
 
 
 class _EmbeddedLaw(LawInputs):

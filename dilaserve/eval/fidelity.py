@@ -10,8 +10,9 @@ published value, the law's replayed ``B / S_c`` and the mean over its rollouts' 
 
 Where each number comes from (docs/architecture.md, "Fidelity"):
 
-* Table 4: the paper setting's trace at its own load (high phase at nominal capacity),
-  infaas, llumnix and dilaserve (the default); judge points are our accuracy x 10.
+* Table 4: the paper setting's trace at its own load (high phase at nominal capacity;
+  phases of ``QUICK_PHASE_S`` when quick), infaas, llumnix and dilaserve (the default);
+  judge points are our accuracy x 10.
 * Benchmarks: Poisson arrivals with GSM8K-like lengths at rising loads (best gain over
   the better baseline, and the accuracy change there); SLO scale 3 on the same.
 * Ablations, on the trace: the paper's algorithms against the same with a fixed
@@ -53,6 +54,8 @@ LAW_SETTINGS = {EMBEDDED_LAW: "paper", PUBLISHED_LAW: "paper-published"}
 WHY_ABOVE = 0.20
 #: Benchmark loads (fractions of nominal capacity), full and quick.
 BENCH_LOADS = {False: (0.5, 0.7, 0.9, 1.1, 1.3), True: (0.7, 1.1)}
+#: Seconds per trace phase in a quick fidelity run (the trace experiment's quick runs use 75).
+QUICK_PHASE_S = 40.0
 #: Migration clusters: nodes of 4 GPUs, all TP-1 (4 and 16 instances).
 MIGRATION_NODES = (1, 4)
 
@@ -102,7 +105,8 @@ class LawRun:
     def trace(self) -> dict:
         """The trace at the setting's own load: baselines, dilaserve and the paper's ablations."""
         def run():
-            wl = trace_workload(self.ctx, self.setting)
+            quick = QUICK_PHASE_S if self.ctx.options.quick else None
+            wl = trace_workload(self.ctx, self.setting, phase_s=self.ctx.options.phase_s or quick)
             slo = _slo(self.ctx, self.setting, wl, DEFAULT_SLO_SCALE)
             paper = get_policy("dilaserve-paper")
             fixed = replace(paper, name="dilaserve-paper-fixed-threshold", selection="fixed", load_control="none",

@@ -150,3 +150,40 @@ def test_frontier_experiment_on_a_tiny_cluster(tmp_path):
     assert set(pol) == set(TRACE_POLICIES)
     assert pol["infaas"]["goodput"] == pytest.approx(
         np.mean([front[f"{x:g}"]["infaas"]["goodput"] for x in loads]), abs=0.2)
+
+
+def test_trace_sweeps_the_high_phase_and_headlines_the_setting_load(tmp_path):
+    from dilaserve.eval.experiments import TRACE_LOADS, trace
+
+    ctx = TinyContext(EvalOptions(quick=True, settings=("paper",), phase_s=4.0, out=tmp_path,
+                                  policies=("infaas", "dilaserve")))
+    out = trace(ctx)
+    assert sorted({r.x for r in out.runs}) == list(TRACE_LOADS)
+    head = [r for r in out.runs if r.headline]
+    assert {r.x for r in head} == {0.8} and len(head) == 2  # the tiny setting's own load
+    text, folder = write(out, ctx)
+    for name in ("goodput_vs_load.png", "attainment_vs_load.png", "frontier.png", "latency_cdf.png"):
+        assert (folder / name).stat().st_size > 0, name
+    sweep = extra_json(out)["load_sweep"]
+    assert list(sweep) == [f"{x:g}" for x in TRACE_LOADS]
+    pol = policies_json(out)
+    assert pol["dilaserve"] == next(r.result.summary.as_json() for r in head if r.result.policy == "dilaserve")
+    assert sweep["1.4"]["infaas"]["high_rate"] > sweep["0.8"]["infaas"]["high_rate"]
+    # --high-load given: that load alone.
+    one = trace(TinyContext(EvalOptions(quick=True, settings=("paper",), phase_s=4.0, out=tmp_path,
+                                        policies=("infaas",), high_load=1.2)))
+    assert [r.x for r in one.runs] == [1.2] and "load_sweep" not in extra_json(one)
+
+
+def test_published_setting_and_dynamics_option(tmp_path, capsys):
+    from dilaserve.eval.context import SETTINGS
+
+    assert SETTINGS["paper-published"].dynamics == "llada-8b-published"
+    assert SETTINGS["paper"].lengths == "sharegpt-paper" and SETTINGS["paper"].high_load == 1.0
+    with pytest.raises(ValueError, match="--dynamics 'llada' is unknown"):
+        EvalOptions(dynamics="llada")
+    _artifacts(tmp_path)  # no published law built there
+    assert main(["trace", "--quick", "--settings", "paper-published", "--artifacts", str(tmp_path),
+                 "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "laws/llada-8b-published" in err and "+published_step_dynamics" in err
