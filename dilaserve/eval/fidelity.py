@@ -206,6 +206,60 @@ def feature_group_errors(table: pl.DataFrame, test_requests) -> dict[str, float]
 
 
 # ------------------------------------------------------------------ the claims
+_SLOW_PEAK = ("in our trace at 1.0x nominal capacity the fixed-0.9 baselines still meet most SLOs (quick fidelity "
+              "runs use 40-s phases, which build less backlog than the trace experiment's 75 s, where they reach "
+              "72%); the paper's baselines end at 61-70%, so its peak overloads a fixed-0.9 cluster more than ours")
+_SLO3 = ("our SLO sweep runs at 0.7x nominal capacity, where the baselines already meet SLO 3x (98.5% and more); "
+         "the paper's gains come at its high load. Its two numbers are matched to our gains over the better "
+         "and the worse baseline")
+#: Why a claim's number differs from ours (shown only where one of ours is over 20% off).
+WHY: dict[str, str] = {
+    "Table 4: SLO attainment, DiLaServe": _SLOW_PEAK,
+    "Table 4: SLO attainment, Llumnix": _SLOW_PEAK,
+    "Table 4: SLO attainment, INFaaS": _SLOW_PEAK,
+    "Table 4: mean latency vs Llumnix": "on the published law dilaserve keeps most requests at 0.9 (mean threshold "
+        "0.887 in the trace), so its latency cut comes from admission and scheduling alone",
+    "Table 4: mean latency vs INFaaS": "our INFaaS is as slow as our Llumnix (migration buys the baselines "
+        "nothing at this load), so the cut is alike against both; on the published law dilaserve keeps most "
+        "requests at 0.9",
+    "Table 4: quality vs the better baseline": "dilaserve keeps the baselines' threshold 0.9 unless a drop makes "
+        "an SLO, so quality barely moves; ours is accuracy x 10, the paper's a judge's score",
+    "Benchmarks: best attainment gain over the better baseline": "our largest gain comes at 1.1x capacity, the "
+        "highest quick load, mostly from admission; on the published law dilaserve reaches less (its predictor's "
+        "held-out error is 0.32 against the embedded law's 0.21, and admission refuses on predictions)",
+    "Benchmarks: accuracy change at that gain": "dilaserve keeps 0.9 unless a drop makes an SLO (on the embedded "
+        "model the quality budget allows only 0.8 and 0.9), so its accuracy hardly moves",
+    "SLO scale 3: gain over the better baseline": _SLO3,
+    "SLO scale 3: gain over the worse baseline": _SLO3,
+    "Ablation: SLO-aware thresholds vs a fixed threshold": "on the embedded law a lower threshold saves only "
+        "cache steps (the recompute step stays) for much accuracy; on the published law it saves 2.5x the cache "
+        "steps and the gain grows to 14 pp; the paper's 70.8 comes where a fixed 0.9 collapses",
+    "Ablation: load control": "the runs with and without it are identical: at 1.0x capacity the paper's walk "
+        "never finds the in-flight work past capacity, so its caps never bind",
+    "Predictor: one-shot error, worst progress decile": "the worst decile is the last, where few steps remain "
+        "and any error of a length-only estimate is large relative to them; our answers are 1-4 blocks of "
+        "synthetic tasks, not LLaDA's GSM8K answers",
+    "Predictor: progress features": "the reference model sees only threshold and length, refit without tuning "
+        "on answers of 1-4 blocks; the progress features then remove the whole within-request trend",
+    "Predictor: confidence features on top": "the published law draws each step's confidence statistics "
+        "independently of the request, so they say nothing about later steps; the embedded law's are real "
+        "and cut the error more than the paper's",
+    "Predictor: one batched update per step": "ours: one batched LightGBM call for 32 requests x 5 thresholds on "
+        "this CPU against an analytic H100 cache step; the paper updates per token on its GPUs",
+    "TP-2 step latency vs TP-1": "the analytic roofline's TP scaling (calibrated once, docs/architecture.md)",
+    "TP-4 step latency vs TP-1": "the analytic roofline's TP scaling (calibrated once, docs/architecture.md)",
+    "Migration at any step: latency, 4 instances": "a move before a cache step costs an extra recompute step "
+        "and 2 ms of transfer; on a fast H100 profile that is small next to the queueing",
+    "Migration at any step: latency, 16 instances": "a move before a cache step costs an extra recompute step "
+        "and 2 ms of transfer; on a fast H100 profile that is small next to the queueing",
+}
+
+
+def with_why(c: Claim) -> Claim:
+    """``c`` with its reason where one of ours is more than ``WHY_ABOVE`` off the paper's."""
+    big = any(math.isnan(v) or _rel(v, c.paper) > WHY_ABOVE for v in (c.embedded, c.published))
+    return replace(c, why=WHY[c.claim] if big else "")
+
 def _gain(rows: dict, metric: str = "slo_attainment") -> tuple[float, str]:
     """dilaserve's gain (pp) over the better baseline, and that baseline's name."""
     best = max(("infaas", "llumnix"), key=lambda p: getattr(rows[p], metric))
@@ -233,10 +287,8 @@ def _tp_cut(setting: ClusterSetting, tp: int) -> float:
 def claims(runs: dict[str, LawRun]) -> list[Claim]:
     emb, pub = runs[EMBEDDED_LAW], runs[PUBLISHED_LAW]
 
-    def row(claim: str, paper: float, fn: Callable[[LawRun], float], unit: str, why: str) -> Claim:
-        e, p = float(fn(emb)), float(fn(pub))
-        big = any(math.isnan(v) or _rel(v, paper) > WHY_ABOVE for v in (e, p))
-        return Claim(claim, paper, round(e, 4), round(p, 4), unit, why if big else "")
+    def row(claim: str, paper: float, fn: Callable[[LawRun], float], unit: str) -> Claim:
+        return with_why(Claim(claim, paper, round(float(fn(emb)), 4), round(float(fn(pub)), 4), unit))
 
     att = lambda name: (lambda r: 100 * r.trace()[name].slo_attainment)
     lat = lambda base: (lambda r: 100 * (r.trace()["dilaserve"].mean_latency_s / r.trace()[base].mean_latency_s - 1))
@@ -263,59 +315,27 @@ def claims(runs: dict[str, LawRun]) -> list[Claim]:
     def features(a: str, b: str) -> Callable[[LawRun], float]:
         return lambda r: 100 * (r.feature_groups()[b] / r.feature_groups()[a] - 1)
 
-    load_why = ("our high phase runs at nominal capacity of a fast analytic H100 profile and the trace keeps the "
-                "Azure trace's bursts; the paper's baselines end at 61-70%, so its peak overloads a fixed-0.9 "
-                "cluster more than ours does")
     return [
-        row("Table 4: SLO attainment, DiLaServe", 91.1, att("dilaserve"), "%", load_why),
-        row("Table 4: SLO attainment, Llumnix", 61.0, att("llumnix"), "%", load_why),
-        row("Table 4: SLO attainment, INFaaS", 70.0, att("infaas"), "%", load_why),
-        row("Table 4: mean latency vs Llumnix", -46.0, lat("llumnix"), "% change", load_why +
-            "; latency gains grow with queueing, which a lighter overload has less of"),
-        row("Table 4: mean latency vs INFaaS", -34.7, lat("infaas"), "% change", load_why +
-            "; latency gains grow with queueing, which a lighter overload has less of"),
-        row("Table 4: quality vs the better baseline", -0.09, judge, "judge points (ours: accuracy x 10)",
-            "the default keeps threshold 0.9 where a drop does not turn a miss into a hit, so its quality "
-            "equals the baselines'; the paper's judge scale is not an accuracy"),
-        row("Benchmarks: best attainment gain over the better baseline", 56.6, lambda r: _bench_best(r)[0], "pp",
-            "GSM8K-like Poisson at our loads; the gain depends on how far past capacity the sweep goes, and "
-            "admission (refusing what cannot make its SLO) adds what the paper's threshold control alone cannot"),
-        row("Benchmarks: accuracy change at that gain", -0.9, lambda r: _bench_best(r)[1], "% (relative)",
-            "the default runs threshold 0.9 (its quality budget) unless a drop makes an SLO, so accuracy barely moves"),
-        row("SLO scale 3: gain over the better baseline", 33.9, slo3("better"), "pp",
-            "at SLO 3x and 0.7x capacity the baselines already meet most SLOs here; the paper's two numbers are "
-            "matched to our gains over the better and the worse baseline"),
-        row("SLO scale 3: gain over the worse baseline", 42.3, slo3("worse"), "pp",
-            "at SLO 3x and 0.7x capacity the baselines already meet most SLOs here; the paper's two numbers are "
-            "matched to our gains over the better and the worse baseline"),
-        row("Ablation: SLO-aware thresholds vs a fixed threshold", 70.8, ablation("dilaserve-paper-fixed-threshold"),
-            "pp", "on the embedded law a lower threshold saves only cache steps and costs much accuracy; the gain "
-            "from thresholds is bounded by how far the load exceeds capacity at 0.9"),
-        row("Ablation: load control", 42.4, ablation("dilaserve-paper-no-load-control"), "pp",
-            "load control pays only when the cluster is overloaded at the thresholds selection picks; at our load "
-            "the paper's selection alone already lowers thresholds under pressure"),
-        row("Predictor: one-shot error, worst progress decile", 75.0, oneshot_max, "% relative error",
-            "the one-shot baseline's error depends on the spread of steps per answer; the rollouts' answers "
-            "are 1-4 blocks of synthetic tasks, not LLaDA's GSM8K answers"),
-        row("Predictor: progress features", -34.9, features("static", "progress"), "% error change",
-            "measured on our step tables (mostly one-block answers), where progress inside a block carries "
-            "more of the signal than on LLaDA's 8-block answers"),
-        row("Predictor: confidence features on top", -15.8, features("progress", "all"), "% error change",
-            "the resampled published law keeps the embedded steps' confidence statistics but draws them "
-            "independently of the request, so they carry less; the embedded law's are real"),
-        row("Predictor: one batched update per step", 20.0, lambda r: 100 * r.update_cost(), "% of a step",
-            "ours: LightGBM on this CPU for a batch of 32 x 5 thresholds against the analytic H100 cache step; "
-            "the paper's figure is per-token updates of its predictor on its GPUs"),
-        row("TP-2 step latency vs TP-1", -25.0, lambda r: -_tp_cut(r.setting, 2), "% change",
-            "the analytic roofline's TP scaling (calibrated once, docs/architecture.md)"),
-        row("TP-4 step latency vs TP-1", -55.0, lambda r: -_tp_cut(r.setting, 4), "% change",
-            "the analytic roofline's TP scaling (calibrated once, docs/architecture.md)"),
-        row("Migration at any step: latency, 4 instances", 1.17, lambda r: r.migration()[4], "x",
-            "the simulator prices a migration as its state transfer and a recompute step; a fast H100 profile "
-            "makes that cheap next to the queueing it relieves"),
-        row("Migration at any step: latency, 16 instances", 1.38, lambda r: r.migration()[16], "x",
-            "the simulator prices a migration as its state transfer and a recompute step; a fast H100 profile "
-            "makes that cheap next to the queueing it relieves"),
+        row("Table 4: SLO attainment, DiLaServe", 91.1, att("dilaserve"), "%"),
+        row("Table 4: SLO attainment, Llumnix", 61.0, att("llumnix"), "%"),
+        row("Table 4: SLO attainment, INFaaS", 70.0, att("infaas"), "%"),
+        row("Table 4: mean latency vs Llumnix", -46.0, lat("llumnix"), "% change"),
+        row("Table 4: mean latency vs INFaaS", -34.7, lat("infaas"), "% change"),
+        row("Table 4: quality vs the better baseline", -0.09, judge, "judge points (ours: accuracy x 10)"),
+        row("Benchmarks: best attainment gain over the better baseline", 56.6, lambda r: _bench_best(r)[0], "pp"),
+        row("Benchmarks: accuracy change at that gain", -0.9, lambda r: _bench_best(r)[1], "% (relative)"),
+        row("SLO scale 3: gain over the better baseline", 33.9, slo3("better"), "pp"),
+        row("SLO scale 3: gain over the worse baseline", 42.3, slo3("worse"), "pp"),
+        row("Ablation: SLO-aware thresholds vs a fixed threshold", 70.8, ablation("dilaserve-paper-fixed-threshold"), "pp"),
+        row("Ablation: load control", 42.4, ablation("dilaserve-paper-no-load-control"), "pp"),
+        row("Predictor: one-shot error, worst progress decile", 75.0, oneshot_max, "% relative error"),
+        row("Predictor: progress features", -34.9, features("static", "progress"), "% error change"),
+        row("Predictor: confidence features on top", -15.8, features("progress", "all"), "% error change"),
+        row("Predictor: one batched update per step", 20.0, lambda r: 100 * r.update_cost(), "% of a step"),
+        row("TP-2 step latency vs TP-1", -25.0, lambda r: -_tp_cut(r.setting, 2), "% change"),
+        row("TP-4 step latency vs TP-1", -55.0, lambda r: -_tp_cut(r.setting, 4), "% change"),
+        row("Migration at any step: latency, 4 instances", 1.17, lambda r: r.migration()[4], "x"),
+        row("Migration at any step: latency, 16 instances", 1.38, lambda r: r.migration()[16], "x"),
     ]
 
 
