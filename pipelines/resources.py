@@ -5,7 +5,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from dilaserve.artifacts import EMBEDDED_LAW, ArtifactPaths, artifact_paths, law_root
+from dilaserve.artifacts import EMBEDDED_LAW, ArtifactPaths, law_root
 from dilaserve.engine import DEFAULT_CHECKPOINT
 
 
