@@ -15,6 +15,8 @@ Layout::
     profiles/analytic/<model>-<gpu>.json   calibrated roofline, TP 1/2/4/8
     dynamics/samples.parquet, summary.json step outcomes to replay
     quality/threshold_quality.json     speed-quality table (fixed and mixed thresholds)
+    laws/<law>/...                     another step law's rollouts/, predictor/, dynamics/,
+                                       quality/ (same layout; e.g. llada-8b-published)
 """
 from __future__ import annotations
 
@@ -29,6 +31,14 @@ DEFAULT_ROOT = REPO_ROOT / "data" / "artifacts"
 ENV_VAR = "DILASERVE_ARTIFACTS"
 
 PathLike = Union[str, Path]
+
+#: The step law of the embedded model's own recorded steps (the artifacts at the root).
+EMBEDDED_LAW = "embedded"
+#: The embedded model's steps resampled to Fast-dLLM's published LLaDA tokens per step: a
+#: what-if calibrated to published numbers, not a measurement of LLaDA.
+PUBLISHED_LAW = "llada-8b-published"
+#: Step laws the simulator can replay (``--dynamics``).
+DYNAMICS_LAWS = (EMBEDDED_LAW, PUBLISHED_LAW)
 
 
 class MissingArtifactError(FileNotFoundError):
@@ -87,6 +97,15 @@ class ArtifactPaths:
 def artifact_paths(root: Optional[PathLike] = None) -> ArtifactPaths:
     """Paths under ``root``, else ``$DILASERVE_ARTIFACTS``, else ``data/artifacts``."""
     return ArtifactPaths(Path(root or os.environ.get(ENV_VAR) or DEFAULT_ROOT))
+
+
+def law_root(law: str, root: Optional[PathLike] = None) -> Path:
+    """The artifact root of step law ``law``: the root itself for the embedded law,
+    ``laws/<law>/`` under it for the others (the same layout inside)."""
+    if law not in DYNAMICS_LAWS:
+        raise ValueError(f"unknown step law {law!r}: use one of {', '.join(DYNAMICS_LAWS)}")
+    base = artifact_paths(root).root
+    return base if law == EMBEDDED_LAW else base / "laws" / law
 
 
 def _need(path: Path, asset: str) -> Path:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from dilaserve.artifacts import ArtifactPaths, artifact_paths
+from dilaserve.artifacts import EMBEDDED_LAW, ArtifactPaths, law_root
 from dilaserve.engine import DEFAULT_CHECKPOINT
 
 
@@ -46,5 +46,6 @@ class ArtifactsResource(dg.ConfigurableResource):
     root: str = ""
     """Empty means ``$DILASERVE_ARTIFACTS`` or ``data/artifacts``."""
 
-    def paths(self) -> ArtifactPaths:
-        return artifact_paths(self.root or None)
+    def paths(self, law: str = EMBEDDED_LAW) -> ArtifactPaths:
+        """The artifact paths of step law ``law`` (the root's own for the embedded model)."""
+        return ArtifactPaths(law_root(law, self.root or None))

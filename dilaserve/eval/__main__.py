@@ -1,7 +1,10 @@
 """``python -m dilaserve.eval EXPERIMENT [--quick] [--json] [--trace PATH] ...``
 
 Experiments: ``trace``, ``rate-sweep``, ``slo-sweep``, ``ablation``, ``frontier``, ``all``
-(every experiment but ``frontier``, which costs the trace once per load). Each writes
+(every experiment but ``frontier``, which costs the trace once per load), and ``fidelity``
+(every claim of the paper against ours on both step laws: results/fidelity/, and with
+``--json`` one line ``{"claims": [{claim, paper, embedded, published, unit, why}],
+"published_tokens_per_step": {...}}``; see :mod:`dilaserve.eval.fidelity`). Each writes
 ``results/<experiment>/`` (parquet tables, ``summary.md``, PNG plots) and prints the
 markdown summary. With ``--json`` the last line printed is one JSON object
 ``{"policies": {NAME: {slo_attainment, slo_attainment_low, slo_attainment_high,
@@ -24,6 +27,7 @@ import time
 from dilaserve.artifacts import MissingArtifactError
 from dilaserve.eval.context import SETTINGS, EvalContext, EvalOptions
 from dilaserve.eval.experiments import ALL_EXPERIMENTS, EXPERIMENTS
+from dilaserve.eval.fidelity import run_fidelity
 from dilaserve.eval.report import extra_json, policies_json, write
 from dilaserve.sim.traces import TraceFormatError
 from dilaserve.utils.cli import add_dataclass_arguments, build_dataclass, flag_error, values_for
@@ -32,12 +36,14 @@ from dilaserve.utils.cli import add_dataclass_arguments, build_dataclass, flag_e
 def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool]:
     ap = argparse.ArgumentParser(prog="python -m dilaserve.eval", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("experiment", choices=[*EXPERIMENTS, "all"])
+    ap.add_argument("experiment", choices=[*EXPERIMENTS, "all", "fidelity"])
     ap.add_argument("--json", action="store_true", help="end with one JSON line of per-policy results")
     # By hand: the default follows --quick.
     ap.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=None,
-                    help="cluster settings: paper (LLaDA-8B on H100, analytic), embedded (measured profile); "
-                         "default: both, or paper alone with --quick")
+                    help="settings: paper (LLaDA-8B on H100, analytic; ShareGPT lengths as the paper builds them; "
+                         "high phase at nominal capacity), paper-published (the same, replaying the step law "
+                         "calibrated to Fast-dLLM's published LLaDA numbers), embedded (measured profile, the "
+                         "trace's own lengths, high phase 0.8); default: paper and embedded, or paper alone with --quick")
     # Every other option is a field of EvalOptions, documented and validated there.
     add_dataclass_arguments(ap, EvalOptions)
     a = ap.parse_args(argv)
@@ -55,6 +61,8 @@ def main(argv: list[str]) -> int:
     names, opts, as_json = parse(argv)
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     ctx = EvalContext(opts)
+    if names == ["fidelity"]:
+        return _fidelity(ctx, as_json)
     policies: dict[str, dict] = {}
     extras: dict[str, dict] = {}
     t0 = time.perf_counter()
@@ -74,6 +82,21 @@ def main(argv: list[str]) -> int:
     print(f"done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     if as_json:
         print(json.dumps({"policies": policies, **extras}))
+    return 0
+
+
+def _fidelity(ctx: EvalContext, as_json: bool) -> int:
+    t0 = time.perf_counter()
+    print(f"running fidelity{' (quick)' if ctx.options.quick else ''} ...", file=sys.stderr, flush=True)
+    try:
+        doc, text, folder = run_fidelity(ctx)
+    except (MissingArtifactError, TraceFormatError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(text, flush=True)
+    print(f"wrote {folder}/fidelity.md, fidelity.json; done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    if as_json:
+        print(json.dumps(doc))
     return 0
 
 

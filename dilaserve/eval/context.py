@@ -8,9 +8,12 @@ import time
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 from dilaserve import artifacts
+from dilaserve.artifacts import DYNAMICS_LAWS, EMBEDDED_LAW
+from dilaserve.predict.dynamics import StepDynamics
+from dilaserve.predict.quality import ThresholdQuality
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig
 from dilaserve.cluster.sim_backend import SimBackendConfig
 from dilaserve.schedule.policies import get_policy
@@ -25,22 +28,99 @@ from dilaserve.sim.traces import AZURE_CONV, Trace, load_trace
 
 log = logging.getLogger(__name__)
 
-#: The paper's cluster: 16 GPUs = 4 nodes x 4, TP {1, 2, 4}, the analytic LLaDA-8B on H100 profile.
-PAPER = ("paper", "llada-8b-h100", (1, 2, 4))
-#: The embedded model's measured profile (TP 1 and 2 measured) on the same 16 slots.
-EMBEDDED = ("embedded", "measured", (1, 2))
-SETTINGS = {"paper": PAPER, "embedded": EMBEDDED}
+@dataclass(frozen=True)
+class SettingSpec:
+    """A named evaluation setting: the hardware, the replayed step law and the workload
+    the trace experiments default to there.
+
+    Attributes:
+        profile: latency profile (``measured``, or an analytic ``<model>-<gpu>``).
+        tp_degrees: TP degrees the 16 slots (4 nodes x 4) may run.
+        dynamics: the step law replayed (:data:`dilaserve.artifacts.DYNAMICS_LAWS`):
+            ``embedded`` (the embedded model's recorded steps) or ``llada-8b-published``
+            (those steps resampled to Fast-dLLM's published LLaDA tokens per step, a what-if
+            calibrated to published numbers, not a measurement of LLaDA).
+        lengths: the trace experiments' default request lengths (``--lengths``).
+        high_load: the trace experiments' default high-phase load (``--high-load``), a
+            fraction of nominal capacity.
+    """
+
+    profile: str
+    tp_degrees: tuple[int, ...]
+    dynamics: str = "embedded"
+    lengths: str = "trace"
+    high_load: float = 0.8
+
+
+#: The paper's setting: 16 GPUs = 4 nodes x 4, TP {1, 2, 4}, the analytic LLaDA-8B on H100
+#: profile, ShareGPT lengths as the paper builds them, the high phase (the trace's peak) at
+#: nominal capacity (a static all-TP-1 cluster at threshold 0.9, docs/architecture.md).
+PAPER = SettingSpec("llada-8b-h100", (1, 2, 4), "embedded", "sharegpt-paper", 1.0)
+SETTINGS = {
+    "paper": PAPER,
+    # The same, replaying the step law calibrated to Fast-dLLM's published LLaDA numbers.
+    "paper-published": replace(PAPER, dynamics="llada-8b-published"),
+    # The embedded model's measured profile (TP 1 and 2 measured) on the same 16 slots.
+    "embedded": SettingSpec("measured", (1, 2), "embedded", "trace", 0.8),
+}
 #: ``EvalOptions.lengths`` choices: the trace's own token counts, or a length model's draws.
 LENGTHS = (TRACE_LENGTHS, *LENGTH_MODELS)
 #: The trace experiments' low-load phase, a fraction of nominal capacity.
 TRACE_LOW_LOAD = 0.3
 
 
+class LawInputs:
+    """What the simulator replays for one step law, loaded on first use from the law's
+    artifact folder: the recorded (or resampled) step dynamics, their replay table, the
+    threshold-quality table, and the predictors trained on rollouts of that law."""
+
+    def __init__(self, name: str, artifacts_root: Optional[Path] = None):
+        self.name = name
+        self.root = artifacts.law_root(name, artifacts_root)
+
+    def _load(self, loader, asset: str):
+        try:
+            return loader(self.root)
+        except artifacts.MissingArtifactError as e:  # name the law's own asset, not the embedded one's
+            raise artifacts.MissingArtifactError(e.path, f"published_{asset}") from None
+
+    @cached_property
+    def dynamics(self) -> StepDynamics:
+        return self._load(artifacts.load_step_dynamics, "step_dynamics")
+
+    @cached_property
+    def table(self) -> ReplayTable:
+        return ReplayTable(self.dynamics)
+
+    @cached_property
+    def quality(self) -> ThresholdQuality:
+        return self._load(artifacts.load_threshold_quality, "threshold_quality")
+
+    @cached_property
+    def predictors(self) -> Predictors:
+        return Predictors(self._load(artifacts.load_predictor, "step_predictor"),
+                          self._load(artifacts.load_oneshot, "step_predictor"), self.quality)
+
+
+class _EmbeddedLaw(LawInputs):
+    """The embedded law reads the context's own attributes (which tests may inject)."""
+
+    def __init__(self, ctx: "EvalContext"):
+        super().__init__(EMBEDDED_LAW, ctx.options.artifacts)
+        self._ctx = ctx
+
+    dynamics = property(lambda self: self._ctx.dynamics)
+    table = property(lambda self: self._ctx.table)
+    quality = property(lambda self: self._ctx.quality)
+    predictors = property(lambda self: self._ctx.predictors)
+
+
 @dataclass(frozen=True)
 class EvalOptions:
     """Attributes:
         quick: a reduced run (short phases, fewer sweep points) that takes minutes.
-        settings: which cluster settings to run (``paper``, ``embedded``).
+        settings: which settings to run (``paper``, ``paper-published``, ``embedded``:
+            :data:`SETTINGS`).
         trace: trace CSV (Azure format or BurstGPT) for the trace and ablation experiments.
         out: results folder (git-ignored).
         seed: seeds arrivals, replayed outcomes and latency noise.
@@ -49,12 +129,17 @@ class EvalOptions:
         phase_s: seconds per load phase of the trace and ablation experiments (None: 1 h, or
             75 s when quick); a shorter phase keeps the low/high mix at a fraction of the cost.
         lengths: request lengths of the trace experiments: ``trace`` (the trace's own token
-            counts) or a length model (``sharegpt``, ``gsm8k``, ``long-prompt``) whose draws
-            (seeded by ``seed``) replace each request's lengths while its arrival time stays.
-            Loads are fractions of the nominal capacity for the lengths used.
+            counts) or a length model (``sharegpt``, ``sharegpt-paper``, ``gsm8k``,
+            ``long-prompt``) whose draws (seeded by ``seed``) replace each request's lengths
+            while its arrival time stays. Loads are fractions of the nominal capacity for
+            the lengths used. None: each setting's own (``sharegpt-paper`` in the paper
+            settings, ``trace`` in ``embedded``).
         high_load: the high-load phase's rate as a fraction of nominal capacity (the low
             phase runs at ``TRACE_LOW_LOAD``); above 1 the cluster is overloaded at the
-            baselines' threshold, which only a lower threshold can absorb.
+            baselines' threshold, which only a lower threshold can absorb. None: each
+            setting's own (1.0 in the paper settings, 0.8 in ``embedded``), and the trace
+            experiment also sweeps ``TRACE_LOADS``; given, the trace runs that load alone.
+        dynamics: replay this step law in every setting (None: each setting's own).
         policies: run these policies instead of each experiment's own list (None: the list).
     """
 
@@ -66,19 +151,22 @@ class EvalOptions:
     artifacts: Optional[Path] = None
     latency_noise: float = 0.05
     phase_s: Optional[float] = None
-    lengths: str = TRACE_LENGTHS
-    high_load: float = 0.8
+    lengths: Optional[str] = None
+    high_load: Optional[float] = None
     policies: Optional[tuple[str, ...]] = None
+    dynamics: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.phase_s is not None and self.phase_s <= 0:
             raise ValueError(f"--phase-s {self.phase_s} must be positive: seconds per load phase, e.g. 900")
-        if self.lengths not in LENGTHS:
+        if self.lengths is not None and self.lengths not in LENGTHS:
             raise ValueError(f"--lengths {self.lengths!r} is unknown: use {TRACE_LENGTHS!r} for the trace's own "
                              f"token counts or a length model ({', '.join(LENGTH_MODELS)})")
-        if not self.high_load > 0:
+        if self.high_load is not None and not self.high_load > 0:
             raise ValueError(f"--high-load {self.high_load} must be a positive fraction of nominal capacity, "
                              "e.g. 0.8 (the default) or 1.2 (overload)")
+        if self.dynamics is not None and self.dynamics not in DYNAMICS_LAWS:
+            raise ValueError(f"--dynamics {self.dynamics!r} is unknown: use one of {', '.join(DYNAMICS_LAWS)}")
         for name in self.policies or ():
             get_policy(name)  # an unknown name fails here, listing the registered ones
         bad = [s for s in self.settings if s not in SETTINGS]
@@ -91,6 +179,7 @@ class EvalContext:
         self.options = options
 
     # ------------------------------------------------------------ artifacts
+    # The embedded law's inputs (tests inject these); other laws load from their folder.
     @cached_property
     def dynamics(self):
         return artifacts.load_step_dynamics(self.options.artifacts)
@@ -108,19 +197,48 @@ class EvalContext:
         return Predictors(artifacts.load_predictor(self.options.artifacts), artifacts.load_oneshot(self.options.artifacts),
                           self.quality)
 
+    def law(self, name: str = EMBEDDED_LAW) -> LawInputs:
+        """The replayed inputs of step law ``name`` (loaded once)."""
+        cache = self.__dict__.setdefault("_laws", {})
+        if name not in cache:
+            cache[name] = _EmbeddedLaw(self) if name == EMBEDDED_LAW else LawInputs(name, self.options.artifacts)
+        return cache[name]
+
+    def law_of(self, setting: Union[ClusterSetting, str]) -> LawInputs:
+        """The step law ``setting`` (or the setting of that name) replays (``--dynamics``,
+        else the setting's own)."""
+        spec = SETTINGS.get(setting if isinstance(setting, str) else setting.name)
+        return self.law(self.options.dynamics or (spec.dynamics if spec else EMBEDDED_LAW))
+
+    def lengths_of(self, setting: ClusterSetting) -> str:
+        spec = SETTINGS.get(setting.name)
+        return self.options.lengths or (spec.lengths if spec else TRACE_LENGTHS)
+
+    def high_load_of(self, setting: ClusterSetting) -> float:
+        spec = SETTINGS.get(setting.name)
+        return self.options.high_load or (spec.high_load if spec else SettingSpec.high_load)
+
     @cached_property
+    def _trace_file(self) -> Trace:
+        return load_trace(self.options.trace)
+
+    def trace_for(self, setting: ClusterSetting) -> Trace:
+        """The trace file, with its lengths replaced as ``setting`` (or ``--lengths``) says."""
+        return with_lengths(self._trace_file, self.lengths_of(setting), self.options.seed)
+
+    @property
     def trace(self) -> Trace:
-        """The trace file, with its lengths replaced as ``options.lengths`` says."""
-        return with_lengths(load_trace(self.options.trace), self.options.lengths, self.options.seed)
+        """The trace with ``--lengths`` applied (the trace's own lengths when not given)."""
+        return with_lengths(self._trace_file, self.options.lengths or TRACE_LENGTHS, self.options.seed)
 
     # ------------------------------------------------------------ settings
     def setting(self, name: str) -> ClusterSetting:
-        label, profile, tps = SETTINGS[name]
+        spec = SETTINGS[name]
         # Quick runs last minutes, so the monitor's window shrinks with the tick interval.
         monitor = MonitorConfig(window_s=60.0) if self.options.quick else MonitorConfig()
-        base = ClusterSetting(label, artifacts.load_profile(profile, self.options.artifacts),
-                              ClusterConfig(nodes=4, gpus_per_node=4, tp_degrees=tps), monitor=monitor)
-        return with_dynamics(base, self.dynamics)
+        base = ClusterSetting(name, artifacts.load_profile(spec.profile, self.options.artifacts),
+                              ClusterConfig(nodes=4, gpus_per_node=4, tp_degrees=spec.tp_degrees), monitor=monitor)
+        return with_dynamics(base, self.law_of(base).dynamics)
 
     @property
     def settings(self) -> list[ClusterSetting]:
@@ -135,11 +253,12 @@ class EvalContext:
         return SimConfig(backend=backend)
 
     def simulator(self, setting: ClusterSetting) -> Simulator:
-        progress = ReplayProgress(self.table, self.quality, seed=self.options.seed)
-        return Simulator(setting, progress, self.predictors, self.sim_config())
+        law = self.law_of(setting)
+        progress = ReplayProgress(law.table, law.quality, seed=self.options.seed)
+        return Simulator(setting, progress, law.predictors, self.sim_config())
 
     def capacity(self, setting: ClusterSetting, prompt_tokens, output_tokens) -> float:
-        return nominal_capacity_rps(setting, self.table, prompt_tokens, output_tokens,
+        return nominal_capacity_rps(setting, self.law_of(setting).table, prompt_tokens, output_tokens,
                                     setting.control.fixed_threshold)
 
     # ------------------------------------------------------------ running

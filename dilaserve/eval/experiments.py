@@ -2,7 +2,9 @@
 
 * ``trace``: the real trace shaped into a low-load and a high-load phase; dilaserve vs
   every static policy (infaas, llumnix, ``fixed@TAU`` at each candidate threshold), with
-  the oracle bound.
+  the oracle bound; the high phase swept over ``TRACE_LOADS`` x nominal capacity (the
+  setting's own load, e.g. 1.0 in the paper setting, is the headline), or run at
+  ``--high-load`` alone when that is given.
 * ``rate-sweep``: Poisson arrivals, GSM8K-like lengths, at rising request rates.
 * ``slo-sweep``: one rate, SLO scale 1..10.
 * ``ablation``: the trace with each of the paper's mechanisms switched off, each
@@ -44,6 +46,8 @@ ADAPTIVE_POLICIES = ("dilaserve", "dilaserve-paper", "oracle")
 #: Every experiment but the ablation runs these: the static frontier and the adaptive policies.
 TRACE_POLICIES = (*STATIC_POLICIES, *ADAPTIVE_POLICIES)
 
+#: The trace experiment's high-phase loads, fractions of nominal capacity (full and quick alike).
+TRACE_LOADS = (0.8, 1.0, 1.2, 1.4)
 #: The frontier experiment's high-phase loads, fractions of nominal capacity (full, quick).
 FRONTIER_LOADS = {False: (0.6, 0.8, 1.0, 1.2, 1.4), True: (0.6, 1.0, 1.4)}
 RATE_LOADS = {False: (0.2, 0.4, 0.6, 0.8, 1.0, 1.2), True: (0.3, 0.7, 1.1)}
@@ -64,6 +68,9 @@ class Run:
     slo_scale: float
     x: Optional[float] = None
     phases: tuple[Phase, ...] = ()
+    #: The run at the setting's own load, where an experiment also sweeps others (its
+    #: findings, time-series plots and JSON ``policies`` use these runs).
+    headline: bool = True
 
 
 @dataclass
@@ -79,36 +86,45 @@ def _slo(ctx: EvalContext, setting: ClusterSetting, wl: Workload, scale: float) 
 
 def trace_workload(ctx: EvalContext, setting: ClusterSetting, phase_s: Optional[float] = None,
                    high_load: Optional[float] = None) -> Workload:
-    """The trace (with ``--lengths`` applied) shaped into a low-load then a high-load phase,
-    ``phase_s`` each (default 1 h, 75 s in quick runs), at ``TRACE_LOW_LOAD`` and
-    ``high_load`` (default ``--high-load``) x the nominal capacity for those lengths."""
-    cap = ctx.capacity(setting, ctx.trace.prompt_tokens, ctx.trace.output_tokens)
+    """The trace (with the setting's lengths, or ``--lengths``) shaped into a low-load then
+    a high-load phase, ``phase_s`` each (default 1 h, 75 s in quick runs), at
+    ``TRACE_LOW_LOAD`` and ``high_load`` (default: the setting's, or ``--high-load``) x the
+    nominal capacity for those lengths."""
+    tr = ctx.trace_for(setting)
+    cap = ctx.capacity(setting, tr.prompt_tokens, tr.output_tokens)
     dur = phase_s or ctx.options.phase_s or (75.0 if ctx.options.quick else 3600.0)
-    low, high = TRACE_LOW_LOAD * cap, (high_load or ctx.options.high_load) * cap
-    return shape_trace(ctx.trace, [PhaseSpec("low", dur, low), PhaseSpec("high", dur, high)], name="trace")
+    low, high = TRACE_LOW_LOAD * cap, (high_load or ctx.high_load_of(setting)) * cap
+    return shape_trace(tr, [PhaseSpec("low", dur, low), PhaseSpec("high", dur, high)], name="trace")
 
 
-def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: tuple[Optional[float], ...] = (None,)
+def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: Optional[tuple[float, ...]] = None
                 ) -> ExperimentOutput:
-    """Every policy on the shaped trace, once per high-phase load (None: ``--high-load``);
-    a swept load is the run's ``x``."""
+    """Every policy on the shaped trace, once per high-phase load (None: the setting's own
+    load alone); every run's ``x`` is its load, and the run at the setting's own load is
+    the headline."""
     out = ExperimentOutput(name)
     for setting in ctx.settings:
-        for load in high_loads:
+        own = ctx.high_load_of(setting)
+        loads = high_loads or (own,)
+        for load in loads:
             wl = trace_workload(ctx, setting, high_load=load)
             slo = _slo(ctx, setting, wl, DEFAULT_SLO_SCALE)
             rates = ", ".join(f"{p.name} {p.rate:.1f} req/s" for p in wl.phases)
-            out.notes.append(f"{setting.name}: {ctx.trace.source}, {len(wl)} requests, phases {rates} "
-                             f"(high {load or ctx.options.high_load:g} x nominal capacity); SLO {slo:.2f} s")
-            label = "" if load is None else f" high x{load:g}"
+            law = ctx.law_of(setting).name
+            out.notes.append(f"{setting.name} ({law} step law): {wl.meta['source']}, {len(wl)} requests, phases "
+                             f"{rates} (high {load:g} x nominal capacity); SLO {slo:.2f} s")
+            label = "" if len(loads) == 1 else f" high x{load:g}"
             for res in ctx.run_policies(setting, policies, wl, slo, label):
                 out.runs.append(Run(name, setting.name, res, "trace", wl.mean_rate, DEFAULT_SLO_SCALE, x=load,
-                                    phases=wl.phases))
+                                    phases=wl.phases, headline=load == own))
     return out
 
 
 def trace(ctx: EvalContext) -> ExperimentOutput:
-    return _trace_runs(ctx, "trace", TRACE_POLICIES)
+    """The trace at ``TRACE_LOADS`` (the setting's own load among them), or at ``--high-load`` alone."""
+    loads = None if ctx.options.high_load is not None else tuple(sorted({*TRACE_LOADS, *(
+        ctx.high_load_of(s) for s in ctx.settings)}))
+    return _trace_runs(ctx, "trace", TRACE_POLICIES, loads)
 
 
 def frontier(ctx: EvalContext) -> ExperimentOutput:

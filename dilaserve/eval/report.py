@@ -6,9 +6,12 @@ from pathlib import Path
 
 import polars as pl
 
+from dilaserve.artifacts import EMBEDDED_LAW
+from dilaserve.control.step_law import StepLaw
 from dilaserve.eval import plots
 from dilaserve.eval.context import EvalContext
 from dilaserve.eval.experiments import ADAPTIVE_POLICIES, STATIC_POLICIES, ExperimentOutput, Run
+from dilaserve.predict.published import LABEL
 from dilaserve.schedule.policies import FIXED_POLICIES
 from dilaserve.sim.metrics import summarize
 
@@ -16,7 +19,7 @@ from dilaserve.sim.metrics import summarize
 def _tag(run: Run) -> dict:
     return {"experiment": run.experiment, "setting": run.setting, "policy": run.result.policy,
             "workload": run.workload, "rate": run.rate, "slo_scale": float(run.slo_scale),
-            "x": float("nan") if run.x is None else float(run.x)}
+            "x": float("nan") if run.x is None else float(run.x), "headline": run.headline}
 
 
 def summary_frame(runs: list[Run]) -> pl.DataFrame:
@@ -51,6 +54,8 @@ def policies_json(out: ExperimentOutput) -> dict:
         key = _key(policy, setting, settings)
         if out.name == "slo-sweep":
             runs = [r for r in runs if r.slo_scale == 5] or runs
+        elif out.name != "frontier":  # the trace's load sweep: its headline load
+            runs = [r for r in runs if r.headline] or runs
         if len(runs) == 1:
             res[key] = runs[0].result.summary.as_json()
         else:  # a rate sweep or the frontier: pool every request of the sweep
@@ -66,8 +71,10 @@ def extra_json(out: ExperimentOutput) -> dict:
     """Sections of the JSON line beside ``policies``: for the frontier experiment,
     ``{"frontier": {LOAD: {POLICY: {slo_attainment, quality, goodput, ..., high_rate}}}}``
     (LOAD the high-phase load as a fraction of nominal capacity, e.g. ``"1.2"``; high_rate
-    that phase's rate in requests/s)."""
-    if out.name != "frontier":
+    that phase's rate in requests/s); for a trace run at several loads, the same as
+    ``"load_sweep"``."""
+    loads = {r.x for r in out.runs if r.x is not None}
+    if out.name != "frontier" and not (out.name == "trace" and len(loads) > 1):
         return {}
     settings = list(dict.fromkeys(r.setting for r in out.runs))
     front: dict[str, dict] = {}
@@ -75,7 +82,7 @@ def extra_json(out: ExperimentOutput) -> dict:
         key = _key(run.result.policy, run.setting, settings)
         high = next((p.rate for p in run.phases if p.name == "high"), None)
         front.setdefault(f"{run.x:g}", {})[key] = {**run.result.summary.as_json(), "high_rate": high}
-    return {"frontier": front}
+    return {"frontier" if out.name == "frontier" else "load_sweep": front}
 
 
 # ------------------------------------------------------------------ markdown
@@ -142,7 +149,7 @@ def findings(summary: pl.DataFrame, ctx: EvalContext) -> list[str]:
     out = []
     for setting in summary["setting"].unique(maintain_order=True):
         sub = {r["policy"]: r for r in summary.filter(pl.col("setting") == setting).iter_rows(named=True)
-               if math.isnan(r["x"])}
+               if r["headline"]}
         d = sub.get("dilaserve")
         base = [sub[p] for p in ("infaas", "llumnix") if p in sub]
         if not d or not base:
@@ -160,19 +167,23 @@ def findings(summary: pl.DataFrame, ctx: EvalContext) -> list[str]:
         if "oracle" in sub:
             line += f" Oracle bound: {_pct(hi(sub['oracle']))} at high load."
         out.append(line)
-    tc = ctx.dynamics.mean_tokens_per_step()
-    lo, hi_t = min(tc), max(tc)
-    acc = {r.threshold: r.accuracy for r in ctx.quality.fixed}
-    out.append(
-        f"- Why these numbers differ from the paper's (91.1% vs 61.0% / 70.0%): the replayed step dynamics come "
-        f"from the embedded model, which commits {tc[lo]:.2f} tokens/step at threshold {lo:g} and {tc[hi_t]:.2f} at "
-        f"{hi_t:g} (x{tc[lo] / tc[hi_t]:.2f}); with the dual cache a request's recompute steps (one per block) "
-        "do not shrink with the threshold, so lowering it buys less time and much less throughput than on LLaDA-8B. "
-        "The analytic H100 roofline is faster than the paper's measured system, so loads are set as fractions "
-        "of nominal capacity rather than the paper's absolute 20 req/s. Quality comes from the embedded model's "
-        f"threshold-quality table (accuracy by threshold: {', '.join(f'{k:g}: {v:.2f}' for k, v in sorted(acc.items()))})."
-    )
+    for setting in summary["setting"].unique(maintain_order=True):
+        out.append(_why(ctx.law_of(setting), setting))
     return out
+
+
+def _why(law, setting: str) -> str:
+    """Why a setting's numbers differ from the paper's: the step law it replays."""
+    tc = StepLaw.from_replay(law.table, 32).tokens_per_step_at(law.table.thresholds)
+    lo, hi_t = min(tc), max(tc)
+    acc = ", ".join(f"{r.threshold:g}: {r.accuracy:.3f}" for r in law.quality.fixed)
+    what = ("the embedded model's recorded steps" if law.name == EMBEDDED_LAW
+            else f"the {law.name} law, {LABEL}")
+    return (f"- Why the numbers of **{setting}** differ from the paper's (91.1% vs 61.0% / 70.0%): it replays {what}: "
+            f"{tc[lo]:.2f} tokens/step at threshold {lo:g} and {tc[hi_t]:.2f} at {hi_t:g} (x{tc[lo] / tc[hi_t]:.2f}); "
+            "with the dual cache a request's recompute steps (one per block) do not shrink with the threshold. "
+            "The analytic H100 roofline is faster than the paper's measured system, so loads are fractions of "
+            f"nominal capacity rather than the paper's absolute 20 req/s. Accuracy by threshold: {acc}.")
 
 
 def write(out: ExperimentOutput, ctx: EvalContext) -> tuple[str, Path]:
@@ -198,11 +209,18 @@ def write(out: ExperimentOutput, ctx: EvalContext) -> tuple[str, Path]:
         pngs.append(plots.goodput_vs(summary, "x", "high-phase load (x nominal capacity)",
                                      folder / "goodput_vs_load.png"))
     else:
-        phases = [(r.setting, p.name, p.start, p.end) for r in out.runs for p in r.phases]
-        end = {r.setting: r.result.sim_s for r in out.runs}
-        pngs.append(plots.latency_cdf(requests, folder / "latency_cdf.png"))
-        pngs.append(plots.threshold_over_time(thresholds, phases, folder / "threshold_over_time.png"))
-        pngs.append(plots.tp_mix_over_time(tp, phases, end, folder / "tp_mix_over_time.png"))
+        # Time series of the headline runs only: a load sweep would overlay its loads.
+        head = [r for r in out.runs if r.headline]
+        phases = [(r.setting, p.name, p.start, p.end) for r in head for p in r.phases]
+        end = {r.setting: r.result.sim_s for r in head}
+        pngs.append(plots.latency_cdf(_long(head, "requests"), folder / "latency_cdf.png"))
+        pngs.append(plots.threshold_over_time(_long(head, "threshold_series"), phases, folder / "threshold_over_time.png"))
+        pngs.append(plots.tp_mix_over_time(_long(head, "tp_series"), phases, end, folder / "tp_mix_over_time.png"))
+        if summary["x"].n_unique() > 1:  # the trace's load sweep
+            pngs.append(plots.goodput_vs(summary, "x", "high-phase load (x nominal capacity)",
+                                         folder / "goodput_vs_load.png"))
+            pngs.append(plots.attainment_vs(summary, "x", "high-phase load (x nominal capacity)",
+                                            folder / "attainment_vs_load.png"))
         if any(p in STATIC_POLICIES for p in summary["policy"]):
             pngs.append(plots.frontier(summary, FIXED_POLICIES, STATIC_POLICIES, folder / "frontier.png"))
     estimators = sorted({r.result.quality_estimator for r in out.runs})

@@ -6,6 +6,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
+from dilaserve.artifacts import ArtifactPaths
 from dilaserve.predict.evaluate import evaluate
 from dilaserve.predict.lgbm import TuningConfig, train_predictor
 from pipelines.metadata import image, tidy
@@ -33,13 +34,18 @@ class PredictorConfig(dg.Config):
 def step_predictor(context: dg.AssetExecutionContext, config: PredictorConfig, step_features: pl.DataFrame,
                    artifacts: ArtifactsResource) -> dict:
     """Booster (text) + metadata + held-out evaluation + error plot under predictor/."""
+    return train_and_save(context, config, step_features, artifacts.paths())
+
+
+def train_and_save(context: dg.AssetExecutionContext, config: PredictorConfig, step_features: pl.DataFrame,
+                   paths: ArtifactPaths) -> dict:
+    """Tune, evaluate and save a predictor into ``paths`` (any step law's artifact folder)."""
     def on_trial(number: int, value: float, best: float) -> None:
         context.log.info(f"optuna trial {number}: val rel_err {value:.4f} (best {best:.4f})")
 
     trained = train_predictor(step_features, config.tuning(), on_trial)
     test = step_features.filter(pl.col("request_id").is_in(trained.test_requests))
     ev = evaluate({"lightgbm": trained.predictor, "oneshot": trained.oneshot}, test)
-    paths = artifacts.paths()
     trained.predictor.save(paths.predictor_dir)
     paths.predictor_evaluation.write_text(json.dumps(
         {**ev.to_dict(), "test_requests": trained.test_requests, "trials": trained.trials}, indent=1))
@@ -57,7 +63,12 @@ def step_predictor(context: dg.AssetExecutionContext, config: PredictorConfig, s
 
 @dg.asset_check(asset=step_predictor, description="on held-out requests the predictor beats the one-shot baseline")
 def predictor_beats_oneshot(artifacts: ArtifactsResource) -> dg.AssetCheckResult:
-    overall = {r["predictor"]: r for r in json.loads(artifacts.paths().predictor_evaluation.read_text())["overall"]}
+    return beats_oneshot(artifacts.paths())
+
+
+def beats_oneshot(paths: ArtifactPaths) -> dg.AssetCheckResult:
+    """Passes when the saved predictor's held-out error is below the one-shot baseline's."""
+    overall = {r["predictor"]: r for r in json.loads(paths.predictor_evaluation.read_text())["overall"]}
     ours, base = overall["lightgbm"], overall["oneshot"]
     passed = ours["rel_err"] < base["rel_err"] and ours["mae"] < base["mae"]
     return dg.AssetCheckResult(passed=passed, metadata=tidy({

@@ -116,11 +116,16 @@ def test_lengths_and_high_load_shape_the_trace_workload(tmp_path):
     def workload(**kw):
         ctx = EvalContext(EvalOptions(settings=("paper",), phase_s=60.0, artifacts=tmp_path, **kw))
         setting = ctx.setting("paper")
-        cap = ctx.capacity(setting, ctx.trace.prompt_tokens, ctx.trace.output_tokens)
+        tr = ctx.trace_for(setting)
+        cap = ctx.capacity(setting, tr.prompt_tokens, tr.output_tokens)
         return trace_workload(ctx, setting), cap
 
-    base, cap = workload()
+    base, cap = workload(lengths="trace", high_load=0.8)
     sg, cap_sg = workload(lengths="sharegpt", high_load=1.2)
+    # The paper setting's own: ShareGPT as the paper builds it (whole-block answers), high phase at capacity.
+    paper, cap_paper = workload()
+    assert {r.output_tokens % 32 for r in paper.requests} == {0}
+    assert [p.rate for p in paper.phases] == pytest.approx([0.3 * cap_paper, 1.0 * cap_paper])
     # Lengths drawn from ShareGPT's model, not the trace's (P50 prompt 28 vs ~1000 tokens).
     assert np.median([r.prompt_tokens for r in sg.requests]) < 60 < np.median([r.prompt_tokens for r in base.requests])
     # Rates are fractions of the nominal capacity for the lengths used: shorter requests, more of them.
@@ -181,3 +186,40 @@ def test_frontier_experiment_on_a_tiny_cluster(tmp_path):
     assert set(pol) == set(TRACE_POLICIES)
     assert pol["infaas"]["goodput"] == pytest.approx(
         np.mean([front[f"{x:g}"]["infaas"]["goodput"] for x in loads]), abs=0.2)
+
+
+def test_trace_sweeps_the_high_phase_and_headlines_the_setting_load(tmp_path):
+    from dilaserve.eval.experiments import TRACE_LOADS, trace
+
+    ctx = TinyContext(EvalOptions(quick=True, settings=("paper",), phase_s=4.0, out=tmp_path,
+                                  policies=("infaas", "dilaserve")))
+    out = trace(ctx)
+    assert sorted({r.x for r in out.runs}) == list(TRACE_LOADS)
+    head = [r for r in out.runs if r.headline]
+    assert {r.x for r in head} == {0.8} and len(head) == 2  # the tiny setting's own load
+    text, folder = write(out, ctx)
+    for name in ("goodput_vs_load.png", "attainment_vs_load.png", "frontier.png", "latency_cdf.png"):
+        assert (folder / name).stat().st_size > 0, name
+    sweep = extra_json(out)["load_sweep"]
+    assert list(sweep) == [f"{x:g}" for x in TRACE_LOADS]
+    pol = policies_json(out)
+    assert pol["dilaserve"] == next(r.result.summary.as_json() for r in head if r.result.policy == "dilaserve")
+    assert sweep["1.4"]["infaas"]["high_rate"] > sweep["0.8"]["infaas"]["high_rate"]
+    # --high-load given: that load alone.
+    one = trace(TinyContext(EvalOptions(quick=True, settings=("paper",), phase_s=4.0, out=tmp_path,
+                                        policies=("infaas",), high_load=1.2)))
+    assert [r.x for r in one.runs] == [1.2] and "load_sweep" not in extra_json(one)
+
+
+def test_published_setting_and_dynamics_option(tmp_path, capsys):
+    from dilaserve.eval.context import SETTINGS
+
+    assert SETTINGS["paper-published"].dynamics == "llada-8b-published"
+    assert SETTINGS["paper"].lengths == "sharegpt-paper" and SETTINGS["paper"].high_load == 1.0
+    with pytest.raises(ValueError, match="--dynamics 'llada' is unknown"):
+        EvalOptions(dynamics="llada")
+    _artifacts(tmp_path)  # no published law built there
+    assert main(["trace", "--quick", "--settings", "paper-published", "--artifacts", str(tmp_path),
+                 "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "laws/llada-8b-published" in err and "+published_step_dynamics" in err

@@ -11,6 +11,8 @@ MICRO_RUN_CONFIG = {"ops": {
     "prompt_set": {"config": {"n_requests": 10, "seed": 3}},
     "rollouts": {"config": {"thresholds": [0.5, 0.9]}},
     "step_predictor": {"config": {"n_trials": 3, "timeout_s": 20, "max_trees": 30}},
+    "published_rollouts": {"config": {"repeats": 4}},
+    "published_step_predictor": {"config": {"n_trials": 3, "timeout_s": 20, "max_trees": 30}},
     "measured_profile": {"config": {"tp_degrees": [1, 2], "recompute_tokens": [32, 128], "cache_tokens": [32, 64],
                                             "seq_len": 64, "repeats": 1}},
     "analytic_profiles": {"config": {"models": ["llada-8b"], "gpus": ["h100"], "tp_degrees": [1, 2, 4]}},

@@ -21,9 +21,10 @@ def test_every_asset_materialises_and_every_check_passes(built):
     result, _ = built
     assert result.success
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    assert len(materialized) == 9
+    assert len(materialized) == 14
     checks = result.get_asset_check_evaluations()
-    assert {c.check_name for c in checks} == {"step_features_schema", "predictor_beats_oneshot", "analytic_profiles_calibrated"}
+    assert {c.check_name for c in checks} == {"step_features_schema", "predictor_beats_oneshot", "analytic_profiles_calibrated",
+                                              "published_tokens_per_step_match", "published_predictor_beats_oneshot"}
     assert all(c.passed for c in checks), [(c.check_name, c.metadata) for c in checks]
 
 
@@ -45,6 +46,23 @@ def test_artifacts_load_through_the_runtime_loaders(built):
     assert [r.threshold for r in artifacts.load_threshold_quality(root).fixed] == [0.5, 0.9]
     for png in ("predictor/error_by_decile.png", "profiles/measured.png", "profiles/analytic/analytic.png"):
         assert (root / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_published_law_loads_from_its_own_folder_and_meets_the_published_speed(built):
+    from dilaserve.control.step_law import StepLaw
+    from dilaserve.predict.published import PUBLISHED_TOKENS_PER_STEP
+
+    _, root = built
+    law = artifacts.law_root(artifacts.PUBLISHED_LAW, root)
+    assert law == root / "laws" / "llada-8b-published"
+    steps = StepLaw.from_dynamics(artifacts.load_step_dynamics(law), 32)
+    for t in (0.5, 0.9):
+        assert steps.tokens_per_step(t) == pytest.approx(PUBLISHED_TOKENS_PER_STEP[t], rel=0.03)
+    validate_step_table(artifacts.load_step_table(law))
+    quality = artifacts.load_threshold_quality(law)
+    assert [r.accuracy for r in quality.fixed] == pytest.approx([0.755, 0.785])
+    assert "not a measurement" in quality.meta["label"]
+    assert artifacts.load_predictor(law).booster.num_trees() > 0
 
 
 def test_predictor_beats_oneshot_on_micro_data(built):

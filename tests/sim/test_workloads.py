@@ -62,3 +62,13 @@ def test_with_lengths_keeps_arrivals_and_draws_lengths_from_the_model():
     assert [r.prompt_tokens for r in wl.requests[:5]] == lp.prompt_tokens[:5].tolist()
     with pytest.raises(ValueError, match="use 'trace'.*sharegpt"):
         with_lengths(tr, "alpaca")
+
+
+def test_sharegpt_as_the_paper_builds_it():
+    p, o = sample_lengths("sharegpt-paper", 100_000, np.random.default_rng(0))
+    assert (o % 32 == 0).all() and o.min() >= 32  # whole 32-token blocks
+    assert ((p + o) <= 4096).all()
+    # Rounding up lands the published quantiles (whole blocks) on themselves, mean ~264.
+    assert np.percentile(o, [50, 90, 99]) == pytest.approx([224, 544, 928], abs=32)
+    assert o.mean() == pytest.approx(264, rel=0.03)
+    assert np.median(p) == pytest.approx(28, rel=0.1)
