@@ -15,7 +15,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .protocol import ChatCompletionRequest, CompletionRequest, DecodeInfo, Usage, error_body, new_id, now
-from .runtime import BadRequest, Generation, RequestHandle, ServeError, ServingRuntime
+from .errors import BadRequest, ServeError
+from .runtime import Generation, RequestHandle, ServingRuntime
 
 log = logging.getLogger(__name__)
 
