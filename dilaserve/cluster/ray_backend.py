@@ -25,6 +25,7 @@ from ray.exceptions import RayActorError, RayError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from dilaserve.cluster import ray_local
 from dilaserve.cluster.base import (
     Backend, EventSink, InstanceReady, InstanceSpec, InstanceStopped, StepAssignment, StepFinished,
 )
@@ -235,12 +236,27 @@ class RayBackend(Backend):
                 w.release.remote(request_ids)
 
     async def shutdown(self, timeout_s: float = 5.0) -> None:
-        """Kill every instance. Bounded: a cluster that is itself going down may never
-        answer a placement-group removal, and shutdown must not hang on it."""
-        for t in list(self._tasks):
+        """Kill every instance, all at once. Bounded: a cluster that is itself going down may
+        never answer a placement-group removal, and shutdown must not hang on it. A local
+        cluster already gone (its process group was signalled with the server) took the
+        instances with it: there is nothing to tear down, and trying would block."""
+        tasks = list(self._tasks)
+        for t in tasks:
             t.cancel()
-        for inst in list(self._instances.values()):
-            try:
-                await asyncio.wait_for(asyncio.to_thread(self._teardown, inst), timeout_s)
-            except asyncio.TimeoutError:
-                log.warning("instance %s did not confirm its teardown within %.0fs", inst.spec.instance_id, timeout_s)
+        # Collect the cancellations, so no step's or launch's future is left unretrieved.
+        await asyncio.wait(tasks, timeout=timeout_s) if tasks else None
+        instances = list(self._instances.values())
+        if not instances:
+            return
+        if not ray_local.cluster_alive():
+            for inst in instances:
+                inst.dead = True
+            self._instances.clear()
+            return
+        pending = [asyncio.to_thread(self._teardown, inst) for inst in instances]
+        try:
+            await asyncio.wait_for(asyncio.gather(*pending), timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("instances %s did not confirm their teardown within %.0fs; Ray frees them with the cluster",
+                        ", ".join(i.spec.instance_id for i in instances if i.spec.instance_id in self._instances),
+                        timeout_s)

@@ -20,6 +20,7 @@ from typing import Optional
 
 import numpy as np
 
+from dilaserve.cluster import ray_local
 from dilaserve.cluster.base import InstanceSpec, StepFinished
 from dilaserve.cluster.ray_backend import RayBackend, RayBackendConfig
 from dilaserve.control.config import ControlConfig
@@ -45,19 +46,11 @@ log = logging.getLogger(__name__)
 def connect_ray(cfg: ServeConfig) -> bool:
     """Join ``--ray-address`` or start a local cluster; True if this call started Ray.
 
-    Call it before the HTTP server installs its signal handlers: Ray's core worker
-    installs its own SIGTERM handler, which would otherwise pre-empt the graceful drain.
+    Call it before the HTTP server installs its signal handlers (see
+    :func:`dilaserve.cluster.ray_local.connect`).
     """
-    import ray
-
-    if ray.is_initialized():
-        return False
-    if cfg.ray_address:
-        ray.init(address=cfg.ray_address, log_to_driver=False)
-    else:
-        # CPU slots stand in for GPUs: one Ray CPU per TP rank.
-        ray.init(num_cpus=cfg.num_slots if cfg.device == "cpu" else None, include_dashboard=False, log_to_driver=False)
-    return True
+    # CPU slots stand in for GPUs: one Ray CPU per TP rank.
+    return ray_local.connect(cfg.ray_address, cfg.num_slots if cfg.device == "cpu" else None)
 
 
 def cluster_config(cfg: ServeConfig) -> ClusterConfig:
@@ -177,7 +170,8 @@ class ServingRuntime(SchedulerObserver):
         """Stop accepting, let in-flight requests finish (bounded), fail the rest, free the cluster."""
         self.accepting = False
         deadline = time.monotonic() + self.cfg.drain_timeout_s
-        while self.handles and time.monotonic() < deadline:
+        # Nothing in flight can finish without a ready instance: stop waiting then.
+        while self.handles and self._ready_instances() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for rid, h in list(self.handles.items()):
             if h.done is not None and not h.done.done():
@@ -191,9 +185,7 @@ class ServingRuntime(SchedulerObserver):
         if self.backend is not None:
             await self.backend.shutdown()
         if self._owns_ray:
-            import ray
-
-            ray.shutdown()
+            ray_local.disconnect(True)
 
     # ================================================================ requests
     def submit(self, prompt: str, max_tokens: Optional[int] = None, slo_ms: Optional[float] = None,
