@@ -43,10 +43,6 @@ from dilaserve.serve.api import ADMIN_ENV
 from dilaserve.serve.app_support import fetch_metrics, start_server
 from dilaserve.sim.arrivals import gamma_arrivals
 
-#: The process title Ray gives an instance worker actor (``ray::InstanceWorker.step`` ...).
-WORKER_TITLE = "ray::InstanceWorker"
-
-
 @dataclass
 class Result:
     """How one request ended (see the module docstring)."""
@@ -60,22 +56,21 @@ class Result:
     detail: str = ""
 
 
-def worker_pids(server_pid: int) -> list[int]:
-    """PIDs of the instance worker processes under the server (its Ray cluster's actors)."""
-    import psutil
-
-    try:
-        procs = psutil.Process(server_pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
-    pids = []
-    for p in procs:
+async def pick_worker(c: httpx.AsyncClient, rng: random.Random, wait_s: float = 30.0) -> Optional[int]:
+    """A worker PID of a random ready instance, from ``/health`` (``worker_pids``); waits
+    (bounded) while none is ready, e.g. the previous victim's replacement is still loading.
+    Choosing the instance first keeps two kills off the two ranks of one TP-2 instance."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
         try:
-            if any(WORKER_TITLE in part for part in p.cmdline()):
-                pids.append(p.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return pids
+            pids = (await c.get("/health")).json().get("worker_pids") or {}
+        except (httpx.HTTPError, ValueError):
+            pids = {}
+        live = [p for p in pids.values() if p]
+        if live:
+            return rng.choice(rng.choice(live))
+        await asyncio.sleep(0.1)
+    return None
 
 
 def _failed(r: httpx.Response, latency_s: float, stream: bool) -> Result:
@@ -146,9 +141,9 @@ async def one_request(c: httpx.AsyncClient, model: str, p: Prompt, stream: bool,
         return Result("lost", 0, time.perf_counter() - t0, stream, detail=f"{type(e).__name__}: {e}")
 
 
-async def chaos(server_pid: int, url: str, kill_at: list[float], reconfigure_at: float, rng: random.Random,
+async def chaos(url: str, kill_at: list[float], reconfigure_at: float, rng: random.Random,
                 log: list[dict]) -> None:
-    """Kill a random instance worker at each of ``kill_at`` (seconds from now) and ask for the
+    """SIGKILL a worker of a random instance at each of ``kill_at`` (seconds from now) and ask for the
     reconfiguration at ``reconfigure_at``; what happened goes to ``log``."""
     t0 = time.monotonic()
     actions = sorted([(t, "kill") for t in kill_at] + [(reconfigure_at, "reconfigure")])
@@ -156,17 +151,10 @@ async def chaos(server_pid: int, url: str, kill_at: list[float], reconfigure_at:
         for at, what in actions:
             await asyncio.sleep(max(0.0, at - (time.monotonic() - t0)))
             if what == "kill":
-                # Wait (bounded) for a live worker: the previous victim's replacement may be loading.
-                for _ in range(200):
-                    pids = await asyncio.to_thread(worker_pids, server_pid)
-                    if pids:
-                        break
-                    await asyncio.sleep(0.1)
-                if not pids:
-                    log.append({"t": round(time.monotonic() - t0, 2), "kill": None})
-                    continue
-                pid = rng.choice(pids)
+                pid = await pick_worker(c, rng)
                 try:
+                    if pid is None:
+                        raise ProcessLookupError
                     os.kill(pid, signal.SIGKILL)
                     log.append({"t": round(time.monotonic() - t0, 2), "kill": pid})
                 except ProcessLookupError:
@@ -181,7 +169,7 @@ async def chaos(server_pid: int, url: str, kill_at: list[float], reconfigure_at:
                 log.append({"t": round(time.monotonic() - t0, 2), "reconfigure": r.status_code})
 
 
-async def run(url: str, server_pid: int, prompts: list[Prompt], rate: float, kills: int, seed: int,
+async def run(url: str, prompts: list[Prompt], rate: float, kills: int, seed: int,
               slo_ms: float) -> tuple[list[Result], list[dict], float]:
     rng = random.Random(seed)
     offsets = gamma_arrivals(rate, 10 * len(prompts) / rate + 10, np.random.default_rng(seed))[: len(prompts)]
@@ -195,7 +183,7 @@ async def run(url: str, server_pid: int, prompts: list[Prompt], rate: float, kil
     limits = httpx.Limits(max_connections=len(prompts) + 10, max_keepalive_connections=len(prompts) + 10)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as c:
         start = time.perf_counter()
-        faults = asyncio.create_task(chaos(server_pid, url, kill_at, reconfigure_at, rng, log))
+        faults = asyncio.create_task(chaos(url, kill_at, reconfigure_at, rng, log))
         results = await asyncio.gather(*(one_request(c, model, p, s, float(at), slo_ms)
                                          for p, s, at in zip(prompts, streams, offsets)))
         wall = time.perf_counter() - start
@@ -249,7 +237,7 @@ def main(argv=None) -> int:
     server = start_server(extra_args=["--reconfig-interval-s", "0", "--log-level", "warning",
                                       *args.server_args.split()])
     try:
-        results, log, wall = asyncio.run(run(server.url, server.pid, prompts, args.request_rate, args.kills,
+        results, log, wall = asyncio.run(run(server.url, prompts, args.request_rate, args.kills,
                                              args.seed, args.slo_ms))
         result = summarise(results, fetch_metrics(server.url), log, wall)
         result["healthy_after"] = server.healthy()

@@ -97,6 +97,7 @@ class _Instance:
     ready: bool = False
     step_task: Optional[asyncio.Task] = None
     dead: bool = False
+    pids: tuple[int, ...] = ()  # the workers' process ids, once ready
 
 
 class RayBackend(Backend):
@@ -130,6 +131,10 @@ class RayBackend(Backend):
     def instance_ids(self) -> list[str]:
         return [i for i, inst in self._instances.items() if not inst.dead]
 
+    def worker_pids(self) -> dict[str, list[int]]:
+        """Process ids of each ready instance's workers, rank order (for operators and fault drills)."""
+        return {i: list(inst.pids) for i, inst in self._instances.items() if inst.ready and not inst.dead}
+
     def worker_handles(self, instance_id: str) -> list:
         """The actors of an instance (tests use this to kill one)."""
         return list(self._instances[instance_id].workers)
@@ -162,12 +167,13 @@ class RayBackend(Backend):
 
     async def _await_ready(self, inst: _Instance) -> None:
         try:
-            await asyncio.wait_for(asyncio.gather(*(w.ready.remote() for w in inst.workers)), self.config.launch_timeout_s)
+            pids = await asyncio.wait_for(asyncio.gather(*(w.ready.remote() for w in inst.workers)),
+                                          self.config.launch_timeout_s)
         except (RayError, asyncio.TimeoutError) as e:
             log.error("instance %s failed to start (%s); it is removed", inst.spec.instance_id, e)
             self._fail(inst, e)
             return
-        inst.ready = True
+        inst.ready, inst.pids = True, tuple(pids)
         log.info("instance %s ready (TP-%d)", inst.spec.instance_id, inst.spec.tp)
         self._emit(InstanceReady(self.clock(), inst.spec.instance_id))
 

@@ -364,6 +364,7 @@ class ServingRuntime(SchedulerObserver):
         return {
             "model": self.model_name, "policy": self.policy.name, "predictor": self.predictor_name,
             "profile": self.profile_name, "instances": self._ready_instances(),
+            "worker_pids": self.backend.worker_pids() if self.backend else {},
             "running": self.scheduler.in_flight if self.scheduler else 0, "notes": self.notes,
         }
 
