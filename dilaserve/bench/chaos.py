@@ -56,9 +56,10 @@ class Result:
     detail: str = ""
 
 
-async def pick_worker(c: httpx.AsyncClient, rng: random.Random, wait_s: float = 30.0) -> Optional[int]:
-    """A worker PID of a random ready instance, from ``/health`` (``worker_pids``); waits
-    (bounded) while none is ready, e.g. the previous victim's replacement is still loading.
+async def pick_worker(c: httpx.AsyncClient, rng: random.Random, killed: set[int], wait_s: float = 60.0) -> Optional[int]:
+    """A worker PID of a random ready instance, from ``/health`` (``worker_pids``), skipping
+    instances with a ``killed`` worker (the server may not have noticed the death yet); waits
+    (bounded) while none is left, e.g. the previous victim's replacement is still loading.
     Choosing the instance first keeps two kills off the two ranks of one TP-2 instance."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
@@ -66,7 +67,7 @@ async def pick_worker(c: httpx.AsyncClient, rng: random.Random, wait_s: float = 
             pids = (await c.get("/health")).json().get("worker_pids") or {}
         except (httpx.HTTPError, ValueError):
             pids = {}
-        live = [p for p in pids.values() if p]
+        live = [p for p in pids.values() if p and not killed.intersection(p)]
         if live:
             return rng.choice(rng.choice(live))
         await asyncio.sleep(0.1)
@@ -146,16 +147,18 @@ async def chaos(url: str, kill_at: list[float], reconfigure_at: float, rng: rand
     """SIGKILL a worker of a random instance at each of ``kill_at`` (seconds from now) and ask for the
     reconfiguration at ``reconfigure_at``; what happened goes to ``log``."""
     t0 = time.monotonic()
+    killed: set[int] = set()
     actions = sorted([(t, "kill") for t in kill_at] + [(reconfigure_at, "reconfigure")])
     async with httpx.AsyncClient(base_url=url, timeout=30) as c:
         for at, what in actions:
             await asyncio.sleep(max(0.0, at - (time.monotonic() - t0)))
             if what == "kill":
-                pid = await pick_worker(c, rng)
+                pid = await pick_worker(c, rng, killed)
                 try:
                     if pid is None:
                         raise ProcessLookupError
                     os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
                     log.append({"t": round(time.monotonic() - t0, 2), "kill": pid})
                 except ProcessLookupError:
                     log.append({"t": round(time.monotonic() - t0, 2), "kill": None})
