@@ -43,6 +43,7 @@ from dilaserve.serve.api import ADMIN_ENV
 from dilaserve.serve.app_support import fetch_metrics, start_server
 from dilaserve.sim.arrivals import gamma_arrivals
 
+
 @dataclass
 class Result:
     """How one request ended (see the module docstring)."""
@@ -56,7 +57,8 @@ class Result:
     detail: str = ""
 
 
-async def pick_worker(c: httpx.AsyncClient, rng: random.Random, killed: set[int], wait_s: float = 60.0) -> Optional[int]:
+async def pick_worker(c: httpx.AsyncClient, rng: random.Random, killed: set[int],
+                      wait_s: float = 60.0) -> Optional[int]:
     """A worker PID of a random ready instance, from ``/health`` (``worker_pids``), skipping
     instances with a ``killed`` worker (the server may not have noticed the death yet); waits
     (bounded) while none is left, e.g. the previous victim's replacement is still loading.

@@ -47,7 +47,8 @@ def test_every_non_finite_number_gets_a_400_naming_its_field(server, field, numb
 def test_a_prompt_of_only_unknown_words_gets_a_400_naming_them(server, path):
     prompt = "zebra xylophone qqq"
     body = {"model": server.runtime.model_name, "max_tokens": 32}
-    body.update({"prompt": prompt} if path == "/v1/completions" else {"messages": [{"role": "user", "content": prompt}]})
+    chat = {"messages": [{"role": "user", "content": prompt}]}
+    body.update({"prompt": prompt} if path == "/v1/completions" else chat)
     err = assert_openai_error(httpx.post(server.url + path, json=body, timeout=120))
     assert err["param"] == "prompt"
     assert all(repr(w) in err["message"] for w in prompt.split())
