@@ -20,11 +20,20 @@ def test_a_slow_spell_during_one_repetition_moves_the_median_ratio_little():
     assert median_ratio([1.0], [0.0]) == (None, None)
 
 
-def test_capacity_repeats_over_seeds_and_reports_the_spread():
-    out = run(QUICK.__class__(**{**QUICK.__dict__, "repeats": 2}), ("long-prompt",))
-    w = out["workloads"]["long-prompt"]
-    assert w["repetitions"] == 2 and w["ratio_spread"] >= 0 and out["settings"]["repeats"] == 2
-    one = [run(QUICK.__class__(**{**QUICK.__dict__, "seed": s}), ("long-prompt",))["workloads"]["long-prompt"]["ratio"]
-           for s in (0, 1)]
-    assert w["ratio"] == pytest.approx(sum(one) / 2, abs=2e-3)  # the median of two is their mean
-    assert w["ratio_spread"] == pytest.approx(abs(one[0] - one[1]), abs=2e-3)
+def test_capacity_repeats_each_shape_over_seeds_in_turn_and_reports_the_spread(monkeypatch):
+    from dilaserve.bench import capacity
+
+    calls = []
+
+    def fake_measure(ctx, setting, lengths, cfg, name):
+        calls.append((cfg.seed, name))
+        r = {0: 0.9, 1: 1.1, 2: 1.0}[cfg.seed]
+        return {"predicted_rps": 10.0, "measured_rps": 10.0 * r, "ratio": r, "requests": 5, "window_s": [1.0, 2.0]}
+
+    monkeypatch.setattr(capacity, "measure", fake_measure)
+    out = run(QUICK.__class__(**{**QUICK.__dict__, "repeats": 3}), ("gsm8k", "long-prompt"))
+    assert calls == [(0, "gsm8k"), (0, "long-prompt"), (1, "gsm8k"), (1, "long-prompt"), (2, "gsm8k"), (2, "long-prompt")]
+    for w in out["workloads"].values():
+        assert w["ratio"] == 1.0 and w["ratio_spread"] == pytest.approx(0.2) and w["repetitions"] == 3
+        assert w["measured_rps"] == 10.0
+    assert out["max_abs_error"] == 0.0 and out["settings"]["repeats"] == 3
