@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
@@ -87,6 +88,32 @@ class InstanceWorker:
     def release(self, request_ids: list[str]) -> None:
         for rid in request_ids:
             self.engine.release(rid)
+
+
+def _free(inst: "_Instance") -> None:
+    for w in inst.workers:
+        try:
+            ray.kill(w, no_restart=True)
+        except Exception:  # already gone
+            pass
+    try:
+        remove_placement_group(inst.pg)
+    except Exception:
+        pass
+
+
+def _retrieve(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _gather(refs: list) -> asyncio.Future:
+    """``asyncio.gather`` over Ray object refs whose outcome is always retrieved. A step or
+    launch cancelled at shutdown leaves its gather to finish later, maybe after the loop is
+    gone; unretrieved, it would log "_GatheringFuture exception was never retrieved"."""
+    fut = asyncio.gather(*refs)
+    fut.add_done_callback(_retrieve)
+    return fut
 
 
 @dataclass
@@ -167,7 +194,7 @@ class RayBackend(Backend):
 
     async def _await_ready(self, inst: _Instance) -> None:
         try:
-            pids = await asyncio.wait_for(asyncio.gather(*(w.ready.remote() for w in inst.workers)),
+            pids = await asyncio.wait_for(_gather([w.ready.remote() for w in inst.workers]),
                                           self.config.launch_timeout_s)
         except (RayError, asyncio.TimeoutError) as e:
             log.error("instance %s failed to start (%s); it is removed", inst.spec.instance_id, e)
@@ -185,17 +212,12 @@ class RayBackend(Backend):
         self._emit(InstanceStopped(self.clock(), instance_id))
 
     def _teardown(self, inst: _Instance) -> None:
+        """Forget the instance now; free its actors and placement group off the event loop.
+        Those are GCS calls, and a GCS going down with the server would block them (and with
+        them every request) for a minute; a daemon thread never holds up the exit either."""
         inst.dead = True
-        for w in inst.workers:
-            try:
-                ray.kill(w, no_restart=True)
-            except Exception:  # already gone
-                pass
-        try:
-            remove_placement_group(inst.pg)
-        except Exception:
-            pass
         self._instances.pop(inst.spec.instance_id, None)
+        threading.Thread(target=_free, args=(inst,), name=f"free-{inst.spec.instance_id}", daemon=True).start()
 
     def _fail(self, inst: _Instance, exc: BaseException) -> None:
         """An instance died: free it and report it stopped, so its requests are re-queued."""
@@ -214,7 +236,7 @@ class RayBackend(Backend):
 
     async def _await_step(self, inst: _Instance, refs: list, started: float) -> None:
         try:
-            blobs = (await asyncio.gather(*refs))[0]
+            blobs = (await _gather(refs))[0]
         except (RayActorError, RayError) as e:
             log.error("instance %s died during a step (%s): its requests resume elsewhere from their last state",
                       inst.spec.instance_id, type(e).__name__)
@@ -259,10 +281,13 @@ class RayBackend(Backend):
                 inst.dead = True
             self._instances.clear()
             return
-        pending = [asyncio.to_thread(self._teardown, inst) for inst in instances]
+        for inst in instances:
+            inst.dead = True
+            self._instances.pop(inst.spec.instance_id, None)
+        pending = [asyncio.to_thread(_free, inst) for inst in instances]
         try:
             await asyncio.wait_for(asyncio.gather(*pending), timeout_s)
         except asyncio.TimeoutError:
             log.warning("instances %s did not confirm their teardown within %.0fs; Ray frees them with the cluster",
-                        ", ".join(i.spec.instance_id for i in instances if i.spec.instance_id in self._instances),
+                        ", ".join(i.spec.instance_id for i in instances),
                         timeout_s)
