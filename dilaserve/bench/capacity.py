@@ -10,6 +10,12 @@ when the backlog is served (the drain, once the queue is empty and batches shrin
 out). ``ratio`` = measured / predicted; ``max_abs_error`` is the largest ``|ratio - 1|``
 (target: at most 0.15).
 
+The simulator's clock is simulated, so the machine's load cannot move these numbers; what
+does is the sample of arrivals and lengths. Each shape is therefore measured ``repeats`` times
+with consecutive seeds, shapes in turn (as the wall-clock benches interleave theirs), and
+reports the median ratio and ``ratio_spread`` (max - min over the seeds); ``predicted_rps``
+and ``measured_rps`` are medians too.
+
 Shapes: ``trace`` (the shipped Azure trace's token counts, resampled), ``sharegpt``,
 ``gsm8k`` and ``long-prompt`` (the length models of :mod:`dilaserve.sim.lengths`).
 """
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import statistics
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -66,7 +73,8 @@ class BenchSettings:
             instances fill up and the queue forms).
         overload: arrival rate as a multiple of the predicted capacity (saturating).
         nodes: nodes of 4 GPUs in the cluster (the paper's: 4).
-        seed: seeds arrivals and lengths.
+        seed: seeds arrivals and lengths (repetition i uses ``seed + i``).
+        repeats: measurements per shape, each with its own seed; the ratio is their median.
     """
 
     duration_s: float = 60.0
@@ -74,14 +82,17 @@ class BenchSettings:
     overload: float = 1.5
     nodes: int = 4
     seed: int = 0
+    repeats: int = 3
 
     def __post_init__(self) -> None:
         if self.duration_s <= 0 or not 0 <= self.warmup_share < 1 or self.overload <= 1:
             raise ValueError(f"{self}: give a positive duration, a warm-up share in [0, 1) and an overload > 1 "
                              "(the bench measures a saturated cluster)")
+        if self.repeats < 1:
+            raise ValueError(f"repeats {self.repeats}: measure each shape at least once")
 
 
-QUICK = BenchSettings(duration_s=40.0, nodes=1)
+QUICK = BenchSettings(duration_s=40.0, nodes=1, repeats=1)
 
 
 def measure(ctx: EvalContext, setting: ClusterSetting, lengths: Lengths, cfg: BenchSettings, name: str) -> dict:
@@ -111,11 +122,25 @@ def measure(ctx: EvalContext, setting: ClusterSetting, lengths: Lengths, cfg: Be
             "window_s": [round(start, 1), round(end, 1)]}
 
 
+def _median_of(runs: list[dict]) -> dict:
+    """One shape's repetitions as one entry: median rates and ratio, the ratio's spread."""
+    ratios = [r["ratio"] for r in runs if r["ratio"] is not None]
+    return {"predicted_rps": round(statistics.median(r["predicted_rps"] for r in runs), 3),
+            "measured_rps": round(statistics.median(r["measured_rps"] for r in runs), 3),
+            "ratio": round(statistics.median(ratios), 3) if ratios else None,
+            "ratio_spread": round(max(ratios) - min(ratios), 3) if ratios else None,
+            "repetitions": len(runs), "requests": runs[0]["requests"], "window_s": runs[0]["window_s"]}
+
+
 def run(cfg: BenchSettings, shapes=tuple(SHAPES)) -> dict:
     ctx = EvalContext(EvalOptions(settings=("paper",), latency_noise=0.0, seed=cfg.seed))
     base = ctx.setting("paper")
     setting = replace(base, cluster=replace(base.cluster, nodes=cfg.nodes))
-    workloads = {name: measure(ctx, setting, SHAPES[name], cfg, name) for name in shapes}
+    runs: dict[str, list[dict]] = {name: [] for name in shapes}
+    for i in range(cfg.repeats):
+        for name in shapes:
+            runs[name].append(measure(ctx, setting, SHAPES[name], replace(cfg, seed=cfg.seed + i), name))
+    workloads = {name: _median_of(rs) for name, rs in runs.items()}
     errors = [abs(w["ratio"] - 1) for w in workloads.values() if w["ratio"] is not None]
     return {
         "workloads": workloads,
@@ -124,7 +149,7 @@ def run(cfg: BenchSettings, shapes=tuple(SHAPES)) -> dict:
         "settings": {"setting": setting.name, "profile": setting.profile.name, "gpus": setting.cluster.total_gpus,
                      "tp": setting.initial_tp, "threshold": THRESHOLD, "policy": POLICY,
                      "duration_s": cfg.duration_s, "warmup_share": cfg.warmup_share, "overload": cfg.overload,
-                     "seed": cfg.seed},
+                     "seed": cfg.seed, "repeats": cfg.repeats},
         "machine": machine_info(),
     }
 
@@ -135,8 +160,12 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--quick", action="store_true", help="one node and 40 simulated seconds per shape (tests)")
     ap.add_argument("--shapes", nargs="+", choices=sorted(SHAPES), default=list(SHAPES), help="request shapes")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=int, default=None, help="seeds per shape (default: 3, or 1 with --quick)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
+    if args.repeats is not None and args.repeats < 1:
+        ap.error("--repeats must be at least 1")
     cfg = replace(QUICK if args.quick else BenchSettings(), seed=args.seed)
+    cfg = replace(cfg, repeats=args.repeats) if args.repeats is not None else cfg
     emit(run(cfg, tuple(args.shapes)), args.json)
     return 0

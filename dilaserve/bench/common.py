@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
+from typing import Callable, Sequence
 
 
 def machine_info() -> dict:
@@ -39,3 +41,22 @@ def emit(result: dict, as_json: bool) -> None:
         for k, v in result.items():
             print(f"{k}: {v}")
     print(json.dumps(result))
+
+
+def interleaved(measures: dict[str, Callable[[], float]], repeats: int) -> dict[str, list[float]]:
+    """Each measurement ``repeats`` times, in turn (A, B, A, B, ...), so that another process
+    running on the machine for a while slows both sides of a ratio, not just one."""
+    out: dict[str, list[float]] = {k: [] for k in measures}
+    for _ in range(repeats):
+        for k, fn in measures.items():
+            out[k].append(fn())
+    return out
+
+
+def median_ratio(num: Sequence[float], den: Sequence[float], digits: int = 3) -> tuple[float | None, float | None]:
+    """(median, spread) of the per-repetition ratios ``num[i] / den[i]``; the spread is their
+    max - min (0 for one repetition). (None, None) when a denominator is zero."""
+    if not num or any(d == 0 for d in den):
+        return None, None
+    r = [n / d for n, d in zip(num, den)]
+    return round(float(statistics.median(r)), digits), round(max(r) - min(r), digits)

@@ -13,6 +13,9 @@ Reports, on the embedded default model:
   the queue at once, over a pool of 128 mixed requests. The static batches of
   ``tokens_per_s`` spend their last steps nearly empty, once the short answers
   are done; here the batch stays full until the queue runs dry;
+* ``*_spread``: each ratio is the median over repetitions measured in turn
+  (A, B, A, B, ...), so another process slowing the machine for a while slows
+  both sides; its spread is the max - min of the per-repetition ratios;
 * ``step_ms_per_request``: wall ms of one recompute step and of one cache step,
   divided by the batch size, at batch 1 and 32 (the longest task length): how
   much of a step batching can share. Where the batch-32 figure is close to the
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import statistics
 import time
 
 import torch
@@ -37,7 +41,7 @@ from dilaserve.engine import DEFAULT_CHECKPOINT, DenoisingEngine
 from dilaserve.suite_decoding import quality_table
 from dilaserve.tasks import TASKS, task_suite
 
-from .common import emit, machine_info, ratio
+from .common import emit, interleaved, machine_info, median_ratio
 
 THRESHOLDS = CANDIDATE_THRESHOLDS
 
@@ -114,23 +118,32 @@ def main(argv=None) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error(f"--device {args.device}: this torch build sees no CUDA GPU; run on a GPU host or use --device cpu")
     engine = DenoisingEngine.from_pretrained(args.checkpoint, device=args.device)
-    repeats = 1 if args.quick else 2
+    # Ratios are medians over repetitions taken in turn (see the module docstring).
+    repeats = 2 if args.quick else 3
 
     mixed = task_suite(12, seed=1)
     random.Random(0).shuffle(mixed)
     workload = mixed[:32]
-    tps = {str(bs): throughput(engine, [x.prompt for x in workload], [x.gen_length for x in workload], True, repeats, bs)
-           for bs in (1, 8, 32)}
+    tps_runs = interleaved({str(bs): (lambda bs=bs: throughput(engine, [x.prompt for x in workload],
+                                                               [x.gen_length for x in workload], True, 1, bs))
+                            for bs in (1, 8, 32)}, repeats)
+    tps = {k: statistics.median(v) for k, v in tps_runs.items()}
 
     pool = task_suite(4 if args.quick else 43, seed=5)[: 12 if args.quick else 128]
     random.Random(0).shuffle(pool)
-    flowing = {str(n): continuous_throughput(engine, [x.prompt for x in pool], [x.gen_length for x in pool], n)
-               for n in (1, 32)}
+    flow_runs = interleaved({str(n): (lambda n=n: continuous_throughput(engine, [x.prompt for x in pool],
+                                                                        [x.gen_length for x in pool], n))
+                             for n in (1, 32)}, repeats)
+    flowing = {k: statistics.median(v) for k, v in flow_runs.items()}
 
     longest = longest_instances(8 if args.quick else 32)
     prompts, lengths = [x.prompt for x in longest], [x.gen_length for x in longest]
-    cached = throughput(engine, prompts, lengths, True, repeats)
-    recompute = throughput(engine, prompts, lengths, False, repeats)
+    cache_runs = interleaved({"cached": lambda: throughput(engine, prompts, lengths, True, 1),
+                              "recompute": lambda: throughput(engine, prompts, lengths, False, 1)}, repeats)
+    cached, recompute = statistics.median(cache_runs["cached"]), statistics.median(cache_runs["recompute"])
+    cache_speedup, cache_spread = median_ratio(cache_runs["cached"], cache_runs["recompute"])
+    batch_speedup, batch_spread = median_ratio(tps_runs["32"], tps_runs["1"])
+    flow_speedup, flow_spread = median_ratio(flow_runs["32"], flow_runs["1"])
     costs = step_costs(engine, prompts, lengths, (1, len(longest)))
 
     suite = task_suite(10 if args.quick else 50, seed=2024)
@@ -138,11 +151,14 @@ def main(argv=None) -> int:
     result = {
         "tokens_per_s": {k: round(v, 1) for k, v in tps.items()},
         # null when the model wrote no answer tokens at all (an untrained checkpoint)
-        "cache_speedup": ratio(cached, recompute),
+        "cache_speedup": cache_speedup,
+        "cache_speedup_spread": cache_spread,
         "cache_tokens_per_s": {"dual_cache": round(cached, 1), "recompute_every_step": round(recompute, 1), "batch": len(longest)},
-        "batch_speedup": ratio(tps["32"], tps["1"]),
+        "batch_speedup": batch_speedup,
+        "batch_speedup_spread": batch_spread,
         "continuous": {"tokens_per_s": {k: round(v, 1) for k, v in flowing.items()},
-                       "batch_speedup": ratio(flowing["32"], flowing["1"]), "requests": len(pool)},
+                       "batch_speedup": flow_speedup, "batch_speedup_spread": flow_spread, "requests": len(pool)},
+        "repetitions": repeats,
         "step_ms_per_request": costs,
         "accuracy": {r.label: round(r.accuracy, 4) for r in rows},
         "mean_steps": {r.label: round(r.mean_steps, 2) for r in rows},

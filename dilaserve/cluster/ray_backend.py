@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
@@ -25,6 +26,7 @@ from ray.exceptions import RayActorError, RayError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from dilaserve.cluster import ray_local
 from dilaserve.cluster.base import (
     Backend, EventSink, InstanceReady, InstanceSpec, InstanceStopped, StepAssignment, StepFinished,
 )
@@ -88,6 +90,32 @@ class InstanceWorker:
             self.engine.release(rid)
 
 
+def _free(inst: "_Instance") -> None:
+    for w in inst.workers:
+        try:
+            ray.kill(w, no_restart=True)
+        except Exception:  # already gone
+            pass
+    try:
+        remove_placement_group(inst.pg)
+    except Exception:
+        pass
+
+
+def _retrieve(fut: asyncio.Future) -> None:
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _gather(refs: list) -> asyncio.Future:
+    """``asyncio.gather`` over Ray object refs whose outcome is always retrieved. A step or
+    launch cancelled at shutdown leaves its gather to finish later, maybe after the loop is
+    gone; unretrieved, it would log "_GatheringFuture exception was never retrieved"."""
+    fut = asyncio.gather(*refs)
+    fut.add_done_callback(_retrieve)
+    return fut
+
+
 @dataclass
 class _Instance:
     spec: InstanceSpec
@@ -96,6 +124,7 @@ class _Instance:
     ready: bool = False
     step_task: Optional[asyncio.Task] = None
     dead: bool = False
+    pids: tuple[int, ...] = ()  # the workers' process ids, once ready
 
 
 class RayBackend(Backend):
@@ -129,6 +158,10 @@ class RayBackend(Backend):
     def instance_ids(self) -> list[str]:
         return [i for i, inst in self._instances.items() if not inst.dead]
 
+    def worker_pids(self) -> dict[str, list[int]]:
+        """Process ids of each ready instance's workers, rank order (for operators and fault drills)."""
+        return {i: list(inst.pids) for i, inst in self._instances.items() if inst.ready and not inst.dead}
+
     def worker_handles(self, instance_id: str) -> list:
         """The actors of an instance (tests use this to kill one)."""
         return list(self._instances[instance_id].workers)
@@ -161,12 +194,13 @@ class RayBackend(Backend):
 
     async def _await_ready(self, inst: _Instance) -> None:
         try:
-            await asyncio.wait_for(asyncio.gather(*(w.ready.remote() for w in inst.workers)), self.config.launch_timeout_s)
+            pids = await asyncio.wait_for(_gather([w.ready.remote() for w in inst.workers]),
+                                          self.config.launch_timeout_s)
         except (RayError, asyncio.TimeoutError) as e:
             log.error("instance %s failed to start (%s); it is removed", inst.spec.instance_id, e)
             self._fail(inst, e)
             return
-        inst.ready = True
+        inst.ready, inst.pids = True, tuple(pids)
         log.info("instance %s ready (TP-%d)", inst.spec.instance_id, inst.spec.tp)
         self._emit(InstanceReady(self.clock(), inst.spec.instance_id))
 
@@ -178,17 +212,12 @@ class RayBackend(Backend):
         self._emit(InstanceStopped(self.clock(), instance_id))
 
     def _teardown(self, inst: _Instance) -> None:
+        """Forget the instance now; free its actors and placement group off the event loop.
+        Those are GCS calls, and a GCS going down with the server would block them (and with
+        them every request) for a minute; a daemon thread never holds up the exit either."""
         inst.dead = True
-        for w in inst.workers:
-            try:
-                ray.kill(w, no_restart=True)
-            except Exception:  # already gone
-                pass
-        try:
-            remove_placement_group(inst.pg)
-        except Exception:
-            pass
         self._instances.pop(inst.spec.instance_id, None)
+        threading.Thread(target=_free, args=(inst,), name=f"free-{inst.spec.instance_id}", daemon=True).start()
 
     def _fail(self, inst: _Instance, exc: BaseException) -> None:
         """An instance died: free it and report it stopped, so its requests are re-queued."""
@@ -207,7 +236,7 @@ class RayBackend(Backend):
 
     async def _await_step(self, inst: _Instance, refs: list, started: float) -> None:
         try:
-            blobs = (await asyncio.gather(*refs))[0]
+            blobs = (await _gather(refs))[0]
         except (RayActorError, RayError) as e:
             log.error("instance %s died during a step (%s): its requests resume elsewhere from their last state",
                       inst.spec.instance_id, type(e).__name__)
@@ -235,12 +264,30 @@ class RayBackend(Backend):
                 w.release.remote(request_ids)
 
     async def shutdown(self, timeout_s: float = 5.0) -> None:
-        """Kill every instance. Bounded: a cluster that is itself going down may never
-        answer a placement-group removal, and shutdown must not hang on it."""
-        for t in list(self._tasks):
+        """Kill every instance, all at once. Bounded: a cluster that is itself going down may
+        never answer a placement-group removal, and shutdown must not hang on it. A local
+        cluster already gone (its process group was signalled with the server) took the
+        instances with it: there is nothing to tear down, and trying would block."""
+        tasks = list(self._tasks)
+        for t in tasks:
             t.cancel()
-        for inst in list(self._instances.values()):
-            try:
-                await asyncio.wait_for(asyncio.to_thread(self._teardown, inst), timeout_s)
-            except asyncio.TimeoutError:
-                log.warning("instance %s did not confirm its teardown within %.0fs", inst.spec.instance_id, timeout_s)
+        # Collect the cancellations, so no step's or launch's future is left unretrieved.
+        await asyncio.wait(tasks, timeout=timeout_s) if tasks else None
+        instances = list(self._instances.values())
+        if not instances:
+            return
+        if not ray_local.cluster_alive():
+            for inst in instances:
+                inst.dead = True
+            self._instances.clear()
+            return
+        for inst in instances:
+            inst.dead = True
+            self._instances.pop(inst.spec.instance_id, None)
+        pending = [asyncio.to_thread(_free, inst) for inst in instances]
+        try:
+            await asyncio.wait_for(asyncio.gather(*pending), timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("instances %s did not confirm their teardown within %.0fs; Ray frees them with the cluster",
+                        ", ".join(i.spec.instance_id for i in instances),
+                        timeout_s)

@@ -20,6 +20,7 @@ from dilaserve.reconfig.monitor import WorkloadMonitor
 from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.schedule.events import RequestOutcome
+from dilaserve.schedule.observer import SchedulerObserver
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
 from dilaserve.schedule.scheduler import GlobalScheduler
 
@@ -49,9 +50,11 @@ def build_control_plane(
     backend: Backend, policy: SchedulerPolicy | str, spec: ControlPlaneSpec,
     predictor: Optional[StepPredictor] = None,
     on_outcome: Optional[Callable[[RequestOutcome], None]] = None,
+    observer: Optional[SchedulerObserver] = None,
 ) -> GlobalScheduler:
     """The scheduler for ``policy`` over ``backend``, with a reconfigurator when both the
-    policy and the spec reconfigure. ``predictor`` is ignored by fixed-threshold policies."""
+    policy and the spec reconfigure. ``predictor`` is ignored by fixed-threshold policies;
+    ``observer`` is told of steps, migrations, plans and instance changes."""
     pol = get_policy(policy)
     reconfigurator = None
     if pol.reconfig and spec.reconfig is not None:
@@ -59,5 +62,5 @@ def build_control_plane(
     return GlobalScheduler(
         backend, spec.profile, pol, control=spec.control, config=spec.scheduler,
         predictor=predictor if pol.selection != "fixed" else None, reconfigurator=reconfigurator,
-        on_outcome=on_outcome, accuracy=spec.accuracy,
+        on_outcome=on_outcome, accuracy=spec.accuracy, observer=observer,
     )

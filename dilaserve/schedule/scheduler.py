@@ -31,6 +31,7 @@ from dilaserve.schedule.events import Event, ReconfigTick, RequestArrived, Reque
 from dilaserve.schedule.filters import instance_filters
 from dilaserve.schedule.migration import migration_policies
 from dilaserve.schedule.migration_points import migration_points
+from dilaserve.schedule.observer import SchedulerObserver
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
 from dilaserve.schedule.pool import InstancePool
 
@@ -50,6 +51,7 @@ class GlobalScheduler:
         reconfigurator: Optional[Reconfigurator] = None,
         on_outcome: Optional[Callable[[RequestOutcome], None]] = None,
         accuracy: Optional[Mapping[float, float]] = None,
+        observer: Optional[SchedulerObserver] = None,
     ):
         self.policy = get_policy(policy)
         p = self.policy
@@ -73,6 +75,7 @@ class GlobalScheduler:
         self.filters = [instance_filters.get(f)() for f in p.filters]
         self.reconfigurator = reconfigurator if p.reconfig else None
         self.on_outcome = on_outcome
+        self.observer = observer or SchedulerObserver()
 
         self.pool = InstancePool()
         self.requests: dict[str, TrackedRequest] = {}
@@ -138,6 +141,7 @@ class GlobalScheduler:
         touched: set[int] = set()
         placed: list[TrackedRequest] = []
         if isinstance(ev, StepFinished):
+            self.observer.on_step(ev)
             self._on_step(ev, touched, placed)
         elif isinstance(ev, RequestArrived):
             self._on_arrival(ev.request, touched, placed)
@@ -218,6 +222,7 @@ class GlobalScheduler:
             return
         self.pool.set_ready(slot)
         touched.add(slot)
+        self.observer.on_instance(instance_id, True)
         if self.executor is not None:
             self.executor.on_ready(instance_id)
 
@@ -227,7 +232,9 @@ class GlobalScheduler:
             self.executor.on_stopped(instance_id)
         if slot is None:
             return
-        for rid in self.pool.remove(slot):
+        removed = self.pool.remove(slot)
+        self.observer.on_instance(instance_id, False)
+        for rid in removed:
             # Only drained instances are stopped; anything left is re-queued, never dropped.
             req = self.requests[rid]
             log.warning("instance %s stopped holding request %s; re-queueing it", instance_id, rid)
@@ -243,6 +250,7 @@ class GlobalScheduler:
         plan = self.reconfigurator.propose(self.now, self.pool.active_specs())
         if plan is not None:
             self.executor = PlanExecutor(plan)  # advanced at the end of this event
+            self.observer.on_plan(plan)
 
     def apply_plan(self, plan) -> bool:
         """Start executing a plan made outside a tick (e.g. by an operator);
@@ -251,6 +259,7 @@ class GlobalScheduler:
             log.warning("reconfiguration refused: the previous plan is still executing")
             return False
         self.executor = PlanExecutor(plan)
+        self.observer.on_plan(plan)
         self._advance_plan()
         return True
 
@@ -297,6 +306,7 @@ class GlobalScheduler:
         self.backend.migrate(req.request_id, self.pool.ids[src], self.pool.ids[dst])
         req.instance = self.pool.ids[dst]
         self.migrations += 1
+        self.observer.on_migration(req.request_id, self.pool.ids[src], self.pool.ids[dst])
         touched.add(dst)
 
     def _defer(self, req: TrackedRequest) -> None:

@@ -9,6 +9,7 @@ cluster of CPU instances (two TP-1 instances, reconfigurable to one TP-2).
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from dilaserve.utils.cli import parse_dataclass
@@ -20,6 +21,8 @@ def main(argv=None) -> int:
     cfg = parse_dataclass(ServeConfig, argv, description=__doc__, prog="python -m dilaserve.serve")
     logging.basicConfig(level=cfg.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import uvicorn
+
+    from dilaserve.cluster import ray_local
 
     from .api import build_app
     from .runtime import ServingRuntime, connect_ray
@@ -35,10 +38,12 @@ def main(argv=None) -> int:
         uvicorn.run(build_app(runtime), host=cfg.host, port=cfg.port, log_level=cfg.log_level,
                     timeout_graceful_shutdown=int(cfg.drain_timeout_s) + 5)
     finally:
-        if started_ray:
-            import ray
-
-            ray.shutdown()
+        if not ray_local.disconnect(started_ray):
+            # Ray's exit hook would wait a minute on the dead GCS, then print an error: skip it.
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
     return 0
 
 

@@ -1,11 +1,18 @@
 """The HTTP API: OpenAI-compatible completions and chat completions, SSE streaming,
-``/v1/models``, ``/health`` and Prometheus ``/metrics``."""
+``/v1/models``, ``/health`` and Prometheus ``/metrics``.
+
+With ``DILASERVE_ADMIN_API=1`` in the server's environment (as vLLM's dev-mode endpoints,
+off by default: it changes the cluster), ``POST /admin/reconfigure`` applies an operator's
+configuration live, e.g. ``{"node_counts": [{"2": 1}]}`` for one TP-2 instance on node 0
+(see :func:`~dilaserve.serve.runtime.reconfigure_to`); ``bench chaos`` uses it.
+"""
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
 import math
+import os
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Optional, Union
 
@@ -15,9 +22,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .protocol import ChatCompletionRequest, CompletionRequest, DecodeInfo, Usage, error_body, new_id, now
-from .runtime import BadRequest, Generation, RequestHandle, ServeError, ServingRuntime
+from .errors import BadRequest, ServeError
+from .runtime import Generation, RequestHandle, ServingRuntime, reconfigure_to
 
 log = logging.getLogger(__name__)
+
+#: Set to 1 to serve ``POST /admin/reconfigure``.
+ADMIN_ENV = "DILASERVE_ADMIN_API"
 
 
 def _error(status: int, message: str, type_: str, param: Optional[str] = None,
@@ -147,6 +158,21 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
         except asyncio.CancelledError:  # the client disconnected mid-stream
             runtime.cancel(handle)
             raise
+
+    if os.environ.get(ADMIN_ENV) == "1":
+        @app.post("/admin/reconfigure")
+        async def admin_reconfigure(body: dict):
+            counts = body.get("node_counts")
+            if not isinstance(counts, list) or not all(isinstance(nc, dict) for nc in counts):
+                raise BadRequest('send {"node_counts": [{"TP": COUNT, ...} per node]}, e.g. [{"2": 1}]', "node_counts")
+            try:
+                parsed = [{int(tp): int(n) for tp, n in nc.items()} for nc in counts]
+                accepted = reconfigure_to(runtime, parsed)
+            except (TypeError, ValueError) as e:
+                raise BadRequest(str(e), "node_counts") from None
+            if not accepted:
+                return _error(409, "a reconfiguration is still executing; retry when it is done", "conflict")
+            return {"accepted": True, "node_counts": counts}
 
     @app.post("/v1/completions")
     async def completions(request: Request, body: CompletionRequest):

@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 class _Request(BaseModel):
     # Unknown OpenAI fields (temperature, top_p, user, ...) are accepted and ignored:
     # denoising here is greedy and the threshold plays the role of the sampler.
-    model_config = ConfigDict(extra="allow")
+    # JSON's 1e999 parses to infinity (and Python's json reads NaN): every number must be finite.
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     model: str
     max_tokens: Optional[int] = Field(default=None, ge=1, description="tokens to generate (rounded up to whole blocks)")

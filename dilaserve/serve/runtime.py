@@ -2,10 +2,11 @@
 
 Requests enter through :meth:`ServingRuntime.submit`, which validates them and
 posts a ``RequestArrived`` event. Backend events (steps finished, instances
-ready or lost) arrive on the same loop; the runtime observes them on their way
-to the scheduler to stream committed blocks and to keep metrics, and resolves
-each request when the scheduler reports its outcome. The scheduler itself is
-the very object the simulator drives.
+ready or lost) arrive on the same loop and go straight to the scheduler; the
+runtime is the scheduler's observer (:class:`~dilaserve.schedule.observer.SchedulerObserver`):
+it is told of every step (to stream committed blocks), migration, plan and
+instance change (for metrics), and resolves each request when the scheduler
+reports its outcome. The scheduler itself is the very object the simulator drives.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from typing import Optional
 
 import numpy as np
 
-from dilaserve.cluster.base import InstanceReady, InstanceSpec, InstanceStopped, StepFinished
+from dilaserve.cluster import ray_local
+from dilaserve.cluster.base import InstanceSpec, StepFinished
 from dilaserve.cluster.ray_backend import RayBackend, RayBackendConfig
 from dilaserve.control.request import TrackedRequest
 from dilaserve.engine.state import RequestState, new_request
@@ -29,10 +31,12 @@ from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule import GlobalScheduler
 from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_plane
 from dilaserve.schedule.events import ReconfigTick, RequestArrived, RequestOutcome
+from dilaserve.schedule.observer import SchedulerObserver
 from dilaserve.schedule.policies import get_policy
 
 from .config import ServeConfig
 from .control_inputs import ControlInputs, load_control_inputs
+from .errors import BadRequest, Overloaded, Unavailable
 from .metrics import ServeMetrics
 
 log = logging.getLogger(__name__)
@@ -41,19 +45,11 @@ log = logging.getLogger(__name__)
 def connect_ray(cfg: ServeConfig) -> bool:
     """Join ``--ray-address`` or start a local cluster; True if this call started Ray.
 
-    Call it before the HTTP server installs its signal handlers: Ray's core worker
-    installs its own SIGTERM handler, which would otherwise pre-empt the graceful drain.
+    Call it before the HTTP server installs its signal handlers (see
+    :func:`dilaserve.cluster.ray_local.connect`).
     """
-    import ray
-
-    if ray.is_initialized():
-        return False
-    if cfg.ray_address:
-        ray.init(address=cfg.ray_address, log_to_driver=False)
-    else:
-        # CPU slots stand in for GPUs: one Ray CPU per TP rank.
-        ray.init(num_cpus=cfg.num_slots if cfg.device == "cpu" else None, include_dashboard=False, log_to_driver=False)
-    return True
+    # CPU slots stand in for GPUs: one Ray CPU per TP rank.
+    return ray_local.connect(cfg.ray_address, cfg.num_slots if cfg.device == "cpu" else None)
 
 
 def cluster_config(cfg: ServeConfig) -> ClusterConfig:
@@ -71,31 +67,6 @@ def control_plane_spec(cfg: ServeConfig, inputs: ControlInputs) -> ControlPlaneS
         rc = rc.with_step_law(inputs.step_law) if inputs.step_law else rc
     return ControlPlaneSpec(inputs.profile, replace(cfg.control, step_law=inputs.step_law), cluster_config(cfg),
                             reconfig=rc, monitor=cfg.monitor, accuracy=inputs.accuracy, scheduler=cfg.scheduler)
-
-
-class ServeError(Exception):
-    """An error the API reports to the client with an HTTP status (and, for overload,
-    a ``Retry-After`` hint in seconds)."""
-
-    status = 500
-    type = "server_error"
-
-    def __init__(self, message: str, param: Optional[str] = None, retry_after_s: Optional[float] = None):
-        super().__init__(message)
-        self.param = param
-        self.retry_after_s = retry_after_s
-
-
-class BadRequest(ServeError):
-    status, type = 400, "invalid_request_error"
-
-
-class Overloaded(ServeError):
-    status, type = 429, "rate_limit_error"
-
-
-class Unavailable(ServeError):
-    status, type = 503, "service_unavailable"
 
 
 @dataclass
@@ -130,7 +101,7 @@ class RequestHandle:
     instances: list[str] = field(default_factory=list)
 
 
-class ServingRuntime:
+class ServingRuntime(SchedulerObserver):
     def __init__(self, cfg: ServeConfig):
         self.cfg = cfg
         policy = get_policy(cfg.policy)  # unknown names fail here, with the list of choices
@@ -144,6 +115,9 @@ class ServingRuntime:
         self.accepting = False
         self.started = False
         self.notes: list[str] = []
+        #: What the control plane runs on, for /health: the step predictor and latency profile.
+        self.predictor_name: Optional[str] = None
+        self.profile_name: Optional[str] = None
         self._ids = itertools.count()
         self._instance_ids = itertools.count()
         self._owns_ray = False
@@ -162,13 +136,15 @@ class ServingRuntime:
                                          usable if self.info.supports_cache else (1,), cfg.block_length)
         self.notes = inputs.notes
         predictor = inputs.oneshot if self.policy.predictor == "oneshot" else inputs.predictor
+        self.predictor_name = predictor.name if self.policy.selection != "fixed" else "none (fixed threshold)"
+        self.profile_name = inputs.profile.name
         self.backend = RayBackend(RayBackendConfig(cfg.model, cfg.device, cfg.torch_threads))
         self.backend.on_failure = self._on_instance_failure
         self.backend.on_step_time = lambda spec, s: self.metrics.step_latency.labels(str(spec.tp)).observe(s)
         spec = control_plane_spec(cfg, inputs)
-        self.scheduler = build_control_plane(self.backend, self.policy, spec, predictor, self._on_outcome)
+        self.scheduler = build_control_plane(self.backend, self.policy, spec, predictor, self._on_outcome, observer=self)
         reconfigurator = self.scheduler.reconfigurator
-        self.backend.bind(self._on_backend_event)  # observe events on their way to the scheduler
+        self._bind_gauges()
         self.scheduler.start(self._initial_specs())
         deadline = time.monotonic() + ready_timeout_s
         while not self._ready_instances() and time.monotonic() < deadline:
@@ -198,7 +174,8 @@ class ServingRuntime:
         """Stop accepting, let in-flight requests finish (bounded), fail the rest, free the cluster."""
         self.accepting = False
         deadline = time.monotonic() + self.cfg.drain_timeout_s
-        while self.handles and time.monotonic() < deadline:
+        # Nothing in flight can finish without a ready instance: stop waiting then.
+        while self.handles and self._ready_instances() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for rid, h in list(self.handles.items()):
             if h.done is not None and not h.done.done():
@@ -212,9 +189,7 @@ class ServingRuntime:
         if self.backend is not None:
             await self.backend.shutdown()
         if self._owns_ray:
-            import ray
-
-            ray.shutdown()
+            ray_local.disconnect(True)
 
     # ================================================================ requests
     def submit(self, prompt: str, max_tokens: Optional[int] = None, slo_ms: Optional[float] = None,
@@ -229,61 +204,91 @@ class ServingRuntime:
         if min_threshold > max(self.cfg.thresholds):
             raise BadRequest(f"min_threshold {min_threshold} is above every candidate threshold {sorted(self.cfg.thresholds)}",
                              "min_threshold")
-        ids = self.info.tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        if not ids:
-            raise BadRequest("the prompt is empty after tokenisation", "prompt")
+        ids = self._tokenize(prompt)
         bl = self.cfg.block_length
         gen_length = bl * math.ceil((max_tokens or self.cfg.default_max_tokens) / bl)
+        self._check_context(len(ids), gen_length)
         now = self.backend.clock()
         if deadline is not None:
             slo_s = deadline - time.time()
         else:
             slo_s = (slo_ms if slo_ms is not None else self.cfg.default_slo_ms) / 1000.0
+        if not math.isfinite(slo_s):  # the API refuses non-finite numbers; Python callers get the same
+            field_ = "deadline" if deadline is not None else "slo_ms"
+            raise BadRequest(f"{field_} must be a finite number", field_)
         rid = f"cmpl-{next(self._ids)}-{int(time.time() * 1000) % 10**8}"
-        try:
-            state = new_request(rid, ids, gen_length, bl, self.info.mask_id, self.info.eos_id,
-                                use_cache=self.info.supports_cache, max_context=self.info.max_context)
-        except ValueError as e:
-            raise BadRequest(str(e), "max_tokens" if "gen_length" in str(e) else "prompt") from None
+        state = new_request(rid, ids, gen_length, bl, self.info.mask_id, self.info.eos_id,
+                            use_cache=self.info.supports_cache, max_context=self.info.max_context)
         handle = RequestHandle(rid, len(ids), slo_s, now)
         handle.done = asyncio.get_running_loop().create_future()
         self.handles[rid] = handle
         req = TrackedRequest(state, arrival=now, deadline=now + slo_s, priority=priority, min_threshold=min_threshold)
         self.scheduler.handle(RequestArrived(now, req))
-        self._refresh_gauges()
         if handle.done.done() and handle.done.exception() is not None:
             raise handle.done.exception()  # refused on arrival: answer at once, before any stream starts
         return handle
+
+    def _tokenize(self, prompt: str) -> list[int]:
+        """The prompt's token ids; a 400 if nothing of it is known to the model.
+
+        A word-level tokenizer (the embedded model's) maps every word outside its vocabulary
+        to the unknown token: a prompt made only of those would be decoded from nothing but
+        ``[UNK]`` and answered with an empty string, so it is refused, naming the words.
+        Subword tokenizers have no unknown words and never reach that branch.
+        """
+        tok = self.info.tokenizer
+        enc = tok(prompt, add_special_tokens=False, return_offsets_mapping=True)
+        ids = list(enc["input_ids"])
+        if not ids:
+            raise BadRequest("the prompt is empty after tokenisation", "prompt")
+        unk = getattr(tok, "unk_token_id", None)
+        if unk is not None and all(i == unk for i in ids):
+            words = [prompt[a:b] for a, b in enc["offset_mapping"]]
+            shown = ", ".join(repr(w) for w in words[:10]) + (f" and {len(words) - 10} more" if len(words) > 10 else "")
+            raise BadRequest(f"every word of the prompt is outside the model's vocabulary ({shown}); "
+                             f"use words the model knows (e.g. a task prompt like 'list : c a f b')", "prompt")
+        return ids
+
+    def _check_context(self, prompt_tokens: int, gen_length: int) -> None:
+        """A 400 naming the field to change when prompt + answer exceed the model's context."""
+        limit, bl = self.info.max_context, self.cfg.block_length
+        if limit is None or prompt_tokens + gen_length <= limit:
+            return
+        if prompt_tokens + bl > limit:
+            raise BadRequest(f"the prompt has {prompt_tokens} tokens, too many for the model's context of {limit} "
+                             f"tokens with room for one {bl}-token block of answer: shorten the prompt", "prompt")
+        most = (limit - prompt_tokens) // bl * bl
+        raise BadRequest(f"max_tokens rounds up to {gen_length} tokens, but with this {prompt_tokens}-token prompt "
+                         f"the model's context of {limit} tokens leaves room for at most {most}: lower max_tokens",
+                         "max_tokens")
 
     def cancel(self, handle: RequestHandle) -> None:
         """The client went away: free its slot (its in-flight step is dropped)."""
         if self.handles.pop(handle.request_id, None) is not None:
             self.scheduler.cancel(handle.request_id)
             self.metrics.requests.labels("cancelled").inc()
-            self._refresh_gauges()
 
-    # ================================================================ events
-    def _on_backend_event(self, ev) -> None:
-        if isinstance(ev, StepFinished):
-            for st in ev.states:
-                h = self.handles.get(st.request_id)
-                if h is None:
-                    continue
-                h.last_state = st
-                if not h.instances or h.instances[-1] != ev.instance_id:
-                    h.instances.append(ev.instance_id)
-                if st.thresholds_used:
-                    self.metrics.threshold.observe(st.thresholds_used[-1])
-                self._stream(h, st)
-        migrations = self.scheduler.migrations
-        executor = self.scheduler.executor
-        self.scheduler.handle(ev)
-        self.metrics.migrations.inc(self.scheduler.migrations - migrations)
-        if self.scheduler.executor is not executor and self.scheduler.executor is not None:
-            self.metrics.reconfigurations.inc()
-        if isinstance(ev, (InstanceReady, InstanceStopped)):
-            self._refresh_instances()
-        self._refresh_gauges()
+    # ================================================================ scheduler observer
+    def on_step(self, ev: StepFinished) -> None:
+        for st in ev.states:
+            h = self.handles.get(st.request_id)
+            if h is None:
+                continue
+            h.last_state = st
+            if not h.instances or h.instances[-1] != ev.instance_id:
+                h.instances.append(ev.instance_id)
+            if st.thresholds_used:
+                self.metrics.threshold.observe(st.thresholds_used[-1])
+            self._stream(h, st)
+
+    def on_migration(self, request_id: str, src: str, dst: str) -> None:
+        self.metrics.migrations.inc()
+
+    def on_plan(self, plan) -> None:
+        self.metrics.reconfigurations.inc()
+
+    def on_instance(self, instance_id: str, ready: bool) -> None:
+        self._refresh_instances()
 
     def _stream(self, h: RequestHandle, st: RequestState) -> None:
         """Queue the text of every block that is now fully committed."""
@@ -344,13 +349,14 @@ class ServingRuntime:
     async def _tick_loop(self) -> None:
         while True:
             await asyncio.sleep(self.cfg.reconfig.interval_s)
-            self._on_backend_event(ReconfigTick(self.backend.clock()))
+            self.scheduler.handle(ReconfigTick(self.backend.clock()))
 
     # ================================================================ metrics
-    def _refresh_gauges(self) -> None:
+    def _bind_gauges(self) -> None:
+        """Queue gauges read the scheduler when scraped, so they are never stale."""
         s = self.scheduler
-        self.metrics.waiting.set(len(s.deferred))
-        self.metrics.running.set(s.in_flight - len(s.deferred))
+        self.metrics.waiting.set_function(lambda: len(s.deferred))
+        self.metrics.running.set_function(lambda: s.in_flight - len(s.deferred))
 
     def _refresh_instances(self) -> None:
         pool = self.scheduler.pool
@@ -360,7 +366,9 @@ class ServingRuntime:
 
     def status(self) -> dict:
         return {
-            "model": self.model_name, "policy": self.policy.name, "instances": self._ready_instances(),
+            "model": self.model_name, "policy": self.policy.name, "predictor": self.predictor_name,
+            "profile": self.profile_name, "instances": self._ready_instances(),
+            "worker_pids": self.backend.worker_pids() if self.backend else {},
             "running": self.scheduler.in_flight if self.scheduler else 0, "notes": self.notes,
             # the quality floors a request may ask for (min_threshold) go up to the highest
             "thresholds": sorted(self.cfg.thresholds),
@@ -382,7 +390,4 @@ def reconfigure_to(runtime: ServingRuntime, node_counts: list[dict[int, int]]) -
                          f"requests; measure them first (`make artifacts`) or choose from TP {list(sched.profile.tp_degrees)}")
     reconf = sched.reconfigurator or Reconfigurator(cluster_config(cfg), sched.profile)
     plan = reconf.plan_to(node_counts, sched.pool.active_specs())
-    ok = sched.apply_plan(plan)
-    if ok:
-        runtime.metrics.reconfigurations.inc()
-    return ok
+    return sched.apply_plan(plan)  # the runtime counts it, as the scheduler's observer

@@ -4,6 +4,8 @@ import pytest
 
 from dilaserve.cluster.base import InstanceReady, InstanceSpec, InstanceStopped, StepFinished
 from dilaserve.predict.base import OneShotPredictor
+from dilaserve.reconfig.config import ClusterConfig
+from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule import GlobalScheduler, RequestArrived, SchedulerPolicy, policies
 from tests.control.builders import commit, default_profile, make_request
 from tests.schedule.fake_backend import RecordingBackend
@@ -201,3 +203,44 @@ def test_cancel_frees_the_slot_and_drops_the_in_flight_result():
     assert "r0" not in sched.requests and r1.instance == "a"
     assert [x.state.request_id for x in be.last_batch("a")] == ["r1"]
     assert not sched.cancel("r0") and sched.cancel("r1") and sched.in_flight == 0
+
+
+class Watcher:
+    """A scheduler observer that records what it is told, and when."""
+
+    def __init__(self, sched_box):
+        self.box, self.calls = sched_box, []
+
+    def on_step(self, ev):
+        # the step is reported before the scheduler adopts it: no outcome for it yet
+        self.calls.append(("step", ev.instance_id, len(self.box[0].outcomes)))
+
+    def on_migration(self, rid, src, dst):
+        self.calls.append(("migration", rid, src, dst))
+
+    def on_plan(self, plan):
+        self.calls.append(("plan", plan))
+
+    def on_instance(self, iid, ready):
+        self.calls.append(("instance", iid, ready))
+
+
+def test_observer_is_told_of_steps_migrations_instances_and_plans():
+    box = []
+    w = Watcher(box)
+    sched, be = cluster(specs=[spec("a")], observer=w)
+    box.append(sched)
+    assert w.calls == [("instance", "a", True)]
+    arrive(sched, make_request("r0", use_cache=False))
+    arrive(sched, make_request("r1", use_cache=False))
+    sched.start([spec("b")])
+    sched.handle(InstanceReady(0.0, "b"))
+    finish_step(sched, be, "a", 0.1)
+    migrated = [c for c in w.calls if c[0] == "migration"]
+    assert ("step", "a", 0) in w.calls and migrated == [("migration", m[0], "a", "b") for m in be.migrations]
+    assert migrated, "one of the two requests on a moves to the empty instance b"
+    plan = Reconfigurator(ClusterConfig(nodes=1, gpus_per_node=2, tp_degrees=(1, 2)), default_profile()).plan_to(
+        [{2: 1}], sched.pool.active_specs())
+    assert sched.apply_plan(plan) and w.calls[-1] == ("plan", plan)
+    sched.handle(InstanceStopped(0.2, "a"))
+    assert ("instance", "a", False) in w.calls

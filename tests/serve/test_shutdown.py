@@ -1,4 +1,5 @@
 """Shutdown on SIGTERM: in-flight requests are drained (or failed cleanly), then the process exits."""
+import os
 import signal
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import httpx
 import pytest
 import ray
 
+from dilaserve.serve.launcher import start_server
 from dilaserve.utils.net import free_port
 from tests.serve.test_faults import LONG, wait_until
 
@@ -47,3 +49,22 @@ def _healthy(url):
         return httpx.get(url + "/health", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_sigterm_to_the_whole_process_group_is_prompt_and_quiet():
+    """A process manager stopping the job signals the server's group, its own Ray cluster
+    included: the server must not wait on the dead cluster (teardown timeouts, then Ray's
+    "Failed to connect to GCS within 60 seconds")."""
+    server = start_server(extra_args=["--reconfig-interval-s", "0"], timeout_s=300)
+    try:
+        t0 = time.monotonic()
+        os.killpg(server.pid, signal.SIGTERM)  # start_server gave the server its own group
+        rc = server.proc.wait(timeout=120)
+        elapsed = time.monotonic() - t0
+    finally:
+        server.stop()
+    log = server.log_path.read_text(errors="replace")
+    assert elapsed < 30, f"took {elapsed:.0f}s to exit:\n{log[-2000:]}"
+    assert rc in (0, 15, -15, 143)
+    for noise in ("did not confirm", "Failed to connect to GCS", "Traceback"):
+        assert noise not in log, log[-2000:]
