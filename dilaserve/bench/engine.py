@@ -22,7 +22,12 @@ Reports, on the embedded default model:
   batch-1 one the engine is compute-bound and batching cannot help much;
 * ``accuracy`` / ``mean_steps``: per threshold on the task suite, plus the
   one-token-per-step reference under ``"sequential"``; ``accuracy_by_task``
-  splits the accuracy by task;
+  splits the accuracy by task; ``tokens_per_step``: canvas positions committed
+  per step (LLaDA on GSM8K commits 3.25 at 0.9);
+* ``accuracy_by_canvas``: accuracy at threshold 0.9 on the same suite with the
+  canvas at 1x, 2x and 3x each task's generation length (capped at the
+  context), the rest of the canvas left to EOS as a generous ``max_tokens``
+  leaves it; ``accuracy_by_canvas_by_task`` splits it by task;
 * ``machine``.
 All ratios come from one run on one machine.
 """
@@ -38,7 +43,7 @@ import torch
 
 from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 from dilaserve.engine import DEFAULT_CHECKPOINT, DenoisingEngine
-from dilaserve.suite_decoding import quality_table
+from dilaserve.suite_decoding import accuracy_by_canvas, quality_table
 from dilaserve.tasks import TASKS, task_suite
 
 from .common import emit, interleaved, machine_info, median_ratio
@@ -148,6 +153,7 @@ def main(argv=None) -> int:
 
     suite = task_suite(10 if args.quick else 50, seed=2024)
     rows = quality_table(engine, suite, list(THRESHOLDS) + [math.inf])
+    canvas = accuracy_by_canvas(engine, suite)
     result = {
         "tokens_per_s": {k: round(v, 1) for k, v in tps.items()},
         # null when the model wrote no answer tokens at all (an untrained checkpoint)
@@ -163,6 +169,9 @@ def main(argv=None) -> int:
         "accuracy": {r.label: round(r.accuracy, 4) for r in rows},
         "mean_steps": {r.label: round(r.mean_steps, 2) for r in rows},
         "accuracy_by_task": {r.label: {t: round(a, 4) for t, a in r.by_task.items()} for r in rows},
+        "tokens_per_step": {r.label: round(r.tokens_per_step, 2) for r in rows},
+        "accuracy_by_canvas": {k: round(v["accuracy"], 4) for k, v in canvas.items()},
+        "accuracy_by_canvas_by_task": {k: {t: round(a, 4) for t, a in v["by_task"].items()} for k, v in canvas.items()},
         "suite_size": len(suite),
         "checkpoint": engine.lm.name,
         "quick": args.quick,

@@ -48,6 +48,10 @@ class Generation:
     steps: int
     recompute_steps: int
     thresholds: list = field(default_factory=list)
+    #: ``stop``: the model ended its answer inside the canvas; ``length``: the canvas ran out first.
+    finish_reason: Optional[str] = None
+    #: canvas positions committed over all steps (answer and EOS alone, before the EOS fill)
+    tokens_committed: int = 0
 
 
 def check_threshold(threshold: float) -> Optional[str]:
@@ -102,16 +106,20 @@ class DenoisingEngine:
 
     def new_request(
         self, prompt: str | Sequence[int], gen_length: int, block_length: int = 32,
-        use_cache: bool = True, request_id: Optional[str] = None,
+        use_cache: bool = True, request_id: Optional[str] = None, max_tokens: Optional[int] = None,
     ) -> RequestState:
-        """Validate and build a request (raises ``ValueError`` with a fix on bad input)."""
+        """Validate and build a request (raises ``ValueError`` with a fix on bad input).
+
+        ``gen_length`` is the canvas, an upper bound: the answer ends at the model's EOS.
+        ``max_tokens`` caps the answer inside it (None: the whole canvas).
+        """
         ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
             raise ValueError("the prompt is empty: send at least one token")
         return new_request(
             request_id or f"req-{next(self._ids)}-{uuid.uuid4().hex[:6]}", ids, gen_length, block_length,
             self.lm.mask_id, self.lm.eos_id, use_cache=use_cache and self.lm.supports_cache,
-            max_context=self.lm.max_context,
+            max_context=self.lm.max_context, max_tokens=max_tokens,
         )
 
     def restore(self, blob: bytes) -> RequestState:
@@ -254,6 +262,7 @@ class DenoisingEngine:
             self.step(active, [thr] * len(active))
             active = [s for s in active if not s.finished]
         return [
-            Generation(s.request_id, self.decode(s), s.answer_ids().tolist(), s.steps_done, s.recompute_steps_done, list(s.thresholds_used))
+            Generation(s.request_id, self.decode(s), s.answer_ids().tolist(), s.steps_done, s.recompute_steps_done,
+                       list(s.thresholds_used), s.finish_reason, sum(s.tokens_per_step))
             for s in states
         ]

@@ -46,6 +46,11 @@ class RequestState:
     ``apply_step`` is the only writer of the canvas: it commits masked positions
     of the current block and keeps two counters of that block (tokens committed,
     whether an EOS is among them), so progress queries never scan the canvas.
+
+    The canvas is an upper bound on the answer, as ``max_tokens`` is for an
+    OpenAI client: the model ends its answer with EOS wherever it is done, and
+    the rest of the canvas becomes EOS padding. ``max_tokens`` (None: the whole
+    canvas) caps the answer inside a canvas of whole blocks.
     """
 
     request_id: str
@@ -67,6 +72,8 @@ class RequestState:
     #: Confidence statistics of the last step over the masked positions of the
     #: block it decoded (before committing). Zeros before the first step.
     conf_stats: np.ndarray = field(default=None)  # type: ignore[assignment]
+    #: Most answer tokens the client accepts (None: the whole canvas); at most ``gen_length``.
+    max_tokens: Optional[int] = None
 
     def __post_init__(self) -> None:
         self.prompt_ids = np.asarray(self.prompt_ids, dtype=np.int64)
@@ -79,6 +86,9 @@ class RequestState:
                 f"block_length {self.block_length} does not divide gen_length {self.gen_length}: "
                 f"choose a gen_length that is a multiple of {self.block_length}"
             )
+        if self.max_tokens is not None and not 1 <= self.max_tokens <= self.gen_length:
+            raise ValueError(f"max_tokens {self.max_tokens} must lie in 1..gen_length ({self.gen_length}): "
+                             "the canvas holds the answer, so make gen_length at least max_tokens")
         if self.response is None:
             self.response = np.full(self.gen_length, self.mask_id, dtype=np.int64)
         else:
@@ -215,11 +225,25 @@ class RequestState:
         else:
             self.finished = True
 
+    @property
+    def answer_limit(self) -> int:
+        """Most answer tokens the canvas may return: ``max_tokens``, or the whole canvas."""
+        return self.gen_length if self.max_tokens is None else self.max_tokens
+
     def answer_ids(self) -> np.ndarray:
-        """Committed response tokens up to (not including) the first EOS."""
-        eos = np.flatnonzero(self.response == self.eos_id)
-        end = int(eos[0]) if eos.size else self.gen_length
+        """Committed response tokens up to (not including) the first EOS, at most ``answer_limit``."""
+        eos = np.flatnonzero(self.response[: self.answer_limit] == self.eos_id)
+        end = int(eos[0]) if eos.size else self.answer_limit
         return self.response[:end]
+
+    @property
+    def finish_reason(self) -> Optional[str]:
+        """OpenAI's ``finish_reason`` of a finished request: ``stop`` when the model ended its
+        answer (an EOS within ``answer_limit``), ``length`` when the answer filled the canvas
+        or ``max_tokens`` without ending; None while decoding."""
+        if not self.finished:
+            return None
+        return "stop" if (self.response[: self.answer_limit] == self.eos_id).any() else "length"
 
     # ------------------------------------------------------------- migration
     _ARRAYS = ("prompt_ids", "response", "conf_stats")
@@ -231,7 +255,7 @@ class RequestState:
             for k in (
                 "request_id", "gen_length", "block_length", "mask_id", "eos_id", "use_cache",
                 "block_index", "steps_done", "recompute_steps_done", "block_cached", "finished",
-                "thresholds_used", "tokens_per_step",
+                "thresholds_used", "tokens_per_step", "max_tokens",
             )
         }
         header["arrays"] = {}
@@ -285,11 +309,12 @@ def new_request(
     eos_id: int,
     use_cache: bool = True,
     max_context: Optional[int] = None,
+    max_tokens: Optional[int] = None,
 ) -> RequestState:
     """Build a fresh request, checking it against the model's context limit."""
     state = RequestState(
         request_id=request_id, prompt_ids=prompt_ids, gen_length=gen_length,
-        block_length=block_length, mask_id=mask_id, eos_id=eos_id, use_cache=use_cache,
+        block_length=block_length, mask_id=mask_id, eos_id=eos_id, use_cache=use_cache, max_tokens=max_tokens,
     )
     if max_context is not None and state.num_tokens > max_context:
         raise ValueError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import platform
 from pathlib import Path
+from typing import Optional
 
 
 def training_stages(log: dict) -> list[dict]:
@@ -20,7 +21,12 @@ def training_stages(log: dict) -> list[dict]:
     return chain[::-1]
 
 
-def render(path: Path, rows, per_task: int, log: dict) -> str:
+def _cpu(st: dict) -> str:
+    """A run's CPU minutes where it recorded them (older runs recorded wall time only)."""
+    return f"{float(st['cpu_minutes']):.1f}" if st.get("cpu_minutes") is not None else ""
+
+
+def render(path: Path, rows, per_task: int, log: dict, canvas: Optional[dict] = None) -> str:
     cfg = log.get("config", {})
     lines = [
         f"# {path.name}: the embedded default masked-diffusion model",
@@ -32,20 +38,25 @@ def render(path: Path, rows, per_task: int, log: dict) -> str:
         "",
         "## Training",
         "",
-        f"- last run: {log.get('steps')} steps, wall time {log.get('minutes')} min on {platform.machine()} CPU",
+        f"- last run: {log.get('steps')} steps, wall time {log.get('minutes')} min on {platform.machine()} CPU"
+        + (f" ({_cpu(log)} CPU minutes)" if _cpu(log) else ""),
         f"- its config: `{json.dumps({k: v for k, v in cfg.items() if k != 'out'})}`",
     ]
     stages = training_stages(log)
     if len(stages) > 1:
         total_steps = sum(st.get("steps") or 0 for st in stages)
         total_min = sum(st.get("minutes") or 0 for st in stages)
+        timed = [st for st in stages if _cpu(st)]
+        cpu = (f" The runs that recorded their CPU time ({', '.join(str(stages.index(st) + 1) for st in timed)}) took "
+               f"{sum(float(st['cpu_minutes']) for st in timed):.1f} CPU minutes: on a shared machine a run gets "
+               "less CPU than its wall time." if timed else "")
         lines += ["", f"Trained in {len(stages)} runs, each continuing from the one before: {total_steps} steps, "
-                  f"{total_min:.1f} min in all.", "",
-                  "| run | steps | minutes | tasks | task stages | curriculum steps | lr | threads | note |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  f"{total_min:.1f} min in all.{cpu}", "",
+                  "| run | steps | minutes | CPU minutes | tasks | task stages | curriculum steps | lr | threads | note |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for i, st in enumerate(stages, 1):
             c = st.get("config", {})
-            lines.append(f"| {i} | {st.get('steps')} | {float(st.get('minutes') or 0):.1f} | {' '.join(c.get('tasks', []))} | "
+            lines.append(f"| {i} | {st.get('steps')} | {float(st.get('minutes') or 0):.1f} | {_cpu(st)} | {' '.join(c.get('tasks', []))} | "
                          f"{' '.join(c.get('task_stages', []))} | {c.get('curriculum_steps')} | {c.get('lr')} | {c.get('threads')} | "
                          f"{st.get('note', '')} |")
     lines += [
@@ -54,11 +65,22 @@ def render(path: Path, rows, per_task: int, log: dict) -> str:
         "",
     ]
     tasks = sorted({t for r in rows for t in r.by_task})
-    lines += ["| threshold | accuracy | mean steps | " + " | ".join(f"`{t}`" for t in tasks) + " |",
-              "| --- | --- | --- |" + " --- |" * len(tasks)]
-    lines += [f"| {r.label} | {r.accuracy:.3f} | {r.mean_steps:.2f} | " + " | ".join(f"{r.by_task.get(t, 0):.2f}" for t in tasks) + " |"
-              for r in rows]
-    lines += ["", "`sequential` commits one token per step: the quality reference for the thresholds.", ""]
+    lines += ["| threshold | accuracy | mean steps | tokens per step | " + " | ".join(f"`{t}`" for t in tasks) + " |",
+              "| --- | --- | --- | --- |" + " --- |" * len(tasks)]
+    lines += [f"| {r.label} | {r.accuracy:.3f} | {r.mean_steps:.2f} | {r.tokens_per_step:.2f} | "
+              + " | ".join(f"{r.by_task.get(t, 0):.2f}" for t in tasks) + " |" for r in rows]
+    lines += ["", "`sequential` commits one token per step: the quality reference for the thresholds. Tokens per",
+              "step count every canvas position a step commits (answer and EOS); the task columns are the",
+              "accuracy per task, the per-task quality curve.", ""]
+    if canvas:
+        lines += ["## Any canvas (threshold 0.9)", "",
+                  "The canvas at k times each task's generation length (capped at the context), the rest left",
+                  "to EOS, as a client's generous `max_tokens` leaves it:", "",
+                  "| canvas | accuracy | " + " | ".join(f"`{t}`" for t in tasks) + " |",
+                  "| --- | --- |" + " --- |" * len(tasks)]
+        lines += [f"| {k}x | {v['accuracy']:.3f} | " + " | ".join(f"{v['by_task'].get(t, 0):.2f}" for t in tasks) + " |"
+                  for k, v in canvas.items()]
+        lines += [""]
     best = max((r.accuracy for r in rows if r.label == "0.9"), default=0.0)
     if best < 0.9:
         lines += [

@@ -21,7 +21,8 @@ class DiLaConfig(PretrainedConfig):
             attends to everything, bidirectionally). The prompt's K/V then do not
             depend on the response, so the dual cache keeps them exact; without it
             a model can keep answer state ("which items are written") in the
-            prompt positions, which goes stale between recompute steps.
+            prompt positions, which goes stale between recompute steps. A full
+            forward then needs ``prompt_lengths`` (it raises without them).
     """
 
     model_type = "dila"

@@ -184,11 +184,23 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
             past_mask: (B, S) 1 for cached keys to attend to, 0 for padding; the
                 block's own positions are attended to whatever it says.
             return_kv: return each layer's K/V for caching.
-            prompt_lengths: (B,) prompt length per row; with ``config.isolate_prompt``
-                the prompt then attends only to itself (a cache step feeds response
-                tokens only, so it needs none).
+            prompt_lengths: (B,) prompt length per row. With ``config.isolate_prompt``
+                (the default) a full pass needs it: the prompt attends only to itself,
+                and a canvas does not say where its prompt ends (a committed answer
+                is made of the prompt's own words), so a full pass without it raises
+                rather than let the prompt see the response. A cache step feeds
+                response tokens only and needs none.
         """
+        if prompt_lengths is None and self.config.isolate_prompt and past_kv is None:
+            raise ValueError(
+                "this model's prompt attends only to itself (config.isolate_prompt), and a canvas does not "
+                "say where its prompt ends: pass prompt_lengths=torch.tensor([...]), one prompt length per "
+                "row, e.g. model(input_ids, prompt_lengths=torch.tensor([len(prompt_ids)]))"
+            )
         B, T = input_ids.shape
+        if prompt_lengths is not None and tuple(prompt_lengths.shape) != (B,):
+            raise ValueError(f"prompt_lengths has shape {tuple(prompt_lengths.shape)} but input_ids has {B} rows: "
+                             f"pass one prompt length per row, shape ({B},)")
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
         last = int(position_ids.max())  # one device sync, shared by both checks below
@@ -211,7 +223,7 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
             H, D = past_kv[0][0].shape[1], past_kv[0][0].shape[3]
             block_index = position_ids[:, None, :, None].expand(B, H, T, D)
         key_mask = keys[:, None, None, :]  # broadcast over heads and queries
-        if prompt_lengths is not None and self.config.isolate_prompt and past_kv is None:
+        if self.config.isolate_prompt and past_kv is None:
             in_prompt = position_ids < prompt_lengths.to(position_ids.device)[:, None]  # (B, T)
             # query i may see key j unless i is in the prompt and j is not
             allowed = keys[:, None, :] & (~in_prompt[:, :, None] | in_prompt[:, None, :])

@@ -8,6 +8,12 @@ cross-entropy on masked tokens weighted by 1/t, normalised by the response
 length. The prompt is never masked. Training answers are random valid
 answers (shuffled items, sampled forms), so the model learns the genuinely
 multi-modal answer distribution that makes low thresholds risky.
+
+Variable canvas: a share of the batches (``--extra-eos-share``) follow the
+answer with a random number of extra ``[EOS]`` blocks, up to the context limit,
+as LLaDA's SFT pads its answers. The model then answers in any canvas at least
+as long as its answer, and a client's generous ``max_tokens`` is an upper bound
+rather than a length the answer must fill.
 """
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from dilaserve.tasks import TASKS, Task
+from dilaserve.tasks import BLOCK_LENGTH, TASKS, Task
 from dilaserve.utils.cli import option, parse_dataclass
 
 from .configuration import DiLaConfig
@@ -59,8 +65,13 @@ class TrainConfig:
         "task curriculum, entries STEP:task+task: before STEP, train only on those tasks (after the last "
         "entry, on all of --tasks); copying the prompt is learned on the simplest task first, and mixing in "
         "harder tasks from the start delays it by thousands of steps")
+    extra_eos_share: float = option(
+        0.5, "share of batches whose canvas gets 1 to N extra blocks of [EOS] after the answer (N: as many as the "
+        "context holds), so the model answers in any canvas at least as long as its answer; 0 trains every answer "
+        "in its own canvas only")
     init_from: str = option("", "start from the weights of this checkpoint folder (fresh optimizer) instead of random")
     threads: int = option(0, "torch intra-op threads (0: torch's default); 1 is faster on a shared machine")
+    note: str = option("", "one line on what this run changed, for the model card's runs table")
 
     def __post_init__(self) -> None:
         unknown = set(self.tasks) - set(TASKS)
@@ -69,6 +80,8 @@ class TrainConfig:
         self._stages = self.stages()  # validated once; tasks_at runs every optimizer step
         if self.max_steps < 1 or self.batch_size < 1:
             raise ValueError("max_steps and batch_size must be at least 1")
+        if not 0.0 <= self.extra_eos_share <= 1.0:
+            raise ValueError(f"--extra-eos-share {self.extra_eos_share} must lie in [0, 1], e.g. 0.5")
 
     def stages(self) -> list[tuple[int, list[str]]]:
         """``task_stages`` parsed into ``(end_step, task names)``, ascending."""
@@ -96,26 +109,46 @@ class Batch(NamedTuple):
     masked: torch.Tensor          # (B, T) True where the loss applies
     t: torch.Tensor               # (B, 1) mask ratio per sequence
     gen_length: int               # response canvas length (shared by the batch)
+    #: the task's own canvas (without extra EOS blocks): the loss's normaliser, so extra
+    #: blocks add their (easy) EOS loss without diluting the answer's
+    loss_length: int
     weight: torch.Tensor          # (B, T) loss weight: 0 on EOS padding during the curriculum
     prompt_lengths: torch.Tensor  # (B,) for the model's prompt isolation
 
 
+def extra_blocks(rng: random.Random, share: float, room: int) -> int:
+    """Extra EOS blocks for one batch: none with probability ``1 - share``, else 1 to ``room`` uniformly."""
+    if room < 1 or rng.random() >= share:
+        return 0
+    return rng.randint(1, room)
+
+
 def make_batch(tasks: list[Task], tok, batch_size: int, rng: random.Random, gen: torch.Generator, eps: float,
-               curriculum: bool = False) -> Batch:
-    """One training batch of a single task and generation length (little padding)."""
+               curriculum: bool = False, extra_eos_share: float = 0.0, max_len: int = 256) -> Batch:
+    """One training batch of a single task and generation length (little padding).
+
+    With probability ``extra_eos_share`` the batch's canvas grows by whole blocks of EOS
+    (as many as fit in ``max_len`` tokens at most); fewer sequences then keep its token
+    count, and so the step's cost, near that of an answer-sized batch.
+    """
     task = rng.choice(tasks)
     size = rng.choice(task.sizes)
     target_len = task.sample(rng, size).gen_length
     sizes = [s for s in task.sizes if task.sample(random.Random(0), s).gen_length == target_len]
+    insts = [task.sample(rng, rng.choice(sizes)) for _ in range(batch_size)]
+    plen = max(len(i.prompt.split()) for i in insts)
+    extra = extra_blocks(rng, extra_eos_share, (max_len - plen - target_len) // BLOCK_LENGTH)
+    canvas = target_len + extra * BLOCK_LENGTH
+    if extra:
+        insts = insts[: max(8, batch_size * (plen + target_len) // (plen + canvas))]
+        batch_size = len(insts)
     prompts, responses = [], []
     eos = tok.eos_token_id
-    for _ in range(batch_size):
-        inst = task.sample(rng, rng.choice(sizes))
+    for inst in insts:
         ans = tok.convert_tokens_to_ids(task.sample_answer(inst, rng))
         prompts.append(tok.convert_tokens_to_ids(inst.prompt.split()))
-        responses.append(ans + [eos] * (inst.gen_length - len(ans)))
-    plen = max(len(p) for p in prompts)
-    T = plen + target_len
+        responses.append(ans + [eos] * (canvas - len(ans)))
+    T = plen + canvas
     ids = torch.full((batch_size, T), tok.pad_token_id, dtype=torch.long)
     attn = torch.zeros(batch_size, T, dtype=torch.bool)
     is_resp = torch.zeros(batch_size, T, dtype=torch.bool)
@@ -133,10 +166,11 @@ def make_batch(tasks: list[Task], tok, batch_size: int, rng: random.Random, gen:
     masked = (torch.rand(batch_size, T, generator=gen) < t) & is_resp
     noisy = torch.where(masked, torch.full_like(ids, tok.mask_token_id), ids)
     weight = (~padding).float() if curriculum else torch.ones(batch_size, T)
-    return Batch(noisy, attn, ids, masked, t, target_len, weight, torch.tensor([len(p) for p in prompts]))
+    return Batch(noisy, attn, ids, masked, t, canvas, target_len, weight, torch.tensor([len(p) for p in prompts]))
 
 
 def masked_diffusion_loss(logits, targets, masked, t, gen_length: int, weight=None) -> torch.Tensor:
+    """Cross-entropy on masked tokens weighted by 1/t, per sequence over ``gen_length`` tokens, batch mean."""
     ce = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (B, T)
     if weight is not None:
         ce = ce * weight
@@ -201,8 +235,9 @@ def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusi
     model = load_for_training(cfg.init_from, tok) if cfg.init_from else build_model(cfg, tok)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     start = last_save = time.time()
+    cpu_start = time.process_time()  # on a shared machine a run gets less CPU than its wall time
     losses: list[float] = []
-    log: dict = {"losses": []}
+    log: dict = {"losses": [], "note": cfg.note}
     if cfg.init_from:
         log["init_from_log"] = earlier_run(Path(cfg.init_from))
     bar = tqdm(range(cfg.max_steps), disable=not progress, desc="train", mininterval=5)
@@ -211,9 +246,10 @@ def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusi
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
         tasks = [TASKS[n] for n in cfg.tasks_at(step)]
-        b = make_batch(tasks, tok, cfg.batch_size, rng, gen, cfg.eps, curriculum=step < cfg.curriculum_steps)
+        b = make_batch(tasks, tok, cfg.batch_size, rng, gen, cfg.eps, curriculum=step < cfg.curriculum_steps,
+                       extra_eos_share=cfg.extra_eos_share, max_len=model.config.max_position_embeddings)
         logits = model(b.noisy, attention_mask=b.attention, prompt_lengths=b.prompt_lengths).logits
-        loss = masked_diffusion_loss(logits, b.targets, b.masked, b.t, b.gen_length, b.weight)
+        loss = masked_diffusion_loss(logits, b.targets, b.masked, b.t, b.loss_length, b.weight)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -225,11 +261,13 @@ def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusi
             log["losses"].append([step, round(avg, 5)])
         elapsed = time.time() - start
         if time.time() - last_save > cfg.save_every_minutes * 60:
-            save_checkpoint(model, tok, cfg, {**log, "steps": step + 1, "minutes": elapsed / 60})
+            save_checkpoint(model, tok, cfg, {**log, "steps": step + 1, "minutes": elapsed / 60,
+                                              "cpu_minutes": (time.process_time() - cpu_start) / 60})
             last_save = time.time()
         if elapsed > cfg.max_minutes * 60:
             break
-    log.update(steps=step + 1, minutes=round((time.time() - start) / 60, 2))
+    log.update(steps=step + 1, minutes=round((time.time() - start) / 60, 2),
+               cpu_minutes=round((time.process_time() - cpu_start) / 60, 2))
     save_checkpoint(model, tok, cfg, log)
     return model, log
 

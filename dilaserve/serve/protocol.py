@@ -21,7 +21,7 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     model: str
-    max_tokens: Optional[int] = Field(default=None, ge=1, description="tokens to generate (rounded up to whole blocks)")
+    max_tokens: Optional[int] = Field(default=None, ge=1, description="most tokens to generate: the answer ends at the model's EOS (finish_reason stop) or here (length)")
     stream: bool = False
     n: int = Field(default=1, ge=1, le=1, description="only n=1 is supported")
     slo_ms: Optional[float] = Field(default=None, gt=0, description="latency budget in milliseconds")

@@ -218,7 +218,8 @@ class ServingRuntime(SchedulerObserver):
             raise BadRequest(f"{field_} must be a finite number", field_)
         rid = f"cmpl-{next(self._ids)}-{int(time.time() * 1000) % 10**8}"
         state = new_request(rid, ids, gen_length, bl, self.info.mask_id, self.info.eos_id,
-                            use_cache=self.info.supports_cache, max_context=self.info.max_context)
+                            use_cache=self.info.supports_cache, max_context=self.info.max_context,
+                            max_tokens=max_tokens)
         handle = RequestHandle(rid, len(ids), slo_s, now)
         handle.done = asyncio.get_running_loop().create_future()
         self.handles[rid] = handle
@@ -294,6 +295,7 @@ class ServingRuntime(SchedulerObserver):
         """Queue the text of every block that is now fully committed."""
         masked = np.flatnonzero(st.response == st.mask_id)
         upto = st.gen_length if st.finished or masked.size == 0 else int(masked[0]) // st.block_length * st.block_length
+        upto = min(upto, st.answer_limit)  # never past max_tokens
         if upto <= h.streamed_to:
             return
         ids = st.response[h.streamed_to : upto]
@@ -318,7 +320,7 @@ class ServingRuntime(SchedulerObserver):
                 prompt_tokens=h.prompt_tokens, completion_tokens=int(answer.size), steps=st.steps_done,
                 thresholds=[round(t, 4) for t in st.thresholds_used], latency_s=out.latency, slo_s=h.slo_s,
                 slo_met=out.met_slo, instances=list(h.instances),
-                finish_reason="stop" if answer.size < st.gen_length else "length",
+                finish_reason=st.finish_reason,
             )
             self.metrics.record_finish(out.met_slo, st.steps_done, out.latency)
             h.chunks.put_nowait(None)

@@ -33,3 +33,17 @@ def test_a_gpu_device_without_a_gpu_is_a_clear_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--device", "cuda", "--quick"])
     assert exit_.value.code == 2 and "use --device cpu" in capsys.readouterr().err
+
+
+def test_accuracy_by_canvas_scales_each_tasks_canvas_and_caps_it_at_the_context(tiny_engine):
+    from dilaserve.eval_quality import accuracy_by_canvas, scaled_canvas
+    from dilaserve.tasks import TASKS
+
+    rng = __import__("random").Random(0)
+    short, long = TASKS["list"].sample(rng, 3), TASKS["arith"].sample(rng, 8)  # 1 and 4 blocks
+    assert [scaled_canvas(tiny_engine, short, k) for k in (1, 2, 3)] == [32, 64, 96]
+    room = (tiny_engine.lm.max_context - len(tiny_engine.encode(long.prompt))) // 32 * 32
+    assert scaled_canvas(tiny_engine, long, 1) == 128 and scaled_canvas(tiny_engine, long, 3) == room < 384
+    out = accuracy_by_canvas(tiny_engine, [short], factors=(1, 2))  # a random model: it decodes every position
+    assert set(out) == {"1", "2"} and all(v["accuracy"] in (0.0, 1.0) and set(v["by_task"]) == {"list"}
+                                          for v in out.values())

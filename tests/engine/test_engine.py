@@ -158,3 +158,42 @@ def test_default_checkpoint_answers_the_list_task_and_pays_for_low_thresholds(de
     suite = task_suite(8, seed=12)
     hi, lo = quality_table(default_engine, suite, [0.9, 0.5])
     assert lo.accuracy < hi.accuracy
+
+
+@torch.no_grad()
+def plain_decode(model, prompt_ids: list[int], gen_length: int, block_length: int, mask_id: int, eos_id: int) -> list[int]:
+    """LLaDA's reference decode loop, written against the HF model alone: a full forward per
+    step, the most confident masked token of the current block committed (top-k with k = 1),
+    no cache; the answer ends at the first EOS, and decoding stops once everything before it
+    is committed (the rest of the canvas is padding)."""
+    x = torch.tensor([prompt_ids + [mask_id] * gen_length])
+    plen = torch.tensor([len(prompt_ids)])
+    for b in range(gen_length // block_length):
+        lo, hi = len(prompt_ids) + b * block_length, len(prompt_ids) + (b + 1) * block_length
+        while (x[0, lo:hi] == mask_id).any():
+            logits = model(x, prompt_lengths=plen).logits[0].float()
+            logits[:, mask_id] = -math.inf  # the mask token is never an answer
+            conf, tok = torch.softmax(logits, dim=-1).max(dim=-1)
+            conf[:lo], conf[hi:] = -1.0, -1.0
+            conf[x[0] != mask_id] = -1.0
+            i = int(conf.argmax())
+            x[0, i] = tok[i]
+            answer = x[0, len(prompt_ids):].tolist()
+            if eos_id in answer and mask_id not in answer[: answer.index(eos_id)]:
+                return answer[: answer.index(eos_id)]
+    return x[0, len(prompt_ids):].tolist()
+
+
+def test_a_plain_decode_loop_gives_the_engines_one_token_per_step_answers(default_engine):
+    """The HF model is usable without the engine: the plain loop over ``model(input_ids,
+    prompt_lengths=...)`` reproduces the engine's one-token-per-step decode, token for token,
+    in the task's own canvas and in a longer one."""
+    lm = default_engine.lm
+    rng = random.Random(21)
+    for name, canvas in (("list", 1), ("pairs", 2), ("arith", 1)):
+        inst = TASKS[name].sample(rng, min(TASKS[name].sizes) + 1)
+        ids = default_engine.encode(inst.prompt)
+        gen_length = canvas * inst.gen_length
+        want = default_engine.generate([inst.prompt], gen_length=gen_length, use_cache=False, sequential=True)[0]
+        got = plain_decode(lm.model, ids, gen_length, 32, lm.mask_id, lm.eos_id)
+        assert got == want.token_ids, (inst.prompt, default_engine.tokenizer.convert_ids_to_tokens(got), want.text)

@@ -37,6 +37,29 @@ def test_eos_ends_the_answer_once_prefix_is_committed():
     assert (s.response[3:] == EOS).all() and s.answer_ids().tolist() == [20, 21, 22]
 
 
+def test_finish_reason_is_stop_at_an_eos_and_length_when_the_canvas_fills():
+    s = make(gen=32)
+    assert s.finish_reason is None
+    s.apply_step(np.arange(4), np.array([20, 21, EOS, 22]), 0.9, StepKind.RECOMPUTE, np.zeros(5))
+    assert s.finished and s.finish_reason == "stop" and s.answer_ids().tolist() == [20, 21]
+    full = make(gen=32)
+    full.apply_step(np.arange(32), np.full(32, 20), 0.9, StepKind.RECOMPUTE, np.zeros(5))
+    assert full.finished and full.finish_reason == "length" and full.answer_ids().size == 32
+
+
+def test_max_tokens_caps_the_answer_inside_a_canvas_of_whole_blocks():
+    """An OpenAI client's max_tokens: an answer that ends before it stops; one that runs past is cut there."""
+    short = new_request("r", [10], 32, 32, MASK, EOS, max_tokens=10)
+    short.apply_step(np.arange(32), np.array([20] * 6 + [EOS] * 26), 0.9, StepKind.RECOMPUTE, np.zeros(5))
+    assert short.finish_reason == "stop" and short.answer_ids().size == 6
+    long = new_request("r", [10], 32, 32, MASK, EOS, max_tokens=10)
+    long.apply_step(np.arange(32), np.array([20] * 12 + [EOS] * 20), 0.9, StepKind.RECOMPUTE, np.zeros(5))
+    assert long.finish_reason == "length" and long.answer_ids().tolist() == [20] * 10
+    assert RequestState.from_bytes(long.to_bytes()).max_tokens == 10  # migration keeps the cap
+    with pytest.raises(ValueError, match="make gen_length at least max_tokens"):
+        new_request("r", [10], 32, 32, MASK, EOS, max_tokens=33)
+
+
 def test_features_and_serialisation_roundtrip():
     s = make()
     s.apply_step(np.arange(8), np.full(8, 20), 0.8, StepKind.RECOMPUTE, np.array([0.1, 0.2, 0.3, 0.4, 0.5]))

@@ -33,9 +33,20 @@ def test_a_weak_checkpoint_is_called_under_trained():
 
 def test_the_card_splits_accuracy_by_task():
     rows = [QualityRow(0.9, 0.9, 10.0, 30, {"arith": 0.8, "list": 1.0}), QualityRow(0.5, 0.3, 6.0, 30, {"arith": 0.1, "list": 0.5})]
-    card = render(Path("dila-tiny"), rows, 10, _log(50, 1.0, 1e-3))
-    assert "| threshold | accuracy | mean steps | `arith` | `list` |" in card
-    assert "| 0.9 | 0.900 | 10.00 | 0.80 | 1.00 |" in card and "| 0.5 | 0.300 | 6.00 | 0.10 | 0.50 |" in card
+    rows[0].tokens_per_step, rows[1].tokens_per_step = 3.5, 7.0
+    canvas = {"1": {"accuracy": 0.9, "by_task": {"arith": 0.8, "list": 1.0}}, "3": {"accuracy": 0.85, "by_task": {"arith": 0.7, "list": 1.0}}}
+    card = render(Path("dila-tiny"), rows, 10, _log(50, 1.0, 1e-3), canvas)
+    assert "| threshold | accuracy | mean steps | tokens per step | `arith` | `list` |" in card
+    assert "| 0.9 | 0.900 | 10.00 | 3.50 | 0.80 | 1.00 |" in card and "| 0.5 | 0.300 | 6.00 | 7.00 | 0.10 | 0.50 |" in card
+    assert "| canvas | accuracy | `arith` | `list` |" in card and "| 3x | 0.850 | 0.70 | 1.00 |" in card
+
+
+def test_the_card_states_cpu_time_where_runs_recorded_it():
+    log = _log(300, 5.0, 1e-3, _log(200, 4.0, 2e-3))
+    log["cpu_minutes"] = 3.25
+    card = render(Path("dila-tiny"), [QualityRow(0.9, 0.95, 10.0, 30)], 10, log)
+    assert "| 2 | 300 | 5.0 | 3.2 |" in card and "| 1 | 200 | 4.0 |  |" in card
+    assert "(2) took 3.2 CPU minutes" in card
 
 
 def test_the_model_package_imports_nothing_above_it():

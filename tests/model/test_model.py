@@ -23,18 +23,37 @@ def test_tokenizer_roundtrip_and_specials(tmp_path):
 def test_save_and_load_pretrained(tiny_checkpoint):
     m = DiLaForMaskedDiffusion.from_pretrained(tiny_checkpoint)
     assert (tiny_checkpoint / "model.safetensors").exists()
-    ids = torch.randint(4, 40, (1, 20))
-    a = m(ids).logits
-    b = DiLaForMaskedDiffusion.from_pretrained(tiny_checkpoint)(ids).logits
+    ids, plen = torch.randint(4, 40, (1, 20)), torch.tensor([8])
+    a = m(ids, prompt_lengths=plen).logits
+    b = DiLaForMaskedDiffusion.from_pretrained(tiny_checkpoint)(ids, prompt_lengths=plen).logits
     torch.testing.assert_close(a, b)
 
 
 def test_attention_is_bidirectional(tiny_checkpoint):
     m = DiLaForMaskedDiffusion.from_pretrained(tiny_checkpoint)
-    ids = torch.randint(4, 40, (1, 12))
+    ids, plen = torch.randint(4, 40, (1, 12)), torch.tensor([4])
     changed = ids.clone()
     changed[0, -1] = (ids[0, -1] + 1) % 40 + 4
-    assert not torch.allclose(m(ids).logits[0, 0], m(changed).logits[0, 0]), "early positions see later tokens"
+    assert not torch.allclose(m(ids, prompt_lengths=plen).logits[0, 5], m(changed, prompt_lengths=plen).logits[0, 5]), \
+        "response positions see later tokens"
+
+
+def test_a_forward_without_prompt_lengths_raises_rather_than_return_wrong_logits(tiny_checkpoint):
+    """The prompt boundary cannot be read off a canvas, so a plain ``model(input_ids)`` names the fix."""
+    import pytest
+
+    m = DiLaForMaskedDiffusion.from_pretrained(tiny_checkpoint)
+    ids = torch.randint(4, 40, (2, 12))
+    with pytest.raises(ValueError, match="prompt_lengths"):
+        m(ids)
+    with pytest.raises(ValueError, match=r"one prompt length per row, shape \(2,\)"):
+        m(ids, prompt_lengths=torch.tensor([4]))
+    # a model trained without isolation has no boundary to find: its plain forward is its forward
+    m.config.isolate_prompt = False
+    try:
+        assert m(ids).logits.shape == (2, 12, m.config.vocab_size)
+    finally:
+        m.config.isolate_prompt = True
 
 
 def test_short_training_lowers_the_loss(tmp_path):
@@ -55,6 +74,21 @@ def test_short_training_lowers_the_loss(tmp_path):
     after = held_out_loss(model)
     assert after < 0.8 * before
     assert (tmp_path / "ck" / "model.safetensors").exists() and (tmp_path / "ck" / "train_log.json").exists()
+
+
+def test_extra_eos_blocks_grow_the_canvas_and_keep_the_answer_and_the_loss_scale():
+    tok = build_tokenizer()
+    gen = torch.Generator().manual_seed(1)
+    plain = make_batch([TASKS["list"]], tok, 32, random.Random(4), gen, 0.05)
+    grown = make_batch([TASKS["list"]], tok, 32, random.Random(4), gen, 0.05, extra_eos_share=1.0, max_len=256)
+    assert plain.gen_length == plain.loss_length == 32
+    assert grown.gen_length > 32 and grown.gen_length % 32 == 0 and grown.loss_length == 32
+    assert grown.noisy.shape[1] <= 256 and grown.noisy.shape[0] < 32  # fewer rows: about the same tokens
+    eos = tok.eos_token_id
+    for row, plen in zip(grown.targets, grown.prompt_lengths):
+        resp = row[int(plen): int(plen) + grown.gen_length].tolist()
+        first = resp.index(eos)
+        assert first <= 10 and set(resp[first:]) == {eos}  # answer, then EOS to the end of the canvas
 
 
 def test_task_stages_introduce_tasks_in_order():
@@ -88,9 +122,8 @@ def test_isolated_prompt_ignores_the_response(tiny_checkpoint):
     for (ka, va), (kb, vb) in zip(kv_a, kv_b):
         torch.testing.assert_close(ka[:, :, :10], kb[:, :, :10])
         torch.testing.assert_close(va[:, :, :10], vb[:, :, :10])
-    # the response still sees the whole canvas, and without prompt lengths so does the prompt
+    # the response still sees the whole canvas
     assert not torch.allclose(kv_a[-1][0][:, :, 12], kv_b[-1][0][:, :, 12])
-    assert not torch.allclose(m(ids).logits[0, 0], m(changed).logits[0, 0])
 
 
 def test_continuing_a_checkpoint_grows_its_vocabulary_and_keeps_old_ids(tmp_path):
@@ -106,7 +139,7 @@ def test_continuing_a_checkpoint_grows_its_vocabulary_and_keeps_old_ids(tmp_path
     assert grown.config.vocab_size == len(tok) and grown.embed.weight.shape[0] == len(tok)
     torch.testing.assert_close(grown.embed.weight[: len(tok) - 10], old.embed.weight)
     ids = torch.tensor([tok.convert_tokens_to_ids("arith : + 3 - 2 : four".split())])
-    assert grown(ids).logits.shape == (1, ids.shape[1], len(tok))
+    assert grown(ids, prompt_lengths=torch.tensor([ids.shape[1]])).logits.shape == (1, ids.shape[1], len(tok))
 
 
 def test_a_checkpoint_with_a_larger_vocabulary_is_refused(tmp_path):

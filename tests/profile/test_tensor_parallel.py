@@ -19,7 +19,7 @@ def _inputs(vocab: int):
 def _run(model, vocab: int):
     """Recompute logits, then a cache step over BLOCK attending to the recompute's K/V."""
     ids, attn = _inputs(vocab)
-    out = model(ids, attention_mask=attn, return_kv=True)
+    out = model(ids, attention_mask=attn, return_kv=True, prompt_lengths=torch.tensor([6, 6]))
     past_mask = attn.clone()
     pos = torch.arange(BLOCK.start, BLOCK.stop).expand(2, -1)
     block = model(ids[:, BLOCK], attention_mask=torch.ones(2, 8, dtype=torch.bool), position_ids=pos,
