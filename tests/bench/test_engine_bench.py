@@ -36,7 +36,7 @@ def test_a_gpu_device_without_a_gpu_is_a_clear_usage_error(capsys):
 
 
 def test_accuracy_by_canvas_scales_each_tasks_canvas_and_caps_it_at_the_context(tiny_engine):
-    from dilaserve.eval_quality import accuracy_by_canvas, scaled_canvas
+    from dilaserve.suite_decoding import accuracy_by_canvas, scaled_canvas
     from dilaserve.tasks import TASKS
 
     rng = __import__("random").Random(0)
