@@ -38,6 +38,8 @@ class DiffusionLM:
     supports_cache: bool
     logit_shift: bool = False
     name: str = "model"
+    #: ``llada`` / ``dream`` (native), ``dila`` (embedded), else the config's model_type.
+    family: str = "unknown"
 
     @property
     def device(self) -> torch.device:
@@ -176,4 +178,5 @@ def load_diffusion_lm(path: str | Path, device: str = "cpu", dtype: Optional[tor
         model=model, tokenizer=info.tokenizer, mask_id=info.mask_id, eos_id=info.eos_id, pad_id=info.pad_id,
         max_context=info.max_context, supports_cache=info.supports_cache,
         logit_shift=bool(family and family.logit_shift), name=info.name,
+        family=family.name if family else str(read_config(path).get("model_type", "unknown")).lower(),
     )

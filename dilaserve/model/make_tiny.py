@@ -1,6 +1,6 @@
 """Write a tiny random LLaDA or Dream checkpoint in the published folder layout.
 
-    python -m dilaserve.model.make_tiny --arch {llada,dream} --out DIR [--layers 4 --hidden 64 ...]
+    python -m dilaserve.model.make_tiny --arch {llada,dream} --out DIR [--layers 8 --hidden 192 ...]
 
 The folder is what the family's authors publish, shrunk: ``config.json`` with the
 official keys, the weights under the published tensor names split over two safetensors
@@ -32,11 +32,11 @@ from .tokenizer import SPECIAL_TOKENS, VOCAB
 class TinyShape:
     """Sizes of a tiny checkpoint (the vocabulary is always the family's)."""
 
-    layers: int = 4
-    hidden: int = 64
+    layers: int = 8
+    hidden: int = 192
     heads: int = 4
     kv_heads: int = 4
-    intermediate: int = 192
+    intermediate: int = 576
 
     def __post_init__(self) -> None:
         if min(self.layers, self.hidden, self.heads, self.kv_heads, self.intermediate) < 1:
@@ -45,8 +45,12 @@ class TinyShape:
             raise ValueError(f"{self}: heads must divide hidden into even head widths, and kv_heads must divide heads")
 
 
-#: Default shapes: Dream keeps its grouped K/V heads (two queries per K/V head here).
-DEFAULT_SHAPES = {"llada": TinyShape(), "dream": TinyShape(kv_heads=2)}
+#: Default shapes, for the engine benchmark: at the real vocabulary a step's head and
+#: confidences over 126k-152k entries cost the same with or without the cache, so the
+#: layers must be wide enough for the cache's saving to show (8 x 192 measures a dual-cache
+#: speedup near 1.8 on CPU at 256 tokens; 4 x 64 layers would measure the head alone).
+#: Dream keeps its grouped K/V heads (two queries per K/V head here). Tests pass smaller shapes.
+DEFAULT_SHAPES = {"llada": TinyShape(8, 192, 4, 4, 576), "dream": TinyShape(8, 192, 4, 2, 576)}
 
 
 def llada_config(shape: TinyShape) -> dict:
@@ -114,7 +118,7 @@ def random_weights(weight_shapes: dict[str, tuple[int, ...]], seed: int) -> dict
             t = 1.0 + 0.1 * torch.randn(shape, generator=gen)
         else:
             t = 0.02 * torch.randn(shape, generator=gen) if len(shape) > 1 else 0.05 * torch.randn(shape, generator=gen)
-        out[name] = t.to(torch.bfloat16).float().contiguous()  # values a bfloat16 checkpoint can hold exactly
+        out[name] = t.to(torch.bfloat16).contiguous()  # published checkpoints are bfloat16 too
     return out
 
 

@@ -113,10 +113,11 @@ def test_dream_predicts_token_i_from_position_i_minus_1(tiny):
 def test_a_mixed_batch_decodes_each_request_as_it_would_alone(tiny):
     _, path = tiny
     engine = DenoisingEngine(load_diffusion_lm(path))
-    prompts, lengths = ["list : c a f", "pairs : k q z z y", "arith : 3 + 4"], [32, 64, 32]
-    together = engine.generate(prompts, threshold=0.5, gen_length=lengths)
+    # short blocks: a random model commits one token per step
+    prompts, lengths = ["list : c a f", "pairs : k q z z y", "arith : 3 + 4"], [8, 16, 8]
+    together = engine.generate(prompts, threshold=0.5, gen_length=lengths, block_length=4)
     for prompt, n, got in zip(prompts, lengths, together):
-        alone = engine.generate([prompt], threshold=0.5, gen_length=n)[0]
+        alone = engine.generate([prompt], threshold=0.5, gen_length=n, block_length=4)[0]
         assert got.token_ids == alone.token_ids and got.steps == alone.steps
     assert max(g.steps for g in together) > max(g.recompute_steps for g in together)  # cache steps ran
 
