@@ -23,6 +23,8 @@ from .native import NativeDiffusionLM, NativeSpec
 INDEX = "model.safetensors.index.json"
 #: Names listed in an error before "... and N more".
 SHOWN = 8
+#: Saved buffers that some exporters add and the native modules recompute from the config.
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
 class CheckpointError(ValueError):
@@ -134,7 +136,8 @@ def load_native(path: str | Path, device: str = "cpu", dtype: Optional[torch.dty
         raise CheckpointError(f"{path}/config.json: {e}") from e
     weight_map = family.weight_map(spec)
     files = tensor_files(path)
-    check_tensor_names(path, family.name, {n for parts in weight_map.values() for n in parts}, set(files))
+    found = {n for n in files if not n.endswith(IGNORED_SUFFIXES)}
+    check_tensor_names(path, family.name, {n for parts in weight_map.values() for n in parts}, found)
     if dtype is None:
         dtype = torch.bfloat16 if str(device).startswith("cuda") else torch.float32
     with torch.device("meta"):

@@ -33,3 +33,13 @@ def test_a_gpu_device_without_a_gpu_is_a_clear_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--device", "cuda", "--quick"])
     assert exit_.value.code == 2 and "use --device cpu" in capsys.readouterr().err
+
+
+def test_a_gen_length_off_the_block_grid_is_a_clear_usage_error(capsys):
+    import pytest
+
+    from dilaserve.bench.engine import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--gen-length", "100", "--quick"])
+    assert exit_.value.code == 2 and "multiple of the block length 32" in capsys.readouterr().err

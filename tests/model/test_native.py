@@ -184,3 +184,12 @@ def test_make_tiny_keeps_the_familys_vocabulary_and_special_ids(tiny):
     ids = tok("list : c a f", add_special_tokens=False)["input_ids"]
     assert tok.convert_ids_to_tokens(ids) == "list : c a f".split()
     assert len(tok.convert_ids_to_tokens(list(range(0, want[0], 997)))) == len(range(0, want[0], 997))
+
+
+def test_a_latency_profile_is_measured_on_the_native_modules(tiny):
+    from dilaserve.profile.measure import MeasureConfig, measure_profile
+
+    _, path = tiny
+    cfg = MeasureConfig(tp_degrees=(1,), recompute_tokens=(32, 64), cache_tokens=(32, 64), seq_len=64, repeats=1)
+    prof = measure_profile(path, cfg)
+    assert prof.has(1) and prof.latency(1, 64) > 0
