@@ -54,14 +54,16 @@ def step(rank, world_size, path, device):
     return logits.float().cpu(), (time.perf_counter() - t0) / 5 * 1000
 
 
-path, device = sys.argv[1], sys.argv[2]
-if device == "cuda" and torch.cuda.device_count() < 2:
-    print("null")
-    sys.exit(0)
-one, ms1 = run_tp(step, 1, path, device, device=device)
-two, ms2 = run_tp(step, 2, path, device, device=device)
-print(json.dumps({"backend": "nccl" if device == "cuda" else "gloo", "max_abs_logit_diff": float((one - two).abs().max()),
-                  "recompute_ms": {"1": round(ms1, 2), "2": round(ms2, 2)}}))
+if __name__ == "__main__":  # the TP ranks are spawned processes that import this file
+    path, device = sys.argv[1], sys.argv[2]
+    if device == "cuda" and torch.cuda.device_count() < 2:
+        print("null")
+        sys.exit(0)
+    one, ms1 = run_tp(step, 1, path, device, device=device)
+    two, ms2 = run_tp(step, 2, path, device, device=device)
+    print(json.dumps({"backend": "nccl" if device == "cuda" else "gloo",
+                      "max_abs_logit_diff": float((one - two).abs().max()),
+                      "recompute_ms": {"1": round(ms1, 2), "2": round(ms2, 2)}}))
 EOF
 "$PY" "$WORK/tp2.py" "$WORK/llada" "$DEVICE" > "$WORK/tp2.json"
 
