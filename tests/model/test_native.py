@@ -52,11 +52,11 @@ def reference(arch: str, path):
                           f"layers.{i}.mlp.up_proj.weight": b + "up_proj.weight",
                           f"layers.{i}.mlp.down_proj.weight": b + "ff_out.weight",
                           **{f"layers.{i}.self_attn.{x}_proj.weight": f"{b}{x}_proj.weight" for x in "qkv"}})
-        head = w[p + "ff_out.weight"]
+        head = w[p + "ff_out.weight"].float()
     else:
         model = Qwen2Model(Qwen2Config(**sizes))
         names = {k: "model." + k for k in model.state_dict()}
-        head = w["lm_head.weight"]
+        head = w["lm_head.weight"].float()
     model.load_state_dict({k: w[v] for k, v in names.items()})
     return model.eval(), head
 
