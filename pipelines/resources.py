@@ -12,9 +12,11 @@ from dilaserve.engine import DEFAULT_CHECKPOINT
 class ModelResource(dg.ConfigurableResource):
     """Where rollouts and profiles run.
 
-    On a GPU host point ``checkpoint`` at a local LLaDA or Dream folder and set
-    ``device: cuda``; the same assets then roll out the real model (use
-    ``prompt_set: gsm8k`` for prompts it can read).
+    Point ``checkpoint`` at a local LLaDA or Dream folder (as published, or one from
+    ``python -m dilaserve.model.make_tiny``) and the same assets roll it out, record its
+    step dynamics, measure its profile with real TP ranks and train a predictor for it; on
+    a GPU host set ``device: cuda`` too (and use ``prompt_set: gsm8k`` for prompts a real
+    model can read).
     """
 
     device: str = "cpu"

@@ -6,7 +6,8 @@ Reports, on the embedded default model:
   (threshold 0.9, dual cache on), each decoding the same 32 mixed-task requests
   in batches of that size, so every batch size does the same work;
 * ``cache_speedup``: tokens/s with the dual cache over recompute-every-step,
-  at the longest task length (4 blocks), batch 32;
+  at the longest task length (4 blocks), batch 32; for a LLaDA or Dream folder at
+  ``--gen-length`` (256 by default) on the same prompts;
 * ``batch_speedup``: tokens/s at batch 32 over batch 1;
 * ``continuous``: the same two numbers with continuous batching, as a server
   runs: up to 32 requests in flight, a finished request's slot refilled from
@@ -28,8 +29,16 @@ Reports, on the embedded default model:
   canvas at 1x, 2x and 3x each task's generation length (capped at the
   context), the rest of the canvas left to EOS as a generous ``max_tokens``
   leaves it; ``accuracy_by_canvas_by_task`` splits it by task;
+* ``family``: ``dila`` (the embedded model), ``llada`` or ``dream``, else the
+  checkpoint's model_type;
 * ``machine``.
 All ratios come from one run on one machine.
+
+``--checkpoint`` takes any servable folder, e.g. one from ``python -m
+dilaserve.model.make_tiny``. LLaDA and Dream do not speak the synthetic task language,
+so for them the accuracy fields are null; with ``--quick`` on CPU their throughput
+workloads shrink too (batches up to 8, 4 requests at 256 tokens for ``cache_speedup``),
+since a random tiny checkpoint commits one token per step.
 """
 from __future__ import annotations
 
@@ -43,6 +52,7 @@ import torch
 
 from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 from dilaserve.engine import DEFAULT_CHECKPOINT, DenoisingEngine
+from dilaserve.model.checkpoint import families
 from dilaserve.suite_decoding import accuracy_by_canvas, quality_table
 from dilaserve.tasks import TASKS, task_suite
 
@@ -54,7 +64,7 @@ THRESHOLDS = CANDIDATE_THRESHOLDS
 def throughput(engine: DenoisingEngine, prompts, gen_lengths, use_cache: bool, repeats: int,
                batch_size: int | None = None) -> float:
     """Answer tokens per second decoding ``prompts`` at threshold 0.9, ``batch_size`` at a time (all at once by default)."""
-    engine.generate(prompts[:1], gen_length=gen_lengths[:1], use_cache=use_cache)  # warm-up
+    engine.generate(prompts[:1], gen_length=[min(gen_lengths[0], 32)], use_cache=use_cache)  # warm-up: one block
     bs = batch_size or len(prompts)
     tokens, elapsed = 0, 0.0
     for _ in range(repeats):
@@ -119,61 +129,78 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cpu", help="torch device the engine runs on, e.g. cuda")
     p.add_argument("--quick", action="store_true", help="small suite, one repeat (under a minute)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
+    p.add_argument("--gen-length", type=int, default=None,
+                   help="canvas of the cache_speedup comparison (default: the longest task's; 256 for LLaDA / Dream)")
     args = p.parse_args(argv)
+    if args.gen_length is not None and (args.gen_length < 32 or args.gen_length % 32):
+        p.error(f"--gen-length {args.gen_length}: use a positive multiple of the block length 32, e.g. 256")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error(f"--device {args.device}: this torch build sees no CUDA GPU; run on a GPU host or use --device cpu")
     engine = DenoisingEngine.from_pretrained(args.checkpoint, device=args.device)
     # Ratios are medians over repetitions taken in turn (see the module docstring).
     repeats = 2 if args.quick else 3
+    family = engine.lm.family
+    native = family in families()
+    # a random tiny LLaDA / Dream commits one token per step: quick CPU runs keep batches small
+    small = native and args.quick and args.device == "cpu"
+    top = 8 if small else 32
 
     mixed = task_suite(12, seed=1)
     random.Random(0).shuffle(mixed)
-    workload = mixed[:32]
+    workload = mixed[:top]
     tps_runs = interleaved({str(bs): (lambda bs=bs: throughput(engine, [x.prompt for x in workload],
                                                                [x.gen_length for x in workload], True, 1, bs))
-                            for bs in (1, 8, 32)}, repeats)
+                            for bs in (1, 8, 32) if bs <= top}, repeats)
     tps = {k: statistics.median(v) for k, v in tps_runs.items()}
 
-    pool = task_suite(4 if args.quick else 43, seed=5)[: 12 if args.quick else 128]
+    pool = task_suite(4 if args.quick else 43, seed=5)[: top if small else 12 if args.quick else 128]
     random.Random(0).shuffle(pool)
     flow_runs = interleaved({str(n): (lambda n=n: continuous_throughput(engine, [x.prompt for x in pool],
                                                                         [x.gen_length for x in pool], n))
-                             for n in (1, 32)}, repeats)
+                             for n in (1, top)}, repeats)
     flowing = {k: statistics.median(v) for k, v in flow_runs.items()}
 
-    longest = longest_instances(8 if args.quick else 32)
-    prompts, lengths = [x.prompt for x in longest], [x.gen_length for x in longest]
+    longest = longest_instances(4 if small else 8 if args.quick else 32)
+    gen_length = args.gen_length or (256 if native else None)
+    prompts = [x.prompt for x in longest]
+    lengths = [gen_length or x.gen_length for x in longest]
     cache_runs = interleaved({"cached": lambda: throughput(engine, prompts, lengths, True, 1),
                               "recompute": lambda: throughput(engine, prompts, lengths, False, 1)}, repeats)
     cached, recompute = statistics.median(cache_runs["cached"]), statistics.median(cache_runs["recompute"])
     cache_speedup, cache_spread = median_ratio(cache_runs["cached"], cache_runs["recompute"])
-    batch_speedup, batch_spread = median_ratio(tps_runs["32"], tps_runs["1"])
-    flow_speedup, flow_spread = median_ratio(flow_runs["32"], flow_runs["1"])
+    batch_speedup, batch_spread = median_ratio(tps_runs[str(top)], tps_runs["1"])
+    flow_speedup, flow_spread = median_ratio(flow_runs[str(top)], flow_runs["1"])
     costs = step_costs(engine, prompts, lengths, (1, len(longest)))
 
-    suite = task_suite(10 if args.quick else 50, seed=2024)
-    rows = quality_table(engine, suite, list(THRESHOLDS) + [math.inf])
-    canvas = accuracy_by_canvas(engine, suite)
+    # LLaDA and Dream do not speak the synthetic task language: no accuracy for them
+    suite = [] if native else task_suite(10 if args.quick else 50, seed=2024)
+    rows = quality_table(engine, suite, list(THRESHOLDS) + [math.inf]) if suite else None
+    canvas = accuracy_by_canvas(engine, suite) if suite else None
     result = {
+        "family": family,
         "tokens_per_s": {k: round(v, 1) for k, v in tps.items()},
         # null when the model wrote no answer tokens at all (an untrained checkpoint)
         "cache_speedup": cache_speedup,
         "cache_speedup_spread": cache_spread,
-        "cache_tokens_per_s": {"dual_cache": round(cached, 1), "recompute_every_step": round(recompute, 1), "batch": len(longest)},
+        "cache_tokens_per_s": {"dual_cache": round(cached, 1), "recompute_every_step": round(recompute, 1),
+                               "batch": len(longest), "gen_length": max(lengths)},
         "batch_speedup": batch_speedup,
         "batch_speedup_spread": batch_spread,
+        "batch_speedup_batch": top,
         "continuous": {"tokens_per_s": {k: round(v, 1) for k, v in flowing.items()},
                        "batch_speedup": flow_speedup, "batch_speedup_spread": flow_spread, "requests": len(pool)},
         "repetitions": repeats,
         "step_ms_per_request": costs,
-        "accuracy": {r.label: round(r.accuracy, 4) for r in rows},
-        "mean_steps": {r.label: round(r.mean_steps, 2) for r in rows},
-        "accuracy_by_task": {r.label: {t: round(a, 4) for t, a in r.by_task.items()} for r in rows},
-        "tokens_per_step": {r.label: round(r.tokens_per_step, 2) for r in rows},
-        "accuracy_by_canvas": {k: round(v["accuracy"], 4) for k, v in canvas.items()},
-        "accuracy_by_canvas_by_task": {k: {t: round(a, 4) for t, a in v["by_task"].items()} for k, v in canvas.items()},
+        "accuracy": {r.label: round(r.accuracy, 4) for r in rows} if rows else None,
+        "mean_steps": {r.label: round(r.mean_steps, 2) for r in rows} if rows else None,
+        "accuracy_by_task": {r.label: {t: round(a, 4) for t, a in r.by_task.items()} for r in rows} if rows else None,
+        "tokens_per_step": {r.label: round(r.tokens_per_step, 2) for r in rows} if rows else None,
+        "accuracy_by_canvas": {k: round(v["accuracy"], 4) for k, v in canvas.items()} if canvas else None,
+        "accuracy_by_canvas_by_task": ({k: {t: round(a, 4) for t, a in v["by_task"].items()} for k, v in canvas.items()}
+                                       if canvas else None),
         "suite_size": len(suite),
         "checkpoint": engine.lm.name,
+        "device": args.device,
         "quick": args.quick,
         "machine": machine_info(),
     }

@@ -192,8 +192,10 @@ class DenoisingEngine:
         logits[..., self.lm.mask_id] = -math.inf
         if self.lm.pad_id != self.lm.eos_id:
             logits[..., self.lm.pad_id] = -math.inf
-        probs = torch.softmax(logits, dim=-1)
-        conf, tok = probs.max(dim=-1)
+        # top-1 probability = exp(max - logsumexp): two passes over the vocabulary and no
+        # probability tensor, which at 126k-152k entries per position is most of the cost
+        top, tok = logits.max(dim=-1)
+        conf = torch.exp(top - torch.logsumexp(logits, dim=-1))
         return conf.cpu().numpy(), tok.cpu().numpy()
 
     def _recompute(self, states: list[RequestState]) -> torch.Tensor:
@@ -207,12 +209,14 @@ class DenoisingEngine:
             attn[j, : s.num_tokens] = True
         want_kv = any(s.use_cache for s in states)
         plen = torch.tensor([s.prompt_len for s in states])
-        logits, kv = self.lm.full(ids.to(dev), attn.to(dev), return_kv=want_kv, prompt_lengths=plen.to(dev))
+        # only the current blocks' logits are needed: at a vocabulary of 126k-152k the head
+        # over whole canvases would cost more than the layers (rows past a shorter block
+        # repeat its last position and are ignored)
         Lb = max(s.block_length for s in states)
-        out = torch.zeros(len(states), Lb, logits.shape[-1], dtype=logits.dtype, device=logits.device)
+        rows = torch.stack([s.prompt_len + s.block_start + torch.arange(Lb).clamp(max=s.block_length - 1) for s in states])
+        out, kv = self.lm.full(ids.to(dev), attn.to(dev), return_kv=want_kv, prompt_lengths=plen.to(dev),
+                               logit_positions=rows.to(dev))
         for j, s in enumerate(states):
-            start = s.prompt_len + s.block_start
-            out[j, : s.block_length] = logits[j, start : start + s.block_length]
             if s.use_cache and kv is not None:
                 # (layers, 2, heads, T_j, head_dim), cloned so the batch tensor can be freed
                 self._kv[s.request_id] = torch.stack([torch.stack((k[j, :, : s.num_tokens], v[j, :, : s.num_tokens])) for k, v in kv]).clone()
@@ -229,15 +233,20 @@ class DenoisingEngine:
         # the model overwrites the blocks' entries in it, the request caches stay as they are.
         past = torch.zeros(L, 2, B, H, S, D, dtype=first.dtype, device=first.device)
         past_mask = torch.zeros(B, S, dtype=torch.bool)
-        ids = torch.empty(B, Lb, dtype=torch.long)
-        pos = torch.empty(B, Lb, dtype=torch.long)
+        lead = self.lm.lead  # tokens before the block fed too (Dream predicts each from the one before)
+        ids = torch.empty(B, lead + Lb, dtype=torch.long)
+        pos = torch.empty(B, lead + Lb, dtype=torch.long)
         for j, s in enumerate(states):
             kvj = self._kv[s.request_id]
             past[:, :, j, :, : kvj.shape[3]] = kvj
             start = s.prompt_len + s.block_start
             past_mask[j, : s.num_tokens] = True
-            ids[j] = torch.from_numpy(s.response[s.block_slice])
-            pos[j] = torch.arange(start, start + Lb)
+            block = s.response[s.block_slice]
+            if lead:  # the prompt is never empty, so a token precedes every block
+                before = s.response[s.block_start - lead : s.block_start] if s.block_start else s.prompt_ids[-lead:]
+                block = np.concatenate((before, block))
+            ids[j] = torch.from_numpy(block)
+            pos[j] = torch.arange(start - lead, start + Lb)
         past_kv = [(past[l, 0], past[l, 1]) for l in range(L)]
         return self.lm.block(ids.to(dev), pos.to(dev), past_kv, past_mask.to(dev))
 

@@ -1,31 +1,28 @@
-"""Uniform access to diffusion LMs: the embedded model and real checkpoints.
+"""Uniform access to diffusion LMs: the embedded model, LLaDA, Dream and other masked LMs.
 
-The engine talks to a :class:`DiffusionLM`. It hides three differences:
+The engine talks to a :class:`DiffusionLM`. It hides the differences:
 
-* the embedded model supports the dual KV cache; LLaDA and Dream checkpoints
-  loaded through ``trust_remote_code`` do not expose it, so the engine falls
-  back to recompute-every-step for them;
+* the embedded model and the native LLaDA / Dream modules (``native.py``, read from the
+  published folder by ``checkpoint.py``) support the dual KV cache; any other masked LM
+  loads through ``AutoModelForMaskedLM`` and is decoded recompute-every-step;
 * mask ids differ (LLaDA 126336, Dream 151666, ours from the tokenizer);
-* Dream predicts token i from position i-1, so its logits shift right by one.
+* Dream predicts token i from position i-1, so its logits shift right by one, and a
+  cache step feeds it the token before the block too (see :attr:`DiffusionLM.lead`).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import torch
-from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
+from .checkpoint import CheckpointError, family_of, load_native, read_config
 from .modeling import DiLaForMaskedDiffusion, KVCache
+from .native import NativeDiffusionLM
 
-#: Known families: model_type (lower case) -> (mask id, logit shift).
-KNOWN_FAMILIES = {"llada": (126336, False), "dream": (151666, True)}
-
-
-class CheckpointError(ValueError):
-    """A checkpoint path that cannot be loaded, with what to do about it."""
+__all__ = ["CheckpointError", "CheckpointInfo", "DiffusionLM", "describe_checkpoint", "load_diffusion_lm"]
 
 
 @dataclass
@@ -41,32 +38,57 @@ class DiffusionLM:
     supports_cache: bool
     logit_shift: bool = False
     name: str = "model"
+    #: ``llada`` / ``dream`` (native), ``dila`` (embedded), else the config's model_type.
+    family: str = "unknown"
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    @property
+    def lead(self) -> int:
+        """Tokens before the block that a cache step feeds too: Dream's logits for the
+        block's first position come from the position before it."""
+        return 1 if self.logit_shift else 0
+
     @torch.no_grad()
     def full(self, ids: torch.Tensor, attn: torch.Tensor, return_kv: bool,
-             prompt_lengths: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[KVCache]]:
-        """Recompute pass over whole canvases: logits (B, T, V) and optionally K/V.
+             prompt_lengths: Optional[torch.Tensor] = None,
+             logit_positions: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[KVCache]]:
+        """Recompute pass over whole canvases: logits and optionally every layer's K/V.
 
+        The logits are (B, T, V), or (B, P, V) at ``logit_positions`` (B, P) when given:
+        the native models then run their head on those rows only. Dream's are shifted:
+        position i gets the logits computed at i - 1 (position 0 keeps its own).
         ``prompt_lengths`` (B,) lets the embedded model keep its prompt from attending
         to the response (``DiLaConfig.isolate_prompt``); other families ignore it.
         """
+        source = logit_positions
+        if source is not None and self.logit_shift:
+            source = (source - 1).clamp(min=0)
+        if isinstance(self.model, NativeDiffusionLM):
+            out = self.model(ids, attention_mask=attn, return_kv=return_kv, logit_positions=source)
+            return out.logits, out.kv
         if self.supports_cache:
             out = self.model(ids, attention_mask=attn, return_kv=return_kv, prompt_lengths=prompt_lengths)
-            return out.logits, out.kv
-        logits = self.model(input_ids=ids, attention_mask=attn.long()).logits
-        if self.logit_shift:
-            logits = torch.cat((logits[:, :1], logits[:, :-1]), dim=1)
-        return logits, None
+            logits, kv = out.logits, out.kv
+        else:
+            logits, kv = self.model(input_ids=ids, attention_mask=attn.long()).logits, None
+            if self.logit_shift and source is None:
+                logits = torch.cat((logits[:, :1], logits[:, :-1]), dim=1)
+        if source is not None:
+            logits = logits.gather(1, source[..., None].expand(-1, -1, logits.shape[-1]))
+        return logits, kv
 
     @torch.no_grad()
     def block(self, ids, positions, past_kv: KVCache, past_mask) -> torch.Tensor:
-        """Cache step over the current blocks only: logits (B, Lb, V)."""
+        """Cache step over the current blocks: logits (B, Lb, V).
+
+        ``ids``/``positions`` (B, lead + Lb) start :attr:`lead` tokens before the block.
+        """
         ones = torch.ones_like(ids, dtype=torch.bool)
-        return self.model(ids, attention_mask=ones, position_ids=positions, past_kv=past_kv, past_mask=past_mask).logits
+        logits = self.model(ids, attention_mask=ones, position_ids=positions, past_kv=past_kv, past_mask=past_mask).logits
+        return logits[:, :-1] if self.logit_shift else logits
 
 
 def _check_path(path: Path) -> None:
@@ -100,46 +122,53 @@ def describe_checkpoint(path: str | Path) -> CheckpointInfo:
 
     path = Path(path)
     _check_path(path)
-    try:
-        raw = json.loads((path / "config.json").read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"{path}/config.json is not valid JSON ({e}): the checkpoint is corrupt") from e
+    raw = read_config(path)
+    family = family_of(raw)
     try:
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True, local_files_only=True)
-        cfg = AutoConfig.from_pretrained(path, trust_remote_code=True, local_files_only=True)
+        # the native families' configs are read by their own modules: a published folder
+        # carries its config class as remote code, a tiny one made here does not
+        cfg = family.spec_from_config(raw) if family else AutoConfig.from_pretrained(path, trust_remote_code=True,
+                                                                                     local_files_only=True)
     except Exception as e:
         raise CheckpointError(f"could not read checkpoint {str(path)!r}: {type(e).__name__}: {e}") from e
     model_type = str(raw.get("model_type", "")).lower()
-    family = next((f for f in KNOWN_FAMILIES if f in model_type), None)
-    if model_type == "dila":
+    if model_type == "dila" or family is not None:
         mask_id = cfg.mask_token_id
-    elif family is not None:
-        mask_id = KNOWN_FAMILIES[family][0]
     elif tok.mask_token_id is not None:
         mask_id = tok.mask_token_id
     else:
         raise CheckpointError(f"{path}: tokenizer has no mask token, so it cannot denoise")
-    eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
-    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+    if family is not None:
+        eos, pad = cfg.eos_token_id, cfg.pad_token_id
+    else:
+        eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
+        pad = tok.pad_token_id if tok.pad_token_id is not None else eos
     max_ctx = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "max_sequence_length", 4096))
-    return CheckpointInfo(tok, int(mask_id), int(eos), int(pad), max_ctx, model_type == "dila", path.name, family)
+    return CheckpointInfo(tok, int(mask_id), int(eos), int(pad), max_ctx, model_type == "dila" or family is not None,
+                          path.name, family.name if family else None)
 
 
 def load_diffusion_lm(path: str | Path, device: str = "cpu", dtype: Optional[torch.dtype] = None) -> DiffusionLM:
     """Load a checkpoint folder: the embedded model, LLaDA, Dream, or any HF masked LM.
 
-    Never touches a model hub: ``path`` must be a local folder.
+    Never touches a model hub: ``path`` must be a local folder. LLaDA and Dream run as
+    native modules with the dual cache, in float32 on CPU and bfloat16 on GPU unless
+    ``dtype`` says otherwise.
     """
     info = describe_checkpoint(path)
     path = Path(path)
+    family = family_of(read_config(path))
     try:
-        if info.supports_cache:
+        if family is not None:
+            model = load_native(path, device=device, dtype=dtype)
+        elif info.supports_cache:
             model = DiLaForMaskedDiffusion.from_pretrained(path, local_files_only=True)
-        elif info.family is not None:
-            model = AutoModel.from_pretrained(path, trust_remote_code=True, local_files_only=True, torch_dtype=dtype)
         else:
             # A generic masked LM (used by tests with a tiny random model).
             model = AutoModelForMaskedLM.from_pretrained(path, local_files_only=True, torch_dtype=dtype)
+    except CheckpointError:
+        raise
     except Exception as e:  # corrupt weights, missing files, unsupported architecture
         raise CheckpointError(f"could not load checkpoint {str(path)!r}: {type(e).__name__}: {e}") from e
     model.eval().to(device)
@@ -147,6 +176,7 @@ def load_diffusion_lm(path: str | Path, device: str = "cpu", dtype: Optional[tor
         model.to(dtype)
     return DiffusionLM(
         model=model, tokenizer=info.tokenizer, mask_id=info.mask_id, eos_id=info.eos_id, pad_id=info.pad_id,
-        max_context=info.max_context, supports_cache=info.supports_cache, logit_shift=KNOWN_FAMILIES.get(info.family, (0, False))[1],
-        name=info.name,
+        max_context=info.max_context, supports_cache=info.supports_cache,
+        logit_shift=bool(family and family.logit_shift), name=info.name,
+        family=family.name if family else str(read_config(path).get("model_type", "unknown")).lower(),
     )

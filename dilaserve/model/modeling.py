@@ -44,7 +44,11 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        # statistics in float32 (a no-op for float32 inputs): in bfloat16 the mean of squares
+        # over thousands of features loses the precision the checkpoints were trained with
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
 
 
 def rotary_tables(head_dim: int, max_pos: int, theta: float) -> torch.Tensor:
@@ -65,6 +69,22 @@ def apply_rotary(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(pairs * rot).flatten(-2)
 
 
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor,
+           past: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+           block_index: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Attention of ``q`` (B, H, T, D) over fresh ``k``/``v`` (B, Hkv, T, D), or over the cache.
+
+    In a cache step (``past`` given) the block's fresh K/V overwrite its stale entries in
+    the cache, in place, at ``block_index``; concatenating instead would copy the whole
+    cache. Fewer K/V heads than query heads (grouped-query attention) are shared by
+    consecutive query heads.
+    """
+    if past is not None:
+        k = past[0].scatter_(2, block_index, k)
+        v = past[1].scatter_(2, block_index, v)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, enable_gqa=k.shape[1] != q.shape[1])
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: DiLaConfig):
         super().__init__()
@@ -78,15 +98,9 @@ class Attention(nn.Module):
         B, T, _ = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k = apply_rotary(q, rot), apply_rotary(k, rot)
-        new_kv = (k, v)
-        if past is not None:
-            # cache step: the block's fresh K/V overwrite its stale entries in the
-            # cache, in place; concatenating instead would copy the whole cache.
-            k = past[0].scatter_(2, block_index, k)
-            v = past[1].scatter_(2, block_index, v)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask)
+        y = attend(q, k, v, key_mask, past, block_index)
         # n_head * head_dim rather than the model width: a tensor-parallel shard holds fewer heads
-        return self.out(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)), new_kv
+        return self.out(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)), (k, v)
 
 
 class MLP(nn.Module):

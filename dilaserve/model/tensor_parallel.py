@@ -8,9 +8,14 @@ Megatron-style sharding of every block across ``world_size`` ranks:
 * MLP: the fused ``gate_up`` is column-parallel (each rank keeps the same slice of gate and
   of up, so ``chunk(2)`` still pairs them) and ``down`` is row-parallel + all-reduce.
 
-Embedding, norms and LM head stay replicated (they are small for the embedded model), so
-every rank ends with the full logits; the K/V a rank returns for caching covers its heads
-only, exactly what the same rank needs at the next cache step.
+Embedding, norms and LM head stay replicated for the embedded model (they are small). The
+native LLaDA and Dream modules (:func:`shard_native`) shard the same way with separate
+q|k|v row blocks (grouped K/V heads split like the query heads), and shard their
+vocabulary-sized embedding and head by rows too, since at 126k-152k rows they are not
+small: each rank embeds the ids in its row range (zeros elsewhere) and an all-reduce sums
+the ranks' rows; each rank's head computes its slice of the vocabulary and an all-gather
+assembles the logits. Every rank ends with the full logits; the K/V a rank returns for
+caching covers its heads only, exactly what the same rank needs at the next cache step.
 
 Typical use, one process per rank (gloo on CPU, NCCL on GPU)::
 
@@ -40,6 +45,7 @@ from dilaserve.utils.net import free_port
 
 from .adapters import load_diffusion_lm
 from .modeling import Attention, DiLaForMaskedDiffusion
+from .native import NativeAttention, NativeDiffusionLM
 
 
 def default_backend(device: str) -> str:
@@ -103,19 +109,108 @@ def _shard_mlp(mlp: nn.Module, rank: int, world_size: int, group) -> None:
     mlp.gate_up, mlp.down = new_gu, new_down
 
 
+def _rows(w: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
+    n = w.shape[0] // world_size
+    return w[rank * n : (rank + 1) * n]
+
+
+def _world(group) -> int:
+    return dist.get_world_size(group) if dist.is_initialized() else 1
+
+
+class VocabParallelEmbedding(nn.Module):
+    """This rank's rows of the embedding; the ranks' partial embeddings are summed."""
+
+    def __init__(self, full: nn.Embedding, rank: int, world_size: int, group=None):
+        super().__init__()
+        self.weight = nn.Parameter(_rows(full.weight.detach(), rank, world_size).clone())
+        self.lo, self.group = rank * self.weight.shape[0], group
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        local = ids - self.lo
+        inside = (local >= 0) & (local < self.weight.shape[0])
+        x = F.embedding(local.clamp(0, self.weight.shape[0] - 1), self.weight) * inside[..., None].to(self.weight.dtype)
+        if _world(self.group) > 1:
+            dist.all_reduce(x, group=self.group)
+        return x
+
+
+class VocabParallelHead(nn.Module):
+    """This rank's rows of the LM head; the ranks' vocabulary slices are gathered."""
+
+    def __init__(self, weight: nn.Parameter, group=None):
+        super().__init__()
+        self.weight, self.group = weight, group
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        y = F.linear(h, self.weight)
+        n = _world(self.group)
+        if n == 1:
+            return y
+        parts = [torch.empty_like(y) for _ in range(n)]
+        dist.all_gather(parts, y.contiguous(), group=self.group)
+        return torch.cat(parts, dim=-1)
+
+
+class ShardedNativeAttention(NativeAttention):
+    """This rank's query heads and K/V heads; ``forward`` is :class:`NativeAttention`'s own."""
+
+    def __init__(self, full: NativeAttention, rank: int, world_size: int, group=None):
+        nn.Module.__init__(self)  # the weights come from ``full``, not from a spec
+        D = full.head_dim
+        self.n_head, self.n_kv_head, self.head_dim = full.n_head // world_size, full.n_kv_head // world_size, D
+        sizes = (full.n_head * D, full.n_kv_head * D, full.n_kv_head * D)
+
+        def local(t: torch.Tensor) -> torch.Tensor:  # this rank's rows of each of q, k and v
+            return torch.cat([_rows(part, rank, world_size) for part in t.detach().split(sizes)])
+
+        w = full.qkv.weight
+        self.qkv = nn.Linear(w.shape[1], (self.n_head + 2 * self.n_kv_head) * D, bias=full.qkv.bias is not None,
+                             device=w.device, dtype=w.dtype)
+        self.qkv.weight.data.copy_(local(w))
+        if full.qkv.bias is not None:
+            self.qkv.bias.data.copy_(local(full.qkv.bias))
+        lo = rank * self.n_head * D
+        self.out = RowParallelLinear(self.n_head * D, full.out.out_features, group).to(device=w.device, dtype=w.dtype)
+        self.out.weight.data.copy_(full.out.weight.detach()[:, lo : lo + self.n_head * D])
+
+
+def shard_native(model: NativeDiffusionLM, rank: int, world_size: int, group=None) -> NativeDiffusionLM:
+    """Shard a native LLaDA / Dream model in place: heads, MLP, embedding and head."""
+    spec = model.spec
+    sizes = {"num_heads": spec.num_heads, "num_kv_heads": spec.num_kv_heads,
+             "intermediate_size": spec.intermediate_size, "vocab_size": spec.vocab_size}
+    bad = {k: v for k, v in sizes.items() if v % world_size}
+    if bad:
+        raise ValueError(f"TP degree {world_size} must divide {bad} of this {spec.family} checkpoint: pick a TP degree "
+                         f"that divides {sizes}")
+    if world_size == 1:
+        return model
+    for block in model.layers:
+        block.attn = ShardedNativeAttention(block.attn, rank, world_size, group)
+        _shard_mlp(block.mlp, rank, world_size, group)
+    embed = VocabParallelEmbedding(model.embed, rank, world_size, group)
+    head_rows = embed.weight if spec.tie_embeddings else nn.Parameter(_rows(model.head.weight.detach(), rank, world_size).clone())
+    model.embed, model.head = embed, VocabParallelHead(head_rows, group)
+    return model
+
+
 def shard_model(model: DiLaForMaskedDiffusion, rank: int, world_size: int, group=None) -> DiLaForMaskedDiffusion:
     """Shard ``model`` in place for ``rank`` of ``world_size`` and return it.
 
-    Heads and the MLP width must divide evenly by ``world_size``.
+    Heads and the MLP width must divide evenly by ``world_size`` (and, for LLaDA and
+    Dream, the K/V heads and the vocabulary too).
     """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside 0..{world_size - 1}")
+    if isinstance(model, NativeDiffusionLM):
+        return shard_native(model, rank, world_size, group)
     cfg = model.config
     if cfg.num_heads % world_size or cfg.intermediate_size % world_size:
         raise ValueError(
             f"TP degree {world_size} must divide num_heads ({cfg.num_heads}) and intermediate_size "
             f"({cfg.intermediate_size}): pick a TP degree among the common divisors"
         )
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is outside 0..{world_size - 1}")
     if world_size == 1:
         return model
     for block in model.layers:
@@ -139,15 +234,15 @@ class TPWorker:
     device: str = "cpu"
     threads: Optional[int] = None
 
-    def load(self) -> DiLaForMaskedDiffusion:
+    def load(self) -> DiLaForMaskedDiffusion | NativeDiffusionLM:
         if self.threads:
             torch.set_num_threads(self.threads)
         # the adapter validates the folder and says what is wrong with it
         model = load_diffusion_lm(Path(self.checkpoint).resolve(), device=rank_device(self.device, self.rank)).model
-        if not isinstance(model, DiLaForMaskedDiffusion):
+        if not isinstance(model, (DiLaForMaskedDiffusion, NativeDiffusionLM)):
             raise ValueError(
-                f"{self.checkpoint}: tensor parallelism here shards the embedded architecture only; "
-                f"got {type(model).__name__}"
+                f"{self.checkpoint}: tensor parallelism shards the embedded model, LLaDA and Dream; "
+                f"got {type(model).__name__} (serve it at TP 1)"
             )
         return shard_model(model, self.rank, self.world_size)
 

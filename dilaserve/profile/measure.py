@@ -1,4 +1,4 @@
-"""Measured latency profiles: time real (tensor-parallel) steps of the embedded model.
+"""Measured latency profiles: time real (tensor-parallel) steps of the served model.
 
 A TP-``d`` instance is ``d`` ranks (processes) joined by ``torch.distributed``: on CPU each
 rank gets ``threads_per_rank`` threads, so a rank plays the part of one GPU. For each TP
@@ -24,6 +24,7 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.distributed as dist
 
+from dilaserve.model.native import NativeDiffusionLM
 from dilaserve.model.tensor_parallel import TPWorker, rank_device, run_tp
 from dilaserve.profile.types import LatencyProfile, StepCurve
 
@@ -97,15 +98,19 @@ def _measure_steps(model, rank: int, device: str, cfg: MeasureConfig) -> dict:
     for n in cfg.recompute_tokens:
         b, t = (n // cfg.seq_len, cfg.seq_len) if n >= cfg.seq_len else (1, n)
         ids = torch.randint(3, vocab, (b, t), generator=gen).to(dev)
-        # the engine's recompute: a prompt isolated from the response (its per-query mask is what costs)
-        plen = torch.full((b,), t // 4, device=dev)
-        rec.append((n, _timed(lambda: model(ids, return_kv=True, prompt_lengths=plen), cfg.repeats, dev)))
+        # the engine's recompute: a prompt isolated from the response (its per-query mask is what costs);
+        # the native LLaDA / Dream modules attend bidirectionally and run their head on the current block only
+        if isinstance(model, NativeDiffusionLM):
+            kw = {"logit_positions": torch.arange(min(cfg.block_length, t), device=dev).expand(b, -1)}
+        else:
+            kw = {"prompt_lengths": torch.full((b,), t // 4, device=dev)}
+        rec.append((n, _timed(lambda: model(ids, return_kv=True, **kw), cfg.repeats, dev)))
     S, Lb = cfg.seq_len, cfg.block_length
     for n in cfg.cache_tokens:
         b = n // Lb
-        # K/V of this rank's heads only: what its cache would hold after a recompute step.
-        heads = model.layers[0].attn.n_head
-        hd = model.config.hidden_size // model.config.num_heads
+        # K/V of this rank's (K/V) heads only: what its cache would hold after a recompute step.
+        attn = model.layers[0].attn
+        heads, hd = getattr(attn, "n_kv_head", attn.n_head), attn.head_dim
         past = [(torch.randn(b, heads, S, hd, generator=gen).to(dev), torch.randn(b, heads, S, hd, generator=gen).to(dev))
                 for _ in model.layers]
         past_mask = torch.ones(b, S, dtype=torch.bool)

@@ -7,6 +7,7 @@ import dagster as dg
 from pydantic import Field
 
 from dilaserve.engine.state import StepKind
+from dilaserve.model.checkpoint import family_of
 from dilaserve.profile.analytic import GPUS, MODELS, ROOFLINE, analytic_profile
 from dilaserve.profile.measure import MeasureConfig, measure_profile
 from pipelines.metadata import image, tidy
@@ -31,17 +32,21 @@ class MeasuredProfileConfig(dg.Config):
                              self.seq_len, _MEASURE.block_length, self.repeats, self.threads_per_rank)
 
 
-def _is_embedded(checkpoint: str) -> bool:
-    return json.loads((Path(checkpoint) / "config.json").read_text()).get("model_type") == "dila"
+def _is_measurable(checkpoint: str) -> bool:
+    """The embedded model and the native LLaDA / Dream modules run real TP ranks here."""
+    config = json.loads((Path(checkpoint) / "config.json").read_text())
+    return config.get("model_type") == "dila" or family_of(config) is not None
 
 
 @dg.asset(group_name="profiles")
 def measured_profile(context: dg.AssetExecutionContext, config: MeasuredProfileConfig, model_checkpoint: str,
                              model: ModelResource, artifacts: ArtifactsResource) -> dict:
-    """Recompute- and cache-step latency vs tokens of the embedded model, with real TP ranks."""
-    if not _is_embedded(model_checkpoint):
-        # Real checkpoints are profiled analytically; tensor parallelism here shards the embedded model.
-        context.log.warning(f"{model_checkpoint} is not the embedded architecture: measured profile skipped")
+    """Recompute- and cache-step latency vs tokens of the served model (embedded, LLaDA or Dream),
+    with real TP ranks."""
+    if not _is_measurable(model_checkpoint):
+        # Other masked LMs are decoded recompute-only and not sharded: profile them analytically.
+        context.log.warning(f"{model_checkpoint} is neither the embedded architecture nor LLaDA / Dream: "
+                            "measured profile skipped")
         context.add_output_metadata({"skipped": True})
         return {}
     prof = measure_profile(model_checkpoint, config.measure(), device=model.device, name="measured",

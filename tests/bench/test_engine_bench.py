@@ -47,3 +47,13 @@ def test_accuracy_by_canvas_scales_each_tasks_canvas_and_caps_it_at_the_context(
     out = accuracy_by_canvas(tiny_engine, [short], factors=(1, 2))  # a random model: it decodes every position
     assert set(out) == {"1", "2"} and all(v["accuracy"] in (0.0, 1.0) and set(v["by_task"]) == {"list"}
                                           for v in out.values())
+
+
+def test_a_gen_length_off_the_block_grid_is_a_clear_usage_error(capsys):
+    import pytest
+
+    from dilaserve.bench.engine import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--gen-length", "100", "--quick"])
+    assert exit_.value.code == 2 and "multiple of the block length 32" in capsys.readouterr().err
