@@ -7,7 +7,7 @@ import torch
 from dilaserve.engine import DenoisingEngine, StepKind
 from dilaserve.engine.engine import MAX_PADDING, length_groups
 from dilaserve.model.adapters import CheckpointError, load_diffusion_lm
-from dilaserve.tasks import task_suite
+from dilaserve.tasks import TASKS, task_suite
 
 
 def test_cache_step_logits_equal_recompute_when_nothing_changed(tiny_engine):

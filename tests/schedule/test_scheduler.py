@@ -56,7 +56,7 @@ def test_instance_selection_minimises_predicted_step_latency():
 
 def test_deferral_when_no_instance_has_room_then_placement():
     sched, be = cluster(specs=[spec("a", max_batch=300)])
-    r0 = arrive(sched, make_request("r0", prompt=168, gen=32))      # 200 tokens, one block
+    arrive(sched, make_request("r0", prompt=168, gen=32))      # 200 tokens, one block
     r1 = arrive(sched, make_request("r1", prompt=168, gen=32))      # 400 > 300: deferred
     assert r1.instance is None and sched.deferred == [r1]
     assert [a.state.request_id for a in be.last_batch("a")] == ["r0"]
@@ -191,7 +191,7 @@ def test_policy_registry():
 
 def test_cancel_frees_the_slot_and_drops_the_in_flight_result():
     sched, be = cluster(specs=[spec("a", max_batch=300)])
-    r0 = arrive(sched, make_request("r0", prompt=168, gen=32))
+    arrive(sched, make_request("r0", prompt=168, gen=32))
     r1 = arrive(sched, make_request("r1", prompt=168, gen=32))      # deferred: no room
     assert sched.cancel("r0")
     assert be.released == [("a", ["r0"])]
