@@ -24,7 +24,7 @@ ARTIFACTS_STAMP := data/artifacts/.built
 # one-shot rates and a start-up profile, so the first `make run` builds them (about a minute and
 # a half on 2 cores, with the pipeline's progress) rather than serve the fallbacks.
 SERVING_STAMP := data/artifacts/.serving
-SERVING_ASSETS := step_predictor measured_latency_profile threshold_quality step_dynamics
+SERVING_ASSETS := step_predictor measured_profile threshold_quality step_dynamics
 SERVE_ARGS ?=
 
 $(VENV)/.installed: pyproject.toml
