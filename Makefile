@@ -1,7 +1,7 @@
 # Two commands on a fresh machine:
 #   make run    set up (once), build the serving artifacts (once) and serve the embedded default
 #               model on 127.0.0.1:8000 (flags: make run SERVE_ARGS="--port 8001 --policy infaas")
-#   make test   set up (once), build the pipeline artifacts (once) and run the whole test suite
+#   make test   set up (once), build the pipeline artifacts (once), lint and run the whole test suite
 # More:
 #   make demo        decode task prompts at a few thresholds and print accuracy / steps
 #   make artifacts   materialise the offline pipeline (predictor, profiles, quality, dynamics)
@@ -56,7 +56,10 @@ $(SERVING_STAMP): $(VENV)/.installed
 	touch $@
 
 # The benchmarks' tests run against the pipeline's artifacts, as a user's run would.
+# Lint first: it takes seconds and fails before the suite's minutes.
 test: setup $(ARTIFACTS_STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m pytest -q
 
 # Read-only: reports what to change; `ruff check --fix` / `ruff format` apply it.

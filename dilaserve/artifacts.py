@@ -18,19 +18,19 @@ Layout::
     laws/<law>/...                     another step law's rollouts/, predictor/, dynamics/,
                                        quality/ (same layout; e.g. llada-8b-published)
 """
+
 from __future__ import annotations
 
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPO_ROOT / "data" / "artifacts"
 ENV_VAR = "DILASERVE_ARTIFACTS"
 
-PathLike = Union[str, Path]
+PathLike = str | Path
 
 #: The step law of the embedded model's own recorded steps (the artifacts at the root).
 EMBEDDED_LAW = "embedded"
@@ -94,12 +94,12 @@ class ArtifactPaths:
         return self.root / "quality" / "threshold_quality.json"
 
 
-def artifact_paths(root: Optional[PathLike] = None) -> ArtifactPaths:
+def artifact_paths(root: PathLike | None = None) -> ArtifactPaths:
     """Paths under ``root``, else ``$DILASERVE_ARTIFACTS``, else ``data/artifacts``."""
     return ArtifactPaths(Path(root or os.environ.get(ENV_VAR) or DEFAULT_ROOT))
 
 
-def law_root(law: str, root: Optional[PathLike] = None) -> Path:
+def law_root(law: str, root: PathLike | None = None) -> Path:
     """The artifact root of step law ``law``: the root itself for the embedded law,
     ``laws/<law>/`` under it for the others (the same layout inside)."""
     if law not in DYNAMICS_LAWS:
@@ -114,13 +114,13 @@ def _need(path: Path, asset: str) -> Path:
     return path
 
 
-def load_step_table(root: Optional[PathLike] = None):
+def load_step_table(root: PathLike | None = None):
     import polars as pl
 
     return pl.read_parquet(_need(artifact_paths(root).step_table, "step_features"))
 
 
-def load_predictor(root: Optional[PathLike] = None):
+def load_predictor(root: PathLike | None = None):
     """The tuned LightGBM :class:`~dilaserve.predict.base.StepPredictor`."""
     from dilaserve.predict.lgbm import BOOSTER_FILE, LightGBMPredictor
 
@@ -129,7 +129,7 @@ def load_predictor(root: Optional[PathLike] = None):
     return LightGBMPredictor.load(folder)
 
 
-def load_oneshot(root: Optional[PathLike] = None):
+def load_oneshot(root: PathLike | None = None):
     """The one-shot baseline fitted on the same training requests as the predictor."""
     from dilaserve.predict.base import OneShotPredictor
     from dilaserve.predict.lgbm import META_FILE
@@ -138,11 +138,11 @@ def load_oneshot(root: Optional[PathLike] = None):
     return OneShotPredictor({float(k): v for k, v in meta["oneshot_steps_per_token"].items()})
 
 
-def load_predictor_evaluation(root: Optional[PathLike] = None) -> dict:
+def load_predictor_evaluation(root: PathLike | None = None) -> dict:
     return json.loads(_need(artifact_paths(root).predictor_evaluation, "step_predictor").read_text())
 
 
-def load_profile(name: str = "measured", root: Optional[PathLike] = None):
+def load_profile(name: str = "measured", root: PathLike | None = None):
     """A :class:`~dilaserve.profile.types.LatencyProfile`: ``measured`` or ``<model>-<gpu>``."""
     from dilaserve.profile.types import LatencyProfile
 
@@ -152,13 +152,13 @@ def load_profile(name: str = "measured", root: Optional[PathLike] = None):
     return LatencyProfile.load(_need(paths.analytic_profile(name), "analytic_profiles"))
 
 
-def available_profiles(root: Optional[PathLike] = None) -> list[str]:
+def available_profiles(root: PathLike | None = None) -> list[str]:
     paths = artifact_paths(root)
     names = ["measured"] if paths.measured_profile.exists() else []
     return names + sorted(p.stem for p in (paths.profiles_dir / "analytic").glob("*.json"))
 
 
-def load_step_dynamics(root: Optional[PathLike] = None):
+def load_step_dynamics(root: PathLike | None = None):
     from dilaserve.predict.dynamics import SUMMARY_FILE, StepDynamics
 
     folder = artifact_paths(root).dynamics_dir
@@ -166,7 +166,7 @@ def load_step_dynamics(root: Optional[PathLike] = None):
     return StepDynamics.load(folder)
 
 
-def load_threshold_quality(root: Optional[PathLike] = None):
+def load_threshold_quality(root: PathLike | None = None):
     from dilaserve.predict.quality import ThresholdQuality
 
     return ThresholdQuality.load(_need(artifact_paths(root).threshold_quality, "threshold_quality"))

@@ -5,6 +5,7 @@
 Prints each answer with its steps and grade, then accuracy and mean steps per
 threshold: the speed-quality trade-off the serving system controls.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,9 @@ from dilaserve.tasks import task_suite
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT), help="checkpoint folder (default: the embedded model)")
+    p.add_argument(
+        "--checkpoint", default=str(DEFAULT_CHECKPOINT), help="checkpoint folder (default: the embedded model)"
+    )
     p.add_argument("--per-task", type=int, default=4, help="prompts per task")
     p.add_argument("--thresholds", type=float, nargs="+", default=[0.9, 0.7, 0.5])
     p.add_argument("--seed", type=int, default=123)

@@ -7,6 +7,7 @@ next to them the one-token-per-step decode of the same checkpoint; then the accu
 0.9 with the canvas at 1x, 2x and 3x each task's generation length. The card's text is
 :func:`dilaserve.model.card.render`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,9 @@ THRESHOLDS = tuple(sorted(CANDIDATE_THRESHOLDS, reverse=True))
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dilaserve.model_card", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m dilaserve.model_card", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("checkpoint")
     p.add_argument("--per-task", type=int, default=50, help="prompts per task (default 50)")
     args = p.parse_args(argv)

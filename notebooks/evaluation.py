@@ -21,9 +21,25 @@ def _():
     from dilaserve.eval.saved_runs import find_runs, preferred
     from dilaserve.sim.traces import TraceFormatError
     from dilaserve.utils.display import rounded_frame
+
     return (
-        EXPERIMENTS, EvalContext, EvalOptions, FuncFormatter, MissingArtifactError, NullFormatter, Path, SETTINGS,
-        TraceFormatError, find_runs, math, mo, pl, plt, preferred, rounded_frame, write,
+        EXPERIMENTS,
+        EvalContext,
+        EvalOptions,
+        FuncFormatter,
+        MissingArtifactError,
+        NullFormatter,
+        Path,
+        SETTINGS,
+        TraceFormatError,
+        find_runs,
+        math,
+        mo,
+        pl,
+        plt,
+        preferred,
+        rounded_frame,
+        write,
     )
 
 
@@ -54,16 +70,22 @@ def _(EXPERIMENTS, Path, mo):
     quick_dir = results_dir / "quick"  # runs started here: never over a full run's folder
     default_experiment = str(args.get("experiment", "trace"))
     run_on_load = "run" in args
-    mo.stop(run_on_load and default_experiment not in EXPERIMENTS,
-            mo.callout(mo.md(f"Unknown experiment `{default_experiment}`: choose one of {sorted(EXPERIMENTS)}."),
-                       kind="danger"))
+    mo.stop(
+        run_on_load and default_experiment not in EXPERIMENTS,
+        mo.callout(
+            mo.md(f"Unknown experiment `{default_experiment}`: choose one of {sorted(EXPERIMENTS)}."), kind="danger"
+        ),
+    )
     return default_experiment, quick_dir, results_dir, run_on_load
 
 
 @app.cell
 def _(EXPERIMENTS, SETTINGS, default_experiment, mo):
-    experiment = mo.ui.dropdown(list(EXPERIMENTS), value=default_experiment if default_experiment in EXPERIMENTS
-                                else next(iter(EXPERIMENTS)), label="experiment to run")
+    experiment = mo.ui.dropdown(
+        list(EXPERIMENTS),
+        value=default_experiment if default_experiment in EXPERIMENTS else next(iter(EXPERIMENTS)),
+        label="experiment to run",
+    )
     settings = mo.ui.multiselect(sorted(SETTINGS), value=["paper"], label="cluster settings")
     run = mo.ui.run_button(label="run it (quick)")
     mo.hstack([experiment, settings, run], justify="start")
@@ -72,8 +94,18 @@ def _(EXPERIMENTS, SETTINGS, default_experiment, mo):
 
 @app.cell
 def _(
-    EXPERIMENTS, EvalContext, EvalOptions, MissingArtifactError, TraceFormatError, experiment, mo, quick_dir, run,
-    run_on_load, settings, write,
+    EXPERIMENTS,
+    EvalContext,
+    EvalOptions,
+    MissingArtifactError,
+    TraceFormatError,
+    experiment,
+    mo,
+    quick_dir,
+    run,
+    run_on_load,
+    settings,
+    write,
 ):
     # Runs only on a click (or --run): a quick experiment still takes minutes.
     run_message = None
@@ -96,16 +128,25 @@ def _(default_experiment, find_runs, mo, preferred, quick_dir, results_dir, run_
     saved = find_runs(results_dir)
     _first = preferred(saved, default_experiment)
     if _first is None:
-        print(f"no results in {results_dir}: run `python -m dilaserve.eval {default_experiment} --quick "
-              f"--out {quick_dir}`")
-    mo.stop(_first is None, mo.callout(mo.md(
-        f"No results under `{results_dir}`. Click **run it (quick)** (minutes), or run\n\n"
-        f"```\npython -m dilaserve.eval {default_experiment} --quick --out {quick_dir}\n```\n\n"
-        f"The full run the README reports (minutes per policy) is\n\n"
-        f"```\npython -m dilaserve.eval {default_experiment} --settings paper --out {results_dir}\n```"),
-        kind="warn"))
-    chosen_run = mo.ui.dropdown({r.label: i for i, r in enumerate(saved)}, value=_first.label, label="results",
-                                full_width=True)
+        print(
+            f"no results in {results_dir}: run `python -m dilaserve.eval {default_experiment} --quick "
+            f"--out {quick_dir}`"
+        )
+    mo.stop(
+        _first is None,
+        mo.callout(
+            mo.md(
+                f"No results under `{results_dir}`. Click **run it (quick)** (minutes), or run\n\n"
+                f"```\npython -m dilaserve.eval {default_experiment} --quick --out {quick_dir}\n```\n\n"
+                f"The full run the README reports (minutes per policy) is\n\n"
+                f"```\npython -m dilaserve.eval {default_experiment} --settings paper --out {results_dir}\n```"
+            ),
+            kind="warn",
+        ),
+    )
+    chosen_run = mo.ui.dropdown(
+        {r.label: i for i, r in enumerate(saved)}, value=_first.label, label="results", full_width=True
+    )
     chosen_run
     return chosen_run, saved
 
@@ -117,13 +158,23 @@ def _(chosen_run, mo, pl, saved):
     summary = pl.read_parquet(folder / "summary.parquet")
     requests = pl.read_parquet(folder / "requests.parquet") if (folder / "requests.parquet").exists() else None
     print(f"loaded {folder}: {summary.height} runs, policies {list(shown_run.policies)}")
-    _kind = {"full": "a **full** run (what the README reports)", "quick": "a **quick** run (short phases: "
-             "numbers differ from the README's full run)"}.get(shown_run.kind, "a run whose summary does not say "
-                                                                               "quick or full")
-    mo.callout(mo.md("\n".join([
-        f"Showing `{folder}`: `{shown_run.experiment}`, {_kind}, written {shown_run.written:%Y-%m-%d %H:%M} UTC; "
-        f"settings {', '.join(f'`{x}`' for x in shown_run.settings)}; {shown_run.requests:,} requests per policy.",
-        "", *[f"- {n}" for n in shown_run.notes]])), kind="info" if shown_run.kind == "full" else "neutral")
+    _kind = {
+        "full": "a **full** run (what the README reports)",
+        "quick": "a **quick** run (short phases: numbers differ from the README's full run)",
+    }.get(shown_run.kind, "a run whose summary does not say quick or full")
+    mo.callout(
+        mo.md(
+            "\n".join(
+                [
+                    f"Showing `{folder}`: `{shown_run.experiment}`, {_kind}, written {shown_run.written:%Y-%m-%d %H:%M} UTC; "
+                    f"settings {', '.join(f'`{x}`' for x in shown_run.settings)}; {shown_run.requests:,} requests per policy.",
+                    "",
+                    *[f"- {n}" for n in shown_run.notes],
+                ]
+            )
+        ),
+        kind="info" if shown_run.kind == "full" else "neutral",
+    )
     return folder, requests, summary
 
 
@@ -132,10 +183,15 @@ def _(mo, summary):
     _policies = summary["policy"].unique(maintain_order=True).to_list()
     policy_filter = mo.ui.multiselect(_policies, value=_policies, label="policies")
     _metrics = {
-        "SLO attainment": "slo_attainment", "attainment, low load": "slo_attainment_low",
-        "attainment, high load": "slo_attainment_high", "mean latency (s)": "mean_latency_s",
-        "p99 latency (s)": "p99_latency_s", "quality": "quality", "mean threshold": "mean_threshold",
-        "goodput (in time and correct)": "goodput", "goodput, high load": "goodput_high",
+        "SLO attainment": "slo_attainment",
+        "attainment, low load": "slo_attainment_low",
+        "attainment, high load": "slo_attainment_high",
+        "mean latency (s)": "mean_latency_s",
+        "p99 latency (s)": "p99_latency_s",
+        "quality": "quality",
+        "mean threshold": "mean_threshold",
+        "goodput (in time and correct)": "goodput",
+        "goodput, high load": "goodput_high",
     }
     # Only the columns this run has (an experiment added later may write fewer or more).
     _metrics = {k: v for k, v in _metrics.items() if v in summary.columns}
@@ -162,9 +218,13 @@ def _(math, metric, mo, pl, plt, policy_filter, summary):
             for _p in _sub["policy"].unique(maintain_order=True):
                 _s = _sub.filter(pl.col("policy") == _p).sort("x")
                 _ax.plot(_s["x"], _s[_col], marker="o", label=_p)
-            _ax.set_xlabel({"rate-sweep": "request rate (req/s)", "frontier": "high-phase load (x nominal capacity)",
-                            "slo-sweep": "SLO scale"}.get(_sub["experiment"][0] if "experiment" in _sub.columns
-                                                          else "", "swept value"))
+            _ax.set_xlabel(
+                {
+                    "rate-sweep": "request rate (req/s)",
+                    "frontier": "high-phase load (x nominal capacity)",
+                    "slo-sweep": "SLO scale",
+                }.get(_sub["experiment"][0] if "experiment" in _sub.columns else "", "swept value")
+            )
             _ax.legend(fontsize=7)
         _ax.set(title=_setting, ylabel=metric.selected_key)
         _ax.grid(alpha=0.3)
@@ -175,12 +235,31 @@ def _(math, metric, mo, pl, plt, policy_filter, summary):
 
 @app.cell
 def _(mo, rounded_frame, shown):
-    _cols = ["setting", "policy", "x", "rate", "slo_s", "slo_attainment", "slo_attainment_low", "slo_attainment_high",
-             "mean_latency_s", "p99_latency_s", "quality", "goodput", "goodput_high", "mean_threshold", "requests",
-             "finished", "rejected", "migrations", "reconfig_launches"]
+    _cols = [
+        "setting",
+        "policy",
+        "x",
+        "rate",
+        "slo_s",
+        "slo_attainment",
+        "slo_attainment_low",
+        "slo_attainment_high",
+        "mean_latency_s",
+        "p99_latency_s",
+        "quality",
+        "goodput",
+        "goodput_high",
+        "mean_threshold",
+        "requests",
+        "finished",
+        "rejected",
+        "migrations",
+        "reconfig_launches",
+    ]
     # Rounded, and without columns that hold nothing (x is empty unless the experiment sweeps).
-    mo.ui.table(rounded_frame(shown.select([c for c in _cols if c in shown.columns])), selection=None,
-                label="per policy")
+    mo.ui.table(
+        rounded_frame(shown.select([c for c in _cols if c in shown.columns])), selection=None, label="per policy"
+    )
     return
 
 

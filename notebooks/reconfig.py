@@ -21,13 +21,36 @@ def _():
     from dilaserve.reconfig.plan import static_layout
     from dilaserve.reconfig.reconfigurator import Reconfigurator
     from dilaserve.reconfig.stage1 import (
-        check_capacity_plan, class_latency, load_and_capacity, solve_capacity, step_latency_table,
+        check_capacity_plan,
+        class_latency,
+        load_and_capacity,
+        solve_capacity,
+        step_latency_table,
     )
     from dilaserve.utils.display import rounded_rows
+
     return (
-        ClusterConfig, Counter, GPUS, MODELS, ReconfigConfig, Reconfigurator, RequestClass, StepLaw,
-        analytic_profile, artifacts, check_capacity_plan, class_latency, load_and_capacity, mo, np, plt, replace,
-        rounded_rows, solve_capacity, static_layout, step_latency_table,
+        ClusterConfig,
+        Counter,
+        GPUS,
+        MODELS,
+        ReconfigConfig,
+        Reconfigurator,
+        RequestClass,
+        StepLaw,
+        analytic_profile,
+        artifacts,
+        check_capacity_plan,
+        class_latency,
+        load_and_capacity,
+        mo,
+        np,
+        plt,
+        replace,
+        rounded_rows,
+        solve_capacity,
+        static_layout,
+        step_latency_table,
     )
 
 
@@ -82,13 +105,26 @@ def _(default_time_limit, mo, rate_scale):
     # Default rates: about half of what 16 H100s carry at the lowest threshold when every block is
     # priced as one recompute step plus its cache steps.
     shapes = [(256, 128), (256, 512), (1024, 256), (1024, 1024)]
-    rates = mo.ui.array([mo.ui.number(start=0.0, stop=1000.0, step=0.5, value=v * rate_scale, label=f"prompt {p} / output {o} (req/s)")
-                         for (p, o), v in zip(shapes, (12.0, 6.0, 8.0, 3.0))])
-    slo_scale = mo.ui.slider(1.0, 10.0, step=0.5, value=5.0, show_value=True,
-                             label="SLO scale (x latency alone on TP-1 at threshold 0.9)")
+    rates = mo.ui.array(
+        [
+            mo.ui.number(
+                start=0.0, stop=1000.0, step=0.5, value=v * rate_scale, label=f"prompt {p} / output {o} (req/s)"
+            )
+            for (p, o), v in zip(shapes, (12.0, 6.0, 8.0, 3.0))
+        ]
+    )
+    slo_scale = mo.ui.slider(
+        1.0, 10.0, step=0.5, value=5.0, show_value=True, label="SLO scale (x latency alone on TP-1 at threshold 0.9)"
+    )
     time_limit = mo.ui.number(start=0.5, stop=60.0, step=0.5, value=default_time_limit, label="ILP time limit (s)")
-    mo.vstack([mo.md("### Workload"), mo.md("Arrival rate of each request class:"), rates.vstack(),
-               mo.hstack([slo_scale, time_limit], justify="start")])
+    mo.vstack(
+        [
+            mo.md("### Workload"),
+            mo.md("Arrival rate of each request class:"),
+            rates.vstack(),
+            mo.hstack([slo_scale, time_limit], justify="start"),
+        ]
+    )
     return rates, shapes, slo_scale, time_limit
 
 
@@ -105,10 +141,16 @@ def _(ClusterConfig, analytic_profile, artifacts, gpus_per_node, mo, nodes, prof
         profile = analytic_profile(_model, _gpu, degrees)
     else:
         profile = artifacts.load_profile(_name)
-    cluster = ClusterConfig(nodes=nodes.value, gpus_per_node=gpn, tp_degrees=tuple(degrees),
-                            max_batch_tokens={d: 32768 * d for d in degrees})
-    _notes = [f"Cluster: {cluster.nodes} x {gpn} = {cluster.total_gpus} GPUs, TP {degrees}, profile `{profile.name}` "
-              f"(has TP {list(profile.tp_degrees)})."]
+    cluster = ClusterConfig(
+        nodes=nodes.value,
+        gpus_per_node=gpn,
+        tp_degrees=tuple(degrees),
+        max_batch_tokens={d: 32768 * d for d in degrees},
+    )
+    _notes = [
+        f"Cluster: {cluster.nodes} x {gpn} = {cluster.total_gpus} GPUs, TP {degrees}, profile `{profile.name}` "
+        f"(has TP {list(profile.tp_degrees)})."
+    ]
     if dropped:
         _notes.append(f"TP {dropped} dropped: it does not divide {gpn} GPUs per node.")
     mo.md("\n\n".join(_notes))
@@ -117,8 +159,18 @@ def _(ClusterConfig, analytic_profile, artifacts, gpus_per_node, mo, nodes, prof
 
 @app.cell
 def _(
-    ReconfigConfig, Reconfigurator, RequestClass, StepLaw, artifacts, cluster, profile, rates, shapes, slo_scale,
-    step_latency_table, time_limit,
+    ReconfigConfig,
+    Reconfigurator,
+    RequestClass,
+    StepLaw,
+    artifacts,
+    cluster,
+    profile,
+    rates,
+    shapes,
+    slo_scale,
+    step_latency_table,
+    time_limit,
 ):
     config = ReconfigConfig(time_limit_s=float(time_limit.value))
     # Steps per block from the recorded step dynamics when the pipeline has built them.
@@ -135,11 +187,20 @@ def _(
     _t_high = config.tokens_per_step[max(config.tokens_per_step)]
     _d = min(rec.degrees)
     _blocks = (lambda o: o / config.block_length) if _recompute else (lambda o: 0.0)
-    _alone = {o: _blocks(o) * (_recompute or _cache)[_d, 1] + (o / _t_high - _blocks(o)) * _cache[_d, 1]
-              for _, o in shapes}
-    classes = [RequestClass((i, 0), rate=float(r), prompt_tokens=float(p), output_tokens=float(o),
-                            slo_s=float(slo_scale.value) * _alone[o])
-               for i, ((p, o), r) in enumerate(zip(shapes, rates.value)) if r > 0]
+    _alone = {
+        o: _blocks(o) * (_recompute or _cache)[_d, 1] + (o / _t_high - _blocks(o)) * _cache[_d, 1] for _, o in shapes
+    }
+    classes = [
+        RequestClass(
+            (i, 0),
+            rate=float(r),
+            prompt_tokens=float(p),
+            output_tokens=float(o),
+            slo_s=float(slo_scale.value) * _alone[o],
+        )
+        for i, ((p, o), r) in enumerate(zip(shapes, rates.value))
+        if r > 0
+    ]
     return classes, config, rec
 
 
@@ -154,8 +215,10 @@ def _(check_capacity_plan, classes, config, mo, rec, solve_capacity):
     if plan is None:
         print("stage 1: infeasible or unsolved within the time limit")
     else:
-        print(f"stage 1: counts {plan.counts} batch {plan.batch} quality {plan.quality:.4f} "
-              f"slack {plan.slack:.3f} ({plan.solve.solver}, {plan.solve.seconds:.2f}s)")
+        print(
+            f"stage 1: counts {plan.counts} batch {plan.batch} quality {plan.quality:.4f} "
+            f"slack {plan.slack:.3f} ({plan.solve.solver}, {plan.solve.seconds:.2f}s)"
+        )
     return class_labels, plan, problem, violations
 
 
@@ -168,28 +231,45 @@ def _(class_labels, classes, config, mo, plan, rec, replace, solve_capacity, vio
         _feasible = lambda ks: solve_capacity(rec.problem(ks), _limit, config.tiebreak_time_s) is not None  # noqa: E731
         with mo.status.spinner(title="Stage 1 is infeasible: solving each class alone"):
             # At its own rate; then at a trickle, which tells a too-tight SLO from a too-high rate.
-            _blocked = [(lab, _feasible([replace(k, rate=1e-3)])) for k, lab in zip(classes, class_labels)
-                        if not _feasible([k])]
-        _reasons = [f"**{lab}** " + ("needs more of the cluster than it has, even alone, at its rate"
-                                     if ok_at_trickle else
-                                     "cannot meet its SLO even alone: a single request at the lowest threshold on "
-                                     "the fastest TP degree takes longer than the SLO")
-                    for lab, ok_at_trickle in _blocked]
+            _blocked = [
+                (lab, _feasible([replace(k, rate=1e-3)])) for k, lab in zip(classes, class_labels) if not _feasible([k])
+            ]
+        _reasons = [
+            f"**{lab}** "
+            + (
+                "needs more of the cluster than it has, even alone, at its rate"
+                if ok_at_trickle
+                else "cannot meet its SLO even alone: a single request at the lowest threshold on "
+                "the fastest TP degree takes longer than the SLO"
+            )
+            for lab, ok_at_trickle in _blocked
+        ]
         if _reasons:
-            _why = ("; ".join(_reasons) + ". Raise the SLO scale, lower that class's rate or add nodes.")
+            _why = "; ".join(_reasons) + ". Raise the SLO scale, lower that class's rate or add nodes."
         else:
-            _why = ("Each class alone meets its SLO; together they need more instance-seconds per second than "
-                    "the cluster has. Lower the rates or add nodes.")
+            _why = (
+                "Each class alone meets its SLO; together they need more instance-seconds per second than "
+                "the cluster has. Lower the rates or add nodes."
+            )
         print(f"stage 1 infeasible; classes infeasible alone: {[lab for lab, _ in _blocked]}")
-    mo.stop(plan is None, mo.callout(mo.md(
-        "**Stage 1 is infeasible** (or found no solution in the time limit): no TP mix serves these rates "
-        f"within the SLO. {_why}\n\n**Stage 2 is empty** because it places stage 1's plan, and there is none; "
-        "the running reconfigurator keeps all TP-1 in this case."), kind="danger"))
+    mo.stop(
+        plan is None,
+        mo.callout(
+            mo.md(
+                "**Stage 1 is infeasible** (or found no solution in the time limit): no TP mix serves these rates "
+                f"within the SLO. {_why}\n\n**Stage 2 is empty** because it places stage 1's plan, and there is none; "
+                "the running reconfigurator keeps all TP-1 in this case."
+            ),
+            kind="danger",
+        ),
+    )
     _chosen = sorted(d for d, n in plan.counts.items() if n)
-    _msg = [f"**Chosen TP mix:** {', '.join(f'{plan.counts[d]} x TP-{d}' for d in _chosen) or 'none'}; "
-            f"batch size {', '.join(f'{plan.batch[d]} on TP-{d}' for d in _chosen)}.",
-            f"Average threshold per output token (rate-weighted): **{plan.quality:.3f}**; mean SLO slack "
-            f"{100 * plan.slack:.0f}%; solved by {plan.solve.solver} in {plan.solve.seconds:.2f} s ({plan.solve.status})."]
+    _msg = [
+        f"**Chosen TP mix:** {', '.join(f'{plan.counts[d]} x TP-{d}' for d in _chosen) or 'none'}; "
+        f"batch size {', '.join(f'{plan.batch[d]} on TP-{d}' for d in _chosen)}.",
+        f"Average threshold per output token (rate-weighted): **{plan.quality:.3f}**; mean SLO slack "
+        f"{100 * plan.slack:.0f}%; solved by {plan.solve.solver} in {plan.solve.seconds:.2f} s ({plan.solve.status}).",
+    ]
     if violations:
         _msg.append("Constraint check found: " + "; ".join(map(str, violations)))
     mo.callout(mo.md("\n\n".join(_msg)), kind="warn" if violations else "success")
@@ -240,10 +320,17 @@ def _(class_latency, mo, np, plan, plt, problem, rounded_rows):
     _a2.set(ylabel="seconds", title="latency per class vs SLO")
     _a2.legend(fontsize=7)
     _fig.tight_layout()
-    _table = [{"class": lab, "rate (req/s)": k.rate, "steps": float(plan.steps_at[i].sum()),
-               **{f"steps on TP-{d}": float(plan.steps_on[i, j]) for j, d in enumerate(problem.degrees)},
-               "latency (s)": float(_lat[i]), "SLO (s)": k.slo_s}
-              for i, (lab, k) in enumerate(zip(_labels, problem.classes))]
+    _table = [
+        {
+            "class": lab,
+            "rate (req/s)": k.rate,
+            "steps": float(plan.steps_at[i].sum()),
+            **{f"steps on TP-{d}": float(plan.steps_on[i, j]) for j, d in enumerate(problem.degrees)},
+            "latency (s)": float(_lat[i]),
+            "SLO (s)": k.slo_s,
+        }
+        for i, (lab, k) in enumerate(zip(_labels, problem.classes))
+    ]
     mo.vstack([_fig, mo.ui.table(rounded_rows(_table, 3), selection=None)])
     return
 
@@ -268,10 +355,14 @@ def _(cluster, default_current_tp, mo, plan):
     # The running configuration the migration plan starts from: a uniform cluster of one degree.
     # By default the first one that is not already the plan, so that stage 2 has work to show.
     _options = [f"all TP-{d}" for d in cluster.tp_degrees]
-    _differs = [f"all TP-{d}" for d in cluster.tp_degrees
-                if plan is None or {k: n for k, n in plan.counts.items() if n} != {d: cluster.total_gpus // d}]
-    _default = (f"all TP-{default_current_tp}" if f"all TP-{default_current_tp}" in _options
-                else (_differs or _options)[0])
+    _differs = [
+        f"all TP-{d}"
+        for d in cluster.tp_degrees
+        if plan is None or {k: n for k, n in plan.counts.items() if n} != {d: cluster.total_gpus // d}
+    ]
+    _default = (
+        f"all TP-{default_current_tp}" if f"all TP-{default_current_tp}" in _options else (_differs or _options)[0]
+    )
     current_choice = mo.ui.dropdown(_options, value=_default, label="current configuration")
     mo.vstack([mo.md("### Migration plan (stage 2)"), current_choice])
     return (current_choice,)
@@ -282,8 +373,11 @@ def _(Counter, cluster, config, current_choice, mo, plan, problem, rec, replace,
     mo.stop(plan is None)
     existing = static_layout(cluster, int(current_choice.value.removeprefix("all TP-")), prefix="cur")
     # Score the running configuration the way the reconfigurator does: stage 1 with its counts pinned.
-    _current = solve_capacity(replace(problem, fixed_counts=dict(Counter(e.tp for e in existing))),
-                              config.time_limit_s, config.tiebreak_time_s)
+    _current = solve_capacity(
+        replace(problem, fixed_counts=dict(Counter(e.tp for e in existing))),
+        config.time_limit_s,
+        config.tiebreak_time_s,
+    )
     current_objective = _current.objective if _current else None
     migration = rec.plan_to(list(plan.node_counts), existing, plan.batch, plan.objective, current_objective)
     print(f"stage 2: keep {len(migration.keep)}, launch {len(migration.steps)}, stop {len(migration.stops)}")
@@ -293,24 +387,42 @@ def _(Counter, cluster, config, current_choice, mo, plan, problem, rec, replace,
 @app.cell
 def _(config, current_objective, existing, migration, mo, plan):
     if current_objective is None:
-        _verdict = ("the current configuration cannot meet the SLOs, so the plan is adopted without waiting for "
-                    f"the {100 * config.min_improvement:.0f}% improvement trigger.")
+        _verdict = (
+            "the current configuration cannot meet the SLOs, so the plan is adopted without waiting for "
+            f"the {100 * config.min_improvement:.0f}% improvement trigger."
+        )
     else:
         _gain = plan.objective / current_objective - 1 if current_objective > 0 else float("inf")
         _apply = _gain >= config.min_improvement
         _change = "no change" if abs(_gain) < 5e-4 else f"{100 * _gain:+.1f}%"
-        _verdict = (f"objective {plan.objective:.3f} vs current {current_objective:.3f} ({_change}): "
-                    + ("adopted" if _apply else "not worth migrating, the cluster is kept as is")
-                    + f" under the {100 * config.min_improvement:.0f}% improvement trigger.")
-    _rows = [{"step": i + 1, "launch": s.launch.instance_id, "TP": s.launch.tp, "node": s.launch.node,
-              "GPUs": str(list(s.launch.gpus)), "drain and stop first": ", ".join(s.stop_first) or "-"}
-             for i, s in enumerate(migration.steps)]
-    mo.vstack([
-        mo.md(f"From {len(existing)} running instances: keep **{len(migration.keep)}**, launch "
-              f"**{len(migration.steps)}**, stop **{len(migration.stops)}**. Each launch below is one step: it "
-              f"first drains and stops the instances whose GPUs it needs. Trigger: {_verdict}"),
-        mo.ui.table(_rows, selection=None) if _rows else mo.md("_Nothing to launch: the current cluster is the plan._"),
-    ])
+        _verdict = (
+            f"objective {plan.objective:.3f} vs current {current_objective:.3f} ({_change}): "
+            + ("adopted" if _apply else "not worth migrating, the cluster is kept as is")
+            + f" under the {100 * config.min_improvement:.0f}% improvement trigger."
+        )
+    _rows = [
+        {
+            "step": i + 1,
+            "launch": s.launch.instance_id,
+            "TP": s.launch.tp,
+            "node": s.launch.node,
+            "GPUs": str(list(s.launch.gpus)),
+            "drain and stop first": ", ".join(s.stop_first) or "-",
+        }
+        for i, s in enumerate(migration.steps)
+    ]
+    mo.vstack(
+        [
+            mo.md(
+                f"From {len(existing)} running instances: keep **{len(migration.keep)}**, launch "
+                f"**{len(migration.steps)}**, stop **{len(migration.stops)}**. Each launch below is one step: it "
+                f"first drains and stops the instances whose GPUs it needs. Trigger: {_verdict}"
+            ),
+            mo.ui.table(_rows, selection=None)
+            if _rows
+            else mo.md("_Nothing to launch: the current cluster is the plan._"),
+        ]
+    )
     return
 
 

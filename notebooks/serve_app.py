@@ -15,6 +15,7 @@ def _():
     from dilaserve.engine import DEFAULT_CHECKPOINT
     from dilaserve.schedule.policies import policies
     from dilaserve.serve import app_logic, client, launcher
+
     return DEFAULT_CHECKPOINT, app_logic, client, launcher, mo, os, plt, policies, weakref
 
 
@@ -55,11 +56,13 @@ def _(mo, os):
 def _(autostart, default_reconfig_s, mo, policies):
     # The oracle needs the true remaining steps, which only the simulator knows.
     policy = mo.ui.dropdown([n for n in policies.names() if n != "oracle"], value="dilaserve", label="policy")
-    reconfig_s = mo.ui.number(start=0, stop=3600, step=10, value=default_reconfig_s,
-                              label="reconfiguration interval (s, 0 = off)")
+    reconfig_s = mo.ui.number(
+        start=0, stop=3600, step=10, value=default_reconfig_s, label="reconfiguration interval (s, 0 = off)"
+    )
     # Each click flips the value: True starts the server, False stops it.
-    toggle = mo.ui.button(value=autostart, on_click=lambda running: not running,
-                          label="start / stop the server", kind="success")
+    toggle = mo.ui.button(
+        value=autostart, on_click=lambda running: not running, label="start / stop the server", kind="success"
+    )
     mo.hstack([policy, reconfig_s, toggle], justify="start")
     return policy, reconfig_s, toggle
 
@@ -104,8 +107,9 @@ def _(mo, server, start_error):
     elif server is None:
         _status = mo.callout(mo.md("The server is stopped: click **start / stop the server**."), kind="neutral")
     else:
-        _status = mo.callout(mo.md(f"Serving at `{server.url}` (pid {server.pid}); log: `{server.log_path}`"),
-                             kind="success")
+        _status = mo.callout(
+            mo.md(f"Serving at `{server.url}` (pid {server.pid}); log: `{server.log_path}`"), kind="success"
+        )
     _status
     return
 
@@ -128,17 +132,33 @@ def _(app_logic, client, mo, refresh, server):
         metrics = {}
         print(f"metrics unavailable: {e}")
     _get = lambda name: metrics.get(name, 0.0)  # noqa: E731
-    _cards = mo.hstack([
-        mo.stat(f"{_get('dilaserve:num_requests_running'):.0f}", label="running"),
-        mo.stat(f"{_get('dilaserve:num_requests_waiting'):.0f}", label="waiting"),
-        mo.stat(f"{_get('dilaserve:slo_met_total'):.0f}", label="met their SLO"),
-        mo.stat(app_logic.attainment_text(metrics), label="SLO attainment",
-                caption=f"{app_logic.finished_requests(metrics)} finished"),
-        mo.stat(f"{_get('dilaserve:migrations_total'):.0f}", label="migrations"),
-    ], justify="start")
+    _cards = mo.hstack(
+        [
+            mo.stat(f"{_get('dilaserve:num_requests_running'):.0f}", label="running"),
+            mo.stat(f"{_get('dilaserve:num_requests_waiting'):.0f}", label="waiting"),
+            mo.stat(f"{_get('dilaserve:slo_met_total'):.0f}", label="met their SLO"),
+            mo.stat(
+                app_logic.attainment_text(metrics),
+                label="SLO attainment",
+                caption=f"{app_logic.finished_requests(metrics)} finished",
+            ),
+            mo.stat(f"{_get('dilaserve:migrations_total'):.0f}", label="migrations"),
+        ],
+        justify="start",
+    )
     _rows = app_logic.metric_rows(metrics)
-    mo.vstack([_cards, mo.ui.table(_rows, selection=None, page_size=12, label="live /metrics",
-                                   format_mapping={"value": lambda v: f"{v:,g}"})])
+    mo.vstack(
+        [
+            _cards,
+            mo.ui.table(
+                _rows,
+                selection=None,
+                page_size=12,
+                label="live /metrics",
+                format_mapping={"value": lambda v: f"{v:,g}"},
+            ),
+        ]
+    )
     return
 
 
@@ -172,22 +192,29 @@ def _(examples, mo):
 def _(app_logic, candidates, example, examples, mo, outbox):
     _inst = examples[example.value]
     _floors = app_logic.floor_steps(candidates)
-    form = mo.md("""
+    form = (
+        mo.md("""
     **Send a prompt** (the example above, or your own in the task language)
 
     {prompt}
 
     {slo_ms} {max_tokens} {min_threshold} {priority}
-    """).batch(
-        prompt=mo.ui.text_area(value=_inst.prompt, full_width=True),
-        slo_ms=mo.ui.number(start=100, stop=600_000, step=100, value=20_000, label="SLO (ms)"),
-        # the example's canvas: its answer and an end-of-text fit
-        max_tokens=mo.ui.number(start=1, stop=512, step=1, value=_inst.gen_length, label="max tokens"),
-        min_threshold=mo.ui.slider(steps=_floors, value=0.0, show_value=True,
-                                   label=f"quality floor (min threshold, up to {_floors[-1]:g})"),
-        priority=mo.ui.number(start=-100, stop=100, step=1, value=0, label="priority"),
-    ).form(submit_button_label="Send",
-           on_change=lambda value: outbox.submit(app_logic.PromptRequest.from_form(value) if value else None))
+    """)
+        .batch(
+            prompt=mo.ui.text_area(value=_inst.prompt, full_width=True),
+            slo_ms=mo.ui.number(start=100, stop=600_000, step=100, value=20_000, label="SLO (ms)"),
+            # the example's canvas: its answer and an end-of-text fit
+            max_tokens=mo.ui.number(start=1, stop=512, step=1, value=_inst.gen_length, label="max tokens"),
+            min_threshold=mo.ui.slider(
+                steps=_floors, value=0.0, show_value=True, label=f"quality floor (min threshold, up to {_floors[-1]:g})"
+            ),
+            priority=mo.ui.number(start=-100, stop=100, step=1, value=0, label="priority"),
+        )
+        .form(
+            submit_button_label="Send",
+            on_change=lambda value: outbox.submit(app_logic.PromptRequest.from_form(value) if value else None),
+        )
+    )
     form
     return (form,)
 
@@ -196,13 +223,19 @@ def _(app_logic, candidates, example, examples, mo, outbox):
 def _(app_logic, client, form, outbox, server):
     form  # a submission re-runs this cell; the form's on_change has queued it in the outbox
     exchange = app_logic.send_pending(
-        outbox, server.url if server is not None else None,
-        lambda url, r: client.complete(url, r.prompt, max_tokens=r.max_tokens, slo_ms=r.slo_ms,
-                                       priority=r.priority, min_threshold=r.min_threshold))
+        outbox,
+        server.url if server is not None else None,
+        lambda url, r: client.complete(
+            url, r.prompt, max_tokens=r.max_tokens, slo_ms=r.slo_ms, priority=r.priority, min_threshold=r.min_threshold
+        ),
+    )
     if exchange is not None and exchange.reply is not None and exchange is outbox.last:
         _r = exchange.reply
-        print(f"answer: {_r.text!r} steps: {_r.steps} thresholds: {_r.thresholds} latency_ms: {_r.latency_ms} "
-              f"slo_met: {_r.slo_met} finish_reason: {_r.finish_reason}", flush=True)
+        print(
+            f"answer: {_r.text!r} steps: {_r.steps} thresholds: {_r.thresholds} latency_ms: {_r.latency_ms} "
+            f"slo_met: {_r.slo_met} finish_reason: {_r.finish_reason}",
+            flush=True,
+        )
     elif exchange is not None and exchange.error:
         print(f"request failed: {exchange.error}", flush=True)
     return (exchange,)
@@ -212,18 +245,28 @@ def _(app_logic, client, form, outbox, server):
 def _(app_logic, examples, exchange, mo, plt, server, vocabulary):
     mo.stop(exchange is None, mo.md("_Submit the form to send a prompt._"))
     if exchange.error is not None:  # (mo.stop evaluates its output eagerly: build it only here)
-        mo.stop(True, mo.callout(mo.md(exchange.error), kind="warn") if exchange.error == app_logic.NOT_STARTED
-                else mo.callout(mo.md(f"**Request failed:** {exchange.error}"), kind="danger"))
+        mo.stop(
+            True,
+            mo.callout(mo.md(exchange.error), kind="warn")
+            if exchange.error == app_logic.NOT_STARTED
+            else mo.callout(mo.md(f"**Request failed:** {exchange.error}"), kind="danger"),
+        )
     _req, _reply = exchange.request, exchange.reply
     _notes = []
     if server is None or server.url != exchange.server_url:
         _notes.append(mo.md("_The server that gave this answer has stopped since._"))
     _unknown = app_logic.unknown_words(_req.prompt, vocabulary) if vocabulary else []
     if _unknown:
-        _notes.append(mo.callout(mo.md(
-            "The model does not know " + ", ".join(f"`{w}`" for w in _unknown)
-            + ": it reads them as one unknown token. Its language is the tasks' (`list`, `pairs`, `arith`)."),
-            kind="warn"))
+        _notes.append(
+            mo.callout(
+                mo.md(
+                    "The model does not know "
+                    + ", ".join(f"`{w}`" for w in _unknown)
+                    + ": it reads them as one unknown token. Its language is the tasks' (`list`, `pairs`, `arith`)."
+                ),
+                kind="warn",
+            )
+        )
     _verdict = app_logic.grade(_req.prompt, _reply.text, examples)
     _finish = app_logic.finish_note(_reply.finish_reason, _req.max_tokens)
     _canvas = app_logic.canvas_note(_req, app_logic.example_for(_req.prompt, examples))
@@ -238,24 +281,36 @@ def _(app_logic, examples, exchange, mo, plt, server, vocabulary):
     _n = len(_reply.thresholds)
     _ax.step(range(1, _n + 1), _reply.thresholds, where="mid", marker="o")
     _xlim, _ticks = app_logic.step_axis(_n)
-    _ax.set(xlabel="denoising step", ylabel="threshold", ylim=(0, 1.05), xlim=_xlim, xticks=_ticks,
-            title="threshold of each step")
+    _ax.set(
+        xlabel="denoising step",
+        ylabel="threshold",
+        ylim=(0, 1.05),
+        xlim=_xlim,
+        xticks=_ticks,
+        title="threshold of each step",
+    )
     _ax.grid(alpha=0.3)
     _fig.tight_layout()
-    mo.vstack([
-        *_notes,
-        mo.md(_line),
-        mo.callout(mo.md(_finish), kind="warn" if _reply.finish_reason == "length" else "neutral")
-        if _finish else mo.md(""),
-        mo.hstack([
-            mo.stat(str(_reply.steps), label="steps"),
-            mo.stat(f"{_reply.latency_ms:.0f} ms", label=f"latency (SLO {_reply.slo_ms:.0f} ms)"),
-            mo.stat("met" if _reply.slo_met else "missed", label="SLO"),
-            mo.stat(_reply.finish_reason or "-", label="finish reason"),
-            mo.stat(", ".join(_reply.instances) or "-", label="instances"),
-        ], justify="start"),
-        _fig,
-    ])
+    mo.vstack(
+        [
+            *_notes,
+            mo.md(_line),
+            mo.callout(mo.md(_finish), kind="warn" if _reply.finish_reason == "length" else "neutral")
+            if _finish
+            else mo.md(""),
+            mo.hstack(
+                [
+                    mo.stat(str(_reply.steps), label="steps"),
+                    mo.stat(f"{_reply.latency_ms:.0f} ms", label=f"latency (SLO {_reply.slo_ms:.0f} ms)"),
+                    mo.stat("met" if _reply.slo_met else "missed", label="SLO"),
+                    mo.stat(_reply.finish_reason or "-", label="finish reason"),
+                    mo.stat(", ".join(_reply.instances) or "-", label="instances"),
+                ],
+                justify="start",
+            ),
+            _fig,
+        ]
+    )
     return
 
 

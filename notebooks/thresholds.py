@@ -18,7 +18,21 @@ def _():
     from dilaserve.engine import DEFAULT_CHECKPOINT, DenoisingEngine
     from dilaserve.tasks import TASKS, task_suite
     from dilaserve.utils.display import rounded_rows
-    return CANDIDATE_THRESHOLDS, DEFAULT_CHECKPOINT, DenoisingEngine, TASKS, artifacts, mo, np, os, pl, plt, rounded_rows, task_suite
+
+    return (
+        CANDIDATE_THRESHOLDS,
+        DEFAULT_CHECKPOINT,
+        DenoisingEngine,
+        TASKS,
+        artifacts,
+        mo,
+        np,
+        os,
+        pl,
+        plt,
+        rounded_rows,
+        task_suite,
+    )
 
 
 @app.cell
@@ -59,6 +73,7 @@ def _(artifacts, mo, root):
         except artifacts.MissingArtifactError as e:
             print(f"missing artifact: {e}")
             return None, mo.callout(mo.md(f"**Missing artifact.**\n\n```\n{e}\n```"), kind="warn")
+
     return (load,)
 
 
@@ -88,20 +103,40 @@ def _(mo, plt, quality, quality_missing, rounded_rows):
     for _r in quality.fixed:
         _ax.annotate(f"{_r.threshold:g}", (_r.mean_steps, 100 * _r.accuracy), textcoords="offset points", xytext=(4, 4))
     if quality.mixed.n:
-        _ax.scatter([quality.mixed.mean_steps], [100 * quality.mixed.accuracy], color="tab:red", marker="s",
-                    label=f"random per-step mix (mean thr {quality.mixed.mean_threshold:.2f})")
+        _ax.scatter(
+            [quality.mixed.mean_steps],
+            [100 * quality.mixed.accuracy],
+            color="tab:red",
+            marker="s",
+            label=f"random per-step mix (mean thr {quality.mixed.mean_threshold:.2f})",
+        )
     _ax.set(xlabel="mean denoising steps per request", ylabel="accuracy (%)", title="speed-quality frontier")
     _ax.grid(alpha=0.3)
     _ax.legend(fontsize=8)
     _fig.tight_layout()
-    _rows = rounded_rows([{"threshold": r.threshold, "accuracy": r.accuracy, "mean steps": r.mean_steps,
-                           "steps per token": r.steps_per_token, "requests": r.n} for r in quality.fixed], 3)
-    mo.vstack([
-        _fig,
-        mo.ui.table(_rows, selection=None),
-        mo.md(f"Mixed thresholds: measured accuracy {quality.mixed.accuracy:.3f} vs {quality.mixed.expected_accuracy:.3f} "
-              f"predicted from the fixed rows (mix factor {quality.mix_factor:.2f})."),
-    ])
+    _rows = rounded_rows(
+        [
+            {
+                "threshold": r.threshold,
+                "accuracy": r.accuracy,
+                "mean steps": r.mean_steps,
+                "steps per token": r.steps_per_token,
+                "requests": r.n,
+            }
+            for r in quality.fixed
+        ],
+        3,
+    )
+    mo.vstack(
+        [
+            _fig,
+            mo.ui.table(_rows, selection=None),
+            mo.md(
+                f"Mixed thresholds: measured accuracy {quality.mixed.accuracy:.3f} vs {quality.mixed.expected_accuracy:.3f} "
+                f"predicted from the fixed rows (mix factor {quality.mix_factor:.2f})."
+            ),
+        ]
+    )
     return
 
 
@@ -120,8 +155,9 @@ def _(mo, np, pl, plt, step_table, steps_missing):
     per_request = step_table.group_by("request_id", "threshold").agg(pl.len().alias("steps")).sort("threshold")
     _thresholds = per_request["threshold"].unique().sort().to_list()
     # Small multiples, one panel per threshold on shared axes, rather than overlaid histograms.
-    _fig, _axes = plt.subplots(1, len(_thresholds), figsize=(2.3 * len(_thresholds) + 1, 2.6), sharex=True,
-                               sharey=True, squeeze=False)
+    _fig, _axes = plt.subplots(
+        1, len(_thresholds), figsize=(2.3 * len(_thresholds) + 1, 2.6), sharex=True, sharey=True, squeeze=False
+    )
     _bins = np.arange(0.5, per_request["steps"].max() + 1.5, max(1, per_request["steps"].max() // 30))
     for _ax, _t in zip(_axes[0], _thresholds):
         _s = per_request.filter(pl.col("threshold") == _t)["steps"]
@@ -139,8 +175,13 @@ def _(mo, np, pl, plt, step_table, steps_missing):
     _left = np.zeros(len(_thresholds))
     _colors = plt.cm.viridis(np.linspace(0, 0.95, len(_buckets)))
     for (_lo, _hi, _name), _c in zip(_buckets, _colors):
-        _share = np.array([step_table.filter((pl.col("threshold") == _t) & pl.col("tokens_committed").is_between(_lo, _hi))
-                           .height / max(1, step_table.filter(pl.col("threshold") == _t).height) for _t in _thresholds])
+        _share = np.array(
+            [
+                step_table.filter((pl.col("threshold") == _t) & pl.col("tokens_committed").is_between(_lo, _hi)).height
+                / max(1, step_table.filter(pl.col("threshold") == _t).height)
+                for _t in _thresholds
+            ]
+        )
         _ax2.barh([f"{_t:g}" for _t in _thresholds], 100 * _share, left=100 * _left, color=_c, label=_name)
         _left += _share
     _ax2.set(xlabel="share of steps (%)", ylabel="threshold", xlim=(0, 100), title="tokens committed per step")
@@ -166,13 +207,17 @@ def _(evaluation, evaluation_missing, mo, plt, rounded_rows):
     for _name in dict.fromkeys(r["predictor"] for r in evaluation["by_decile"]):
         _rows = [r for r in evaluation["by_decile"] if r["predictor"] == _name]
         _ax.plot([10 * r["decile"] + 5 for r in _rows], [100 * r["rel_err"] for r in _rows], marker="o", label=_name)
-    _ax.set(xlabel="progress (% of the request's steps done)", ylabel="mean relative error (%)",
-            title="remaining-step error by progress")
+    _ax.set(
+        xlabel="progress (% of the request's steps done)",
+        ylabel="mean relative error (%)",
+        title="remaining-step error by progress",
+    )
     _ax.grid(alpha=0.3)
     _ax.legend(fontsize=8)
     _fig.tight_layout()
-    mo.vstack([_fig, mo.ui.table(rounded_rows(evaluation["overall"]), selection=None,
-                                 label="overall (held-out requests)")])
+    mo.vstack(
+        [_fig, mo.ui.table(rounded_rows(evaluation["overall"]), selection=None, label="overall (held-out requests)")]
+    )
     return
 
 
@@ -191,8 +236,9 @@ def _(CANDIDATE_THRESHOLDS, mo, prompts_per_task, quality, task_suite):
     instances = task_suite(prompts_per_task, seed=0)
     threshold = mo.ui.slider(steps=sorted(_candidates), value=max(_candidates), label="threshold", show_value=True)
     # A prompt starts with its task's name: it is its own label.
-    request = mo.ui.dropdown({inst.prompt: i for i, inst in enumerate(instances)}, value=instances[0].prompt,
-                             label="request")
+    request = mo.ui.dropdown(
+        {inst.prompt: i for i, inst in enumerate(instances)}, value=instances[0].prompt, label="request"
+    )
     mo.hstack([threshold, request], justify="start")
     return instances, request, threshold
 
@@ -240,7 +286,7 @@ def _(answer, engine, mo, plt, snapshots, state, step, verdict):
         elif _now[_i] == state.eos_id:
             _cells.append('<span style="color:#bbb;font-size:70%">eos</span>')
         elif step.value and _now[_i] != _before[_i]:  # committed by this very step
-            _cells.append(f'<mark><b>{_tok}</b></mark>')
+            _cells.append(f"<mark><b>{_tok}</b></mark>")
         else:
             _cells.append(_tok)
     _canvas = mo.Html('<div style="font-family:monospace;line-height:1.8">' + " ".join(_cells) + "</div>")
@@ -248,18 +294,23 @@ def _(answer, engine, mo, plt, snapshots, state, step, verdict):
     _ax.bar(range(1, state.steps_done + 1), state.tokens_per_step, color="tab:blue")
     if step.value:
         _ax.bar([step.value], [state.tokens_per_step[step.value - 1]], color="tab:red")
-    _ax.set(xlabel="step", ylabel="tokens committed", title="tokens committed per step",
-            xlim=(0.5, state.steps_done + 0.5))
+    _ax.set(
+        xlabel="step", ylabel="tokens committed", title="tokens committed per step", xlim=(0.5, state.steps_done + 0.5)
+    )
     _ax.xaxis.get_major_locator().set_params(integer=True)
     _ax.yaxis.get_major_locator().set_params(integer=True)
     _fig.tight_layout()
-    mo.vstack([
-        mo.md(f"Step **{step.value}** of {state.steps_done} (highlighted: tokens this step committed; "
-              f"&#9617;: still masked)."),
-        _canvas,
-        _fig,
-        mo.md(f"Final answer: `{answer}`: {verdict.markdown()}."),
-    ])
+    mo.vstack(
+        [
+            mo.md(
+                f"Step **{step.value}** of {state.steps_done} (highlighted: tokens this step committed; "
+                f"&#9617;: still masked)."
+            ),
+            _canvas,
+            _fig,
+            mo.md(f"Final answer: `{answer}`: {verdict.markdown()}."),
+        ]
+    )
     return
 
 

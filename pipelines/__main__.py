@@ -5,6 +5,7 @@ already set, then runs ``dagster dev`` or ``dagster asset materialize`` on
 ``pipelines.definitions``. Without assets, ``materialize`` builds the whole graph; with
 assets it builds them and everything upstream (``+name``).
 """
+
 from __future__ import annotations
 
 import os

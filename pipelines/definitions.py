@@ -10,6 +10,7 @@ published_rollouts -> published_step_features -> published_step_predictor, and
 published_rollouts, threshold_quality -> published_threshold_quality (the llada-8b-published
 law, calibrated to published numbers, under data/artifacts/laws/). Artifacts land in data/artifacts/ (dilaserve.artifacts).
 """
+
 import dagster as dg
 
 from pipelines.assets import predictor, profiles, prompts, published, quality, rollouts

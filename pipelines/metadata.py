@@ -3,6 +3,7 @@
 Dagster renders a ``MetadataValue.md`` body on the asset page, and a PNG inlined there as a
 data URI shows as the picture itself rather than a path into someone else's file system.
 """
+
 from __future__ import annotations
 
 import base64

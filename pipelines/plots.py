@@ -1,8 +1,9 @@
 """PNG plots written next to the artifacts (matplotlib, headless)."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import matplotlib
 

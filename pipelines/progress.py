@@ -1,7 +1,8 @@
 """Progress reporting into Dagster's run log (visible in the UI and on the command line)."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import dagster as dg
 

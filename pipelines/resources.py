@@ -1,4 +1,5 @@
 """Resources shared by the assets: the model host and the artifact folder."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -37,7 +38,9 @@ class ModelResource(dg.ConfigurableResource):
         from dilaserve.engine import DenoisingEngine
 
         if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(f"device {self.device!r} requested but CUDA is not available: set the model resource's device to cpu")
+            raise ValueError(
+                f"device {self.device!r} requested but CUDA is not available: set the model resource's device to cpu"
+            )
         torch.set_num_threads(max(1, self.threads))
         return DenoisingEngine.from_pretrained(checkpoint, device=self.device)
 

@@ -1,4 +1,5 @@
 """Shared fixtures: a tiny random model built by the tests, and the embedded default."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,8 +18,14 @@ def tiny_checkpoint(tmp_path_factory):
     tok = build_tokenizer()
     torch.manual_seed(0)
     cfg = DiLaConfig(
-        vocab_size=len(tok), hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
-        max_position_embeddings=256, mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=256,
+        mask_token_id=tok.mask_token_id,
+        pad_token_id=tok.pad_token_id,
         eos_token_id=tok.eos_token_id,
     )
     DiLaForMaskedDiffusion(cfg).save_pretrained(path)

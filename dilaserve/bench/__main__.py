@@ -4,6 +4,7 @@ Each subcommand is a module in this package exposing ``main(argv: list[str]) -> 
 Modules are imported only when their subcommand runs, so a benchmark's heavy imports
 (torch, Ray, LightGBM) cost nothing to the others. Register a new one in ``SUBCOMMANDS``.
 """
+
 from __future__ import annotations
 
 import importlib

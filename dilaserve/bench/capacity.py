@@ -19,21 +19,22 @@ and ``measured_rps`` are medians too.
 Shapes: ``trace`` (the shipped Azure trace's token counts, resampled), ``sharegpt``,
 ``gsm8k`` and ``long-prompt`` (the length models of :mod:`dilaserve.sim.lengths`).
 """
+
 from __future__ import annotations
 
 import argparse
 import logging
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
 import numpy as np
 
 from dilaserve.bench.common import emit, machine_info, ratio
 from dilaserve.eval.context import EvalContext, EvalOptions
+from dilaserve.reconfig.plan import static_layout
 from dilaserve.sim.arrivals import gamma_arrivals
 from dilaserve.sim.capacity import nominal_capacity_rps
-from dilaserve.reconfig.plan import static_layout
 from dilaserve.sim.lengths import sample_lengths
 from dilaserve.sim.progress import canvas_length
 from dilaserve.sim.setting import ClusterSetting
@@ -68,13 +69,13 @@ SHAPES: dict[str, Lengths] = {
 @dataclass(frozen=True)
 class BenchSettings:
     """Attributes:
-        duration_s: simulated seconds of arrivals per shape.
-        warmup_share: the first share of ``duration_s`` is left out of the measurement (the
-            instances fill up and the queue forms).
-        overload: arrival rate as a multiple of the predicted capacity (saturating).
-        nodes: nodes of 4 GPUs in the cluster (the paper's: 4).
-        seed: seeds arrivals and lengths (repetition i uses ``seed + i``).
-        repeats: measurements per shape, each with its own seed; the ratio is their median.
+    duration_s: simulated seconds of arrivals per shape.
+    warmup_share: the first share of ``duration_s`` is left out of the measurement (the
+        instances fill up and the queue forms).
+    overload: arrival rate as a multiple of the predicted capacity (saturating).
+    nodes: nodes of 4 GPUs in the cluster (the paper's: 4).
+    seed: seeds arrivals and lengths (repetition i uses ``seed + i``).
+    repeats: measurements per shape, each with its own seed; the ratio is their median.
     """
 
     duration_s: float = 60.0
@@ -86,8 +87,10 @@ class BenchSettings:
 
     def __post_init__(self) -> None:
         if self.duration_s <= 0 or not 0 <= self.warmup_share < 1 or self.overload <= 1:
-            raise ValueError(f"{self}: give a positive duration, a warm-up share in [0, 1) and an overload > 1 "
-                             "(the bench measures a saturated cluster)")
+            raise ValueError(
+                f"{self}: give a positive duration, a warm-up share in [0, 1) and an overload > 1 "
+                "(the bench measures a saturated cluster)"
+            )
         if self.repeats < 1:
             raise ValueError(f"repeats {self.repeats}: measure each shape at least once")
 
@@ -114,22 +117,32 @@ def measure(ctx: EvalContext, setting: ClusterSetting, lengths: Lengths, cfg: Be
     res = ctx.simulator(setting).run(POLICY, wl, slo_s=1e6)
     fin = np.sort(res.requests["finish_s"].drop_nulls().to_numpy())
     tokens = prompt + np.array([canvas_length(o, setting.block_length) for o in output])
-    in_flight = sum(s.max_batch_tokens // int(tokens.mean()) for s in static_layout(setting.cluster, setting.initial_tp))
+    in_flight = sum(
+        s.max_batch_tokens // int(tokens.mean()) for s in static_layout(setting.cluster, setting.initial_tp)
+    )
     start, end = cfg.warmup_share * cfg.duration_s, float(fin[max(len(fin) - in_flight - 1, 0)])
     measured = float(((fin >= start) & (fin <= end)).sum() / (end - start)) if end > start else 0.0
-    return {"predicted_rps": round(predicted, 3), "measured_rps": round(measured, 3),
-            "ratio": ratio(measured, predicted), "requests": len(wl),
-            "window_s": [round(start, 1), round(end, 1)]}
+    return {
+        "predicted_rps": round(predicted, 3),
+        "measured_rps": round(measured, 3),
+        "ratio": ratio(measured, predicted),
+        "requests": len(wl),
+        "window_s": [round(start, 1), round(end, 1)],
+    }
 
 
 def _median_of(runs: list[dict]) -> dict:
     """One shape's repetitions as one entry: median rates and ratio, the ratio's spread."""
     ratios = [r["ratio"] for r in runs if r["ratio"] is not None]
-    return {"predicted_rps": round(statistics.median(r["predicted_rps"] for r in runs), 3),
-            "measured_rps": round(statistics.median(r["measured_rps"] for r in runs), 3),
-            "ratio": round(statistics.median(ratios), 3) if ratios else None,
-            "ratio_spread": round(max(ratios) - min(ratios), 3) if ratios else None,
-            "repetitions": len(runs), "requests": runs[0]["requests"], "window_s": runs[0]["window_s"]}
+    return {
+        "predicted_rps": round(statistics.median(r["predicted_rps"] for r in runs), 3),
+        "measured_rps": round(statistics.median(r["measured_rps"] for r in runs), 3),
+        "ratio": round(statistics.median(ratios), 3) if ratios else None,
+        "ratio_spread": round(max(ratios) - min(ratios), 3) if ratios else None,
+        "repetitions": len(runs),
+        "requests": runs[0]["requests"],
+        "window_s": runs[0]["window_s"],
+    }
 
 
 def run(cfg: BenchSettings, shapes=tuple(SHAPES)) -> dict:
@@ -146,10 +159,19 @@ def run(cfg: BenchSettings, shapes=tuple(SHAPES)) -> dict:
         "workloads": workloads,
         "max_abs_error": round(max(errors), 3) if errors else None,
         "target_max_abs_error": TARGET_MAX_ABS_ERROR,
-        "settings": {"setting": setting.name, "profile": setting.profile.name, "gpus": setting.cluster.total_gpus,
-                     "tp": setting.initial_tp, "threshold": THRESHOLD, "policy": POLICY,
-                     "duration_s": cfg.duration_s, "warmup_share": cfg.warmup_share, "overload": cfg.overload,
-                     "seed": cfg.seed, "repeats": cfg.repeats},
+        "settings": {
+            "setting": setting.name,
+            "profile": setting.profile.name,
+            "gpus": setting.cluster.total_gpus,
+            "tp": setting.initial_tp,
+            "threshold": THRESHOLD,
+            "policy": POLICY,
+            "duration_s": cfg.duration_s,
+            "warmup_share": cfg.warmup_share,
+            "overload": cfg.overload,
+            "seed": cfg.seed,
+            "repeats": cfg.repeats,
+        },
         "machine": machine_info(),
     }
 

@@ -21,6 +21,7 @@ processes killed; ``reconfigurations`` and ``instance_failures`` are read back f
 server's metrics (what it saw); ``p99_latency_s`` is over completed requests. Targets:
 ``lost`` = 0, ``duplicated`` = 0.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,7 +33,6 @@ import signal
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Optional
 
 import httpx
 import numpy as np
@@ -53,13 +53,12 @@ class Result:
     status: int
     latency_s: float
     stream: bool
-    response_id: Optional[str] = None
+    response_id: str | None = None
     duplicated: bool = False
     detail: str = ""
 
 
-async def pick_worker(c: httpx.AsyncClient, rng: random.Random, killed: set[int],
-                      wait_s: float = 60.0) -> Optional[int]:
+async def pick_worker(c: httpx.AsyncClient, rng: random.Random, killed: set[int], wait_s: float = 60.0) -> int | None:
     """A worker PID of a random ready instance, from ``/health`` (``worker_pids``), skipping
     instances with a ``killed`` worker (the server may not have noticed the death yet); waits
     (bounded) while none is left, e.g. the previous victim's replacement is still loading.
@@ -145,8 +144,7 @@ async def one_request(c: httpx.AsyncClient, model: str, p: Prompt, stream: bool,
         return Result("lost", 0, time.perf_counter() - t0, stream, detail=f"{type(e).__name__}: {e}")
 
 
-async def chaos(url: str, kill_at: list[float], reconfigure_at: float, rng: random.Random,
-                log: list[dict]) -> None:
+async def chaos(url: str, kill_at: list[float], reconfigure_at: float, rng: random.Random, log: list[dict]) -> None:
     """SIGKILL a worker of a random instance at each of ``kill_at`` (seconds from now) and ask for the
     reconfiguration at ``reconfigure_at``; what happened goes to ``log``."""
     t0 = time.monotonic()
@@ -175,8 +173,9 @@ async def chaos(url: str, kill_at: list[float], reconfigure_at: float, rng: rand
                 log.append({"t": round(time.monotonic() - t0, 2), "reconfigure": r.status_code})
 
 
-async def run(url: str, prompts: list[Prompt], rate: float, kills: int, seed: int,
-              slo_ms: float) -> tuple[list[Result], list[dict], float]:
+async def run(
+    url: str, prompts: list[Prompt], rate: float, kills: int, seed: int, slo_ms: float
+) -> tuple[list[Result], list[dict], float]:
     rng = random.Random(seed)
     offsets = gamma_arrivals(rate, 10 * len(prompts) / rate + 10, np.random.default_rng(seed))[: len(prompts)]
     window = float(offsets[-1])
@@ -190,8 +189,9 @@ async def run(url: str, prompts: list[Prompt], rate: float, kills: int, seed: in
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as c:
         start = time.perf_counter()
         faults = asyncio.create_task(chaos(url, kill_at, reconfigure_at, rng, log))
-        results = await asyncio.gather(*(one_request(c, model, p, s, float(at), slo_ms)
-                                         for p, s, at in zip(prompts, streams, offsets)))
+        results = await asyncio.gather(
+            *(one_request(c, model, p, s, float(at), slo_ms) for p, s, at in zip(prompts, streams, offsets))
+        )
         wall = time.perf_counter() - start
         await faults
     return list(results), log, wall
@@ -223,14 +223,25 @@ def summarise(results: list[Result], metrics: dict[str, float], log: list[dict],
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dilaserve.bench chaos", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m dilaserve.bench chaos",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--num-requests", type=int, default=300, help="requests to send")
-    p.add_argument("--request-rate", type=float, default=4.0,
-                   help="mean arrivals per second (Poisson; the default keeps a 2-core host busy, not swamped)")
+    p.add_argument(
+        "--request-rate",
+        type=float,
+        default=4.0,
+        help="mean arrivals per second (Poisson; the default keeps a 2-core host busy, not swamped)",
+    )
     p.add_argument("--kills", type=int, default=3, help="instance worker processes to SIGKILL")
-    p.add_argument("--slo-ms", type=float, default=600000.0,
-                   help="SLO of every request (generous: the bench is about loss, not latency)")
+    p.add_argument(
+        "--slo-ms",
+        type=float,
+        default=600000.0,
+        help="SLO of every request (generous: the bench is about loss, not latency)",
+    )
     p.add_argument("--server-args", default="", help="extra flags for the launched server")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print only the JSON line")
@@ -240,17 +251,23 @@ def main(argv=None) -> int:
     prompts = load_prompts("tasks", args.num_requests, args.seed)
     os.environ[ADMIN_ENV] = "1"  # the launched server inherits it: the reconfiguration goes through its admin API
     # Reconfiguration ticks off: the one live reconfiguration is the bench's own.
-    server = start_server(extra_args=["--reconfig-interval-s", "0", "--log-level", "warning",
-                                      *args.server_args.split()])
+    server = start_server(
+        extra_args=["--reconfig-interval-s", "0", "--log-level", "warning", *args.server_args.split()]
+    )
     try:
-        results, log, wall = asyncio.run(run(server.url, prompts, args.request_rate, args.kills,
-                                             args.seed, args.slo_ms))
+        results, log, wall = asyncio.run(
+            run(server.url, prompts, args.request_rate, args.kills, args.seed, args.slo_ms)
+        )
         result = summarise(results, fetch_metrics(server.url), log, wall)
         result["healthy_after"] = server.healthy()
     finally:
         server.stop()
-    result["settings"] = {"request_rate": args.request_rate, "slo_ms": args.slo_ms, "seed": args.seed,
-                          "server_args": args.server_args}
+    result["settings"] = {
+        "request_rate": args.request_rate,
+        "slo_ms": args.slo_ms,
+        "seed": args.seed,
+        "server_args": args.server_args,
+    }
     result["machine"] = machine_info()
     emit(result, args.json)
     return 0

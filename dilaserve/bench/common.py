@@ -1,19 +1,24 @@
 """Helpers shared by the benchmarks: a machine description and JSON output."""
+
 from __future__ import annotations
 
 import json
 import os
 import platform
 import statistics
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 
 def machine_info() -> dict:
     """Describe the host so numbers from different machines are not compared blindly."""
-    info = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "python": platform.python_version()}
+    info = {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+    }
     try:
         with open("/proc/cpuinfo") as f:
-            model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), None)
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
         if model:
             info["cpu"] = model
     except OSError:

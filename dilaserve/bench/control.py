@@ -7,6 +7,7 @@ The scheduler runs against a minimal in-process harness (below): it plays instan
 in time order, commits a few tokens per request per step and reports each finished step.
 Only ``GlobalScheduler.handle`` on step events is timed; the harness's own work is not.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -14,14 +15,18 @@ import heapq
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
 from dilaserve.bench.common import machine_info
 from dilaserve.cluster.base import (
-    Backend, InstanceReady, InstanceSpec, StepAssignment, StepFinished,
+    Backend,
+    InstanceReady,
+    InstanceSpec,
+    StepAssignment,
+    StepFinished,
 )
 from dilaserve.control.config import ControlConfig
 from dilaserve.control.request import TrackedRequest
@@ -32,9 +37,9 @@ from dilaserve.profile.types import LatencyProfile, StepCurve
 from dilaserve.reconfig.config import ClusterConfig, ReconfigConfig
 from dilaserve.reconfig.monitor import RequestClass
 from dilaserve.reconfig.plan import static_layout
+from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.reconfig.stage1 import solve_capacity
 from dilaserve.reconfig.stage2 import solve_placement
-from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule.events import RequestArrived
 from dilaserve.schedule.scheduler import GlobalScheduler
 
@@ -112,13 +117,16 @@ def bench_schedule(steps: int = 2000, in_flight: int = 1000, seed: int = 0) -> d
     profile = synthetic_profile()
     cluster = ClusterConfig(nodes=22, gpus_per_node=4, max_batch_tokens={1: 65536, 2: 131072, 4: 262144})
     # 64 instances of mixed TP: 48 TP-1, 12 TP-2, 4 TP-4.
-    specs = (static_layout(ClusterConfig(nodes=12, gpus_per_node=4, max_batch_tokens=cluster.max_batch_tokens), 1, "a")
-             + static_layout(ClusterConfig(nodes=6, gpus_per_node=4, max_batch_tokens=cluster.max_batch_tokens), 2, "b")
-             + static_layout(ClusterConfig(nodes=4, gpus_per_node=4, max_batch_tokens=cluster.max_batch_tokens), 4, "c"))
+    specs = (
+        static_layout(ClusterConfig(nodes=12, gpus_per_node=4, max_batch_tokens=cluster.max_batch_tokens), 1, "a")
+        + static_layout(ClusterConfig(nodes=6, gpus_per_node=4, max_batch_tokens=cluster.max_batch_tokens), 2, "b")
+        + static_layout(ClusterConfig(nodes=4, gpus_per_node=4, max_batch_tokens=cluster.max_batch_tokens), 4, "c")
+    )
     assert len(specs) == 64
     harness = _Harness(profile)
-    sched = GlobalScheduler(harness, profile, "dilaserve-no-reconfig", control=ControlConfig(),
-                            predictor=OneShotPredictor(STEPS_PER_TOKEN))
+    sched = GlobalScheduler(
+        harness, profile, "dilaserve-no-reconfig", control=ControlConfig(), predictor=OneShotPredictor(STEPS_PER_TOKEN)
+    )
     sched.start(specs)
     rng = np.random.default_rng(seed)
     n = 0
@@ -151,8 +159,11 @@ def bench_classes(gpus: int) -> list[RequestClass]:
     for i, prompt in enumerate((256.0, 1024.0)):
         for j, output in enumerate((128.0, 256.0, 512.0, 1024.0)):
             alone = output * STEPS_PER_TOKEN[0.9] * synthetic_profile().latency(1, prompt + output)
-            out.append(RequestClass((i, j), rate=gpus * 0.3 / (1 + j), prompt_tokens=prompt,
-                                    output_tokens=output, slo_s=5 * alone))
+            out.append(
+                RequestClass(
+                    (i, j), rate=gpus * 0.3 / (1 + j), prompt_tokens=prompt, output_tokens=output, slo_s=5 * alone
+                )
+            )
     return out
 
 

@@ -40,6 +40,7 @@ so for them the accuracy fields are null; with ``--quick`` on CPU their throughp
 workloads shrink too (batches up to 8, 4 requests at 256 tokens for ``cache_speedup``),
 since a random tiny checkpoint commits one token per step.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,9 @@ from .common import emit, interleaved, machine_info, median_ratio
 THRESHOLDS = CANDIDATE_THRESHOLDS
 
 
-def throughput(engine: DenoisingEngine, prompts, gen_lengths, use_cache: bool, repeats: int,
-               batch_size: int | None = None) -> float:
+def throughput(
+    engine: DenoisingEngine, prompts, gen_lengths, use_cache: bool, repeats: int, batch_size: int | None = None
+) -> float:
     """Answer tokens per second decoding ``prompts`` at threshold 0.9, ``batch_size`` at a time (all at once by default)."""
     engine.generate(prompts[:1], gen_length=[min(gen_lengths[0], 32)], use_cache=use_cache)  # warm-up: one block
     bs = batch_size or len(prompts)
@@ -70,7 +72,9 @@ def throughput(engine: DenoisingEngine, prompts, gen_lengths, use_cache: bool, r
     for _ in range(repeats):
         for lo in range(0, len(prompts), bs):
             t0 = time.perf_counter()
-            gens = engine.generate(prompts[lo : lo + bs], threshold=0.9, gen_length=gen_lengths[lo : lo + bs], use_cache=use_cache)
+            gens = engine.generate(
+                prompts[lo : lo + bs], threshold=0.9, gen_length=gen_lengths[lo : lo + bs], use_cache=use_cache
+            )
             elapsed += time.perf_counter() - t0
             tokens += sum(len(g.token_ids) for g in gens)
     return tokens / elapsed if elapsed else 0.0
@@ -123,14 +127,21 @@ def longest_instances(n: int, seed: int = 0):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dilaserve.bench engine", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m dilaserve.bench engine",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
     p.add_argument("--device", default="cpu", help="torch device the engine runs on, e.g. cuda")
     p.add_argument("--quick", action="store_true", help="small suite, one repeat (under a minute)")
     p.add_argument("--json", action="store_true", help="print only the JSON line")
-    p.add_argument("--gen-length", type=int, default=None,
-                   help="canvas of the cache_speedup comparison (default: the longest task's; 256 for LLaDA / Dream)")
+    p.add_argument(
+        "--gen-length",
+        type=int,
+        default=None,
+        help="canvas of the cache_speedup comparison (default: the longest task's; 256 for LLaDA / Dream)",
+    )
     args = p.parse_args(argv)
     if args.gen_length is not None and (args.gen_length < 32 or args.gen_length % 32):
         p.error(f"--gen-length {args.gen_length}: use a positive multiple of the block length 32, e.g. 256")
@@ -148,24 +159,44 @@ def main(argv=None) -> int:
     mixed = task_suite(12, seed=1)
     random.Random(0).shuffle(mixed)
     workload = mixed[:top]
-    tps_runs = interleaved({str(bs): (lambda bs=bs: throughput(engine, [x.prompt for x in workload],
-                                                               [x.gen_length for x in workload], True, 1, bs))
-                            for bs in (1, 8, 32) if bs <= top}, repeats)
+    tps_runs = interleaved(
+        {
+            str(bs): (
+                lambda bs=bs: throughput(
+                    engine, [x.prompt for x in workload], [x.gen_length for x in workload], True, 1, bs
+                )
+            )
+            for bs in (1, 8, 32)
+            if bs <= top
+        },
+        repeats,
+    )
     tps = {k: statistics.median(v) for k, v in tps_runs.items()}
 
     pool = task_suite(4 if args.quick else 43, seed=5)[: top if small else 12 if args.quick else 128]
     random.Random(0).shuffle(pool)
-    flow_runs = interleaved({str(n): (lambda n=n: continuous_throughput(engine, [x.prompt for x in pool],
-                                                                        [x.gen_length for x in pool], n))
-                             for n in (1, top)}, repeats)
+    flow_runs = interleaved(
+        {
+            str(n): (
+                lambda n=n: continuous_throughput(engine, [x.prompt for x in pool], [x.gen_length for x in pool], n)
+            )
+            for n in (1, top)
+        },
+        repeats,
+    )
     flowing = {k: statistics.median(v) for k, v in flow_runs.items()}
 
     longest = longest_instances(4 if small else 8 if args.quick else 32)
     gen_length = args.gen_length or (256 if native else None)
     prompts = [x.prompt for x in longest]
     lengths = [gen_length or x.gen_length for x in longest]
-    cache_runs = interleaved({"cached": lambda: throughput(engine, prompts, lengths, True, 1),
-                              "recompute": lambda: throughput(engine, prompts, lengths, False, 1)}, repeats)
+    cache_runs = interleaved(
+        {
+            "cached": lambda: throughput(engine, prompts, lengths, True, 1),
+            "recompute": lambda: throughput(engine, prompts, lengths, False, 1),
+        },
+        repeats,
+    )
     cached, recompute = statistics.median(cache_runs["cached"]), statistics.median(cache_runs["recompute"])
     cache_speedup, cache_spread = median_ratio(cache_runs["cached"], cache_runs["recompute"])
     batch_speedup, batch_spread = median_ratio(tps_runs[str(top)], tps_runs["1"])
@@ -182,13 +213,21 @@ def main(argv=None) -> int:
         # null when the model wrote no answer tokens at all (an untrained checkpoint)
         "cache_speedup": cache_speedup,
         "cache_speedup_spread": cache_spread,
-        "cache_tokens_per_s": {"dual_cache": round(cached, 1), "recompute_every_step": round(recompute, 1),
-                               "batch": len(longest), "gen_length": max(lengths)},
+        "cache_tokens_per_s": {
+            "dual_cache": round(cached, 1),
+            "recompute_every_step": round(recompute, 1),
+            "batch": len(longest),
+            "gen_length": max(lengths),
+        },
         "batch_speedup": batch_speedup,
         "batch_speedup_spread": batch_spread,
         "batch_speedup_batch": top,
-        "continuous": {"tokens_per_s": {k: round(v, 1) for k, v in flowing.items()},
-                       "batch_speedup": flow_speedup, "batch_speedup_spread": flow_spread, "requests": len(pool)},
+        "continuous": {
+            "tokens_per_s": {k: round(v, 1) for k, v in flowing.items()},
+            "batch_speedup": flow_speedup,
+            "batch_speedup_spread": flow_spread,
+            "requests": len(pool),
+        },
         "repetitions": repeats,
         "step_ms_per_request": costs,
         "accuracy": {r.label: round(r.accuracy, 4) for r in rows} if rows else None,
@@ -196,8 +235,9 @@ def main(argv=None) -> int:
         "accuracy_by_task": {r.label: {t: round(a, 4) for t, a in r.by_task.items()} for r in rows} if rows else None,
         "tokens_per_step": {r.label: round(r.tokens_per_step, 2) for r in rows} if rows else None,
         "accuracy_by_canvas": {k: round(v["accuracy"], 4) for k, v in canvas.items()} if canvas else None,
-        "accuracy_by_canvas_by_task": ({k: {t: round(a, 4) for t, a in v["by_task"].items()} for k, v in canvas.items()}
-                                       if canvas else None),
+        "accuracy_by_canvas_by_task": (
+            {k: {t: round(a, 4) for t, a in v["by_task"].items()} for k, v in canvas.items()} if canvas else None
+        ),
         "suite_size": len(suite),
         "checkpoint": engine.lm.name,
         "device": args.device,

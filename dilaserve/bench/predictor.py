@@ -15,6 +15,7 @@ Reports, on held-out requests (never seen in training or tuning):
   requests x 5 thresholds, divided by its 5,000 rows;
 * ``machine``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,8 +77,11 @@ def predict_cost_us_per_row(predictor: StepPredictor, table: pl.DataFrame, repea
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dilaserve.bench predictor", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m dilaserve.bench predictor",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--build", action="store_true", help="roll out and tune in-process instead of reading artifacts")
     p.add_argument("--requests", type=int, default=100, help="with --build: prompts to roll out")
     p.add_argument("--trials", type=int, default=20, help="with --build: Optuna trials")

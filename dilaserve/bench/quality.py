@@ -26,6 +26,7 @@ rows as the criterion.
 drawn with ``--prompt-seed``, held out from the pipeline's prompt set (seed 0), so the
 comparison is out of sample. Loads are fractions of the cluster's nominal capacity at 0.9.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,15 +65,15 @@ DEFAULT_LOADS = (0.5, 1.0, 2.0)
 @dataclass(frozen=True)
 class QualityBenchConfig:
     """Attributes:
-        requests: prompts per workload (each load serves the same prompts).
-        loads: arrival rates as fractions of the cluster's nominal capacity at 0.9.
-        policies: scheduler policies to compare.
-        slo_scale: SLO = this x the mean isolated latency at 0.9; tight enough that an
-            adaptive policy lowers thresholds near capacity.
-        gpus: GPUs of the one-node cluster (TP 1 and 2 allowed, starting at TP 1).
-        prompt_seed: seeds which task prompts are drawn; keep it away from the pipeline's
-            prompt set (seed 0) for an out-of-sample check.
-        seed: seeds arrivals, latency noise and replayed outcomes.
+    requests: prompts per workload (each load serves the same prompts).
+    loads: arrival rates as fractions of the cluster's nominal capacity at 0.9.
+    policies: scheduler policies to compare.
+    slo_scale: SLO = this x the mean isolated latency at 0.9; tight enough that an
+        adaptive policy lowers thresholds near capacity.
+    gpus: GPUs of the one-node cluster (TP 1 and 2 allowed, starting at TP 1).
+    prompt_seed: seeds which task prompts are drawn; keep it away from the pipeline's
+        prompt set (seed 0) for an out-of-sample check.
+    seed: seeds arrivals, latency noise and replayed outcomes.
     """
 
     requests: int = 400
@@ -122,8 +123,9 @@ def run(cfg: QualityBenchConfig) -> dict:
     table, quality = ReplayTable(dyn), artifacts.load_threshold_quality()
     profile = artifacts.load_profile("measured")
     tps = tuple(d for d in (1, 2) if d <= cfg.gpus)
-    setting = with_dynamics(ClusterSetting("quality-bench", profile,
-                                           ClusterConfig(nodes=1, gpus_per_node=cfg.gpus, tp_degrees=tps)), dyn)
+    setting = with_dynamics(
+        ClusterSetting("quality-bench", profile, ClusterConfig(nodes=1, gpus_per_node=cfg.gpus, tp_degrees=tps)), dyn
+    )
     predictors = Predictors(artifacts.load_predictor(), artifacts.load_oneshot(), quality)
     sim_cfg = SimConfig(backend=SimBackendConfig(seed=cfg.seed))
     prompts = synthetic_prompts(cfg.requests, seed=cfg.prompt_seed)
@@ -139,7 +141,9 @@ def run(cfg: QualityBenchConfig) -> dict:
         for name in policies:
             recorder = RecordingModelProgress(engine, table)
             model = Simulator(setting, recorder, predictors, sim_cfg).run(name, wl, slo)
-            replay = Simulator(setting, ReplayProgress(table, quality, seed=cfg.seed), predictors, sim_cfg).run(name, wl, slo)
+            replay = Simulator(setting, ReplayProgress(table, quality, seed=cfg.seed), predictors, sim_cfg).run(
+                name, wl, slo
+            )
             grades = np.array([g for _, g in recorder.finished.values()])
             # The estimator on the model's own requests: exactly what replay mode would
             # have reported had its dynamics matched the model's step for step.
@@ -148,25 +152,37 @@ def run(cfg: QualityBenchConfig) -> dict:
             mixed_grades += grades[varied].tolist()
             mixed_estimates += own[varied].tolist()
             mq, rq = model.summary.quality, replay.summary.quality
-            rows.append({
-                "policy": name, "load": load, "rate": round(load * capacity, 2),
-                "model_quality": round(mq, 4), "replay_quality": round(rq, 4),
-                "error_pp": _pp(rq - mq), "model_se_pp": _se_pp(mq, len(grades)),
-                "own_estimate": round(float(own.mean()), 4), "own_error_pp": _pp(float(own.mean()) - mq),
-                "varied_share": round(float(varied.mean()), 3),
-                "model_mean_threshold": round(model.summary.mean_threshold, 3),
-                "replay_mean_threshold": round(replay.summary.mean_threshold, 3),
-                "model_finished": len(grades), "replay_finished": int(replay.requests["quality"].is_not_null().sum()),
-                "model_slo_attainment": round(model.summary.slo_attainment, 3),
-                "replay_slo_attainment": round(replay.summary.slo_attainment, 3),
-            })
+            rows.append(
+                {
+                    "policy": name,
+                    "load": load,
+                    "rate": round(load * capacity, 2),
+                    "model_quality": round(mq, 4),
+                    "replay_quality": round(rq, 4),
+                    "error_pp": _pp(rq - mq),
+                    "model_se_pp": _se_pp(mq, len(grades)),
+                    "own_estimate": round(float(own.mean()), 4),
+                    "own_error_pp": _pp(float(own.mean()) - mq),
+                    "varied_share": round(float(varied.mean()), 3),
+                    "model_mean_threshold": round(model.summary.mean_threshold, 3),
+                    "replay_mean_threshold": round(replay.summary.mean_threshold, 3),
+                    "model_finished": len(grades),
+                    "replay_finished": int(replay.requests["quality"].is_not_null().sum()),
+                    "model_slo_attainment": round(model.summary.slo_attainment, 3),
+                    "replay_slo_attainment": round(replay.summary.slo_attainment, 3),
+                }
+            )
             logging.getLogger(__name__).info("%s", rows[-1])
 
     mg, me = np.array(mixed_grades), np.array(mixed_estimates)
     mixed = {"requests": int(mg.size)}
     if mg.size:
-        mixed.update(graded=round(float(mg.mean()), 4), estimate=round(float(me.mean()), 4),
-                     error_pp=_pp(float(me.mean() - mg.mean())), se_pp=_se_pp(float(mg.mean()), mg.size))
+        mixed.update(
+            graded=round(float(mg.mean()), 4),
+            estimate=round(float(me.mean()), 4),
+            error_pp=_pp(float(me.mean() - mg.mean())),
+            se_pp=_se_pp(float(mg.mean()), mg.size),
+        )
     return {
         "max_abs_error_pp": max(abs(r["error_pp"]) for r in rows),
         "max_abs_own_error_pp": max(abs(r["own_error_pp"]) for r in rows),

@@ -13,6 +13,7 @@ conversation trace, scaled into the model's context). Arrivals are a gamma proce
 (``--burstiness`` 1.0 is Poisson). Reports SLO attainment, mean / median / P99 end-to-end
 latency, throughput and graded accuracy; the last line is one JSON object.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,6 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import httpx
 import numpy as np
@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[2]
 class Prompt:
     text: str
     max_tokens: int
-    instance: Optional[TaskInstance] = None
+    instance: TaskInstance | None = None
 
 
 @dataclass
@@ -48,7 +48,7 @@ class Outcome:
     status: int
     latency_s: float
     slo_met: bool
-    correct: Optional[bool]
+    correct: bool | None
     completion_tokens: int
     steps: int
     mean_threshold: float
@@ -79,8 +79,9 @@ def load_prompts(dataset: str, n: int, seed: int, context: int = 256) -> list[Pr
     raise ValueError(f"unknown dataset {dataset!r}: choose tasks, sharegpt or trace")
 
 
-async def run_load(base_url: str, model: str, prompts: list[Prompt], rate: float, burstiness: float,
-                   slo_ms: float, seed: int) -> tuple[list[Outcome], float]:
+async def run_load(
+    base_url: str, model: str, prompts: list[Prompt], rate: float, burstiness: float, slo_ms: float, seed: int
+) -> tuple[list[Outcome], float]:
     rng = np.random.default_rng(seed)
     if math.isinf(rate):
         offsets = np.zeros(len(prompts))
@@ -91,7 +92,9 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], rate: float
         await asyncio.sleep(at)
         t0 = time.perf_counter()
         try:
-            r = await client.post("/v1/completions", json={"model": model, "prompt": p.text, "max_tokens": p.max_tokens, "slo_ms": slo_ms})
+            r = await client.post(
+                "/v1/completions", json={"model": model, "prompt": p.text, "max_tokens": p.max_tokens, "slo_ms": slo_ms}
+            )
         except httpx.HTTPError:
             return Outcome(False, 0, time.perf_counter() - t0, False, False if p.instance else None, 0, 0, 0.0)
         lat = time.perf_counter() - t0
@@ -101,8 +104,16 @@ async def run_load(base_url: str, model: str, prompts: list[Prompt], rate: float
         info, text = body["dilaserve"], body["choices"][0]["text"]
         correct = TASKS[p.instance.task].grade(p.instance, text) if p.instance else None
         thr = info["thresholds"]
-        return Outcome(True, 200, lat, lat * 1000 <= slo_ms, correct, body["usage"]["completion_tokens"],
-                       info["steps"], float(np.mean(thr)) if thr else 0.0)
+        return Outcome(
+            True,
+            200,
+            lat,
+            lat * 1000 <= slo_ms,
+            correct,
+            body["usage"]["completion_tokens"],
+            info["steps"],
+            float(np.mean(thr)) if thr else 0.0,
+        )
 
     async with httpx.AsyncClient(base_url=base_url, timeout=600, limits=httpx.Limits(max_connections=1000)) as client:
         start = time.perf_counter()
@@ -115,8 +126,12 @@ def summarise(outcomes: list[Outcome], wall_s: float) -> dict:
     graded = [o.correct for o in outcomes if o.correct is not None]
     ok = [o for o in outcomes if o.ok]
     return {
-        "completed": len(ok), "failed": len(outcomes) - len(ok),
-        "errors": {str(s): sum(1 for o in outcomes if not o.ok and o.status == s) for s in sorted({o.status for o in outcomes if not o.ok})},
+        "completed": len(ok),
+        "failed": len(outcomes) - len(ok),
+        "errors": {
+            str(s): sum(1 for o in outcomes if not o.ok and o.status == s)
+            for s in sorted({o.status for o in outcomes if not o.ok})
+        },
         # a failed request counts as a missed SLO
         "slo_attainment": round(sum(o.slo_met for o in outcomes) / len(outcomes), 4),
         "mean_latency_s": round(float(lat.mean()), 4) if lat.size else None,
@@ -134,8 +149,11 @@ def summarise(outcomes: list[Outcome], wall_s: float) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dilaserve.bench serve", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m dilaserve.bench serve",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--base-url", default="http://127.0.0.1:8000", help="server to load (ignored with --launch)")
     p.add_argument("--launch", nargs="+", metavar="POLICY", help="start a local server per policy, load each in turn")
     p.add_argument("--server-args", default="", help="extra flags for launched servers")
@@ -149,12 +167,19 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     prompts = load_prompts(args.dataset, args.num_prompts, args.seed)
-    common = {"dataset": args.dataset, "num_prompts": len(prompts), "request_rate": args.request_rate,
-              "burstiness": args.burstiness, "slo_ms": args.slo_ms}
+    common = {
+        "dataset": args.dataset,
+        "num_prompts": len(prompts),
+        "request_rate": args.request_rate,
+        "burstiness": args.burstiness,
+        "slo_ms": args.slo_ms,
+    }
 
     def bench(url: str) -> dict:
         model = args.model or httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
-        outcomes, wall = asyncio.run(run_load(url, model, prompts, args.request_rate, args.burstiness, args.slo_ms, args.seed))
+        outcomes, wall = asyncio.run(
+            run_load(url, model, prompts, args.request_rate, args.burstiness, args.slo_ms, args.seed)
+        )
         return summarise(outcomes, wall)
 
     if not args.launch:
@@ -165,8 +190,9 @@ def main(argv=None) -> int:
         result = {**common, "policies": {}}
         for policy in args.launch:
             # Raises with the end of the server's log if it exits or stays unhealthy.
-            server = start_server(extra_args=["--policy", policy, "--log-level", "warning", *args.server_args.split()],
-                                  timeout_s=300)
+            server = start_server(
+                extra_args=["--policy", policy, "--log-level", "warning", *args.server_args.split()], timeout_s=300
+            )
             try:
                 result["policies"][policy] = bench(server.url)
             finally:

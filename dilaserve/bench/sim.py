@@ -12,6 +12,7 @@ Both rates are wall-clock measurements, so a busy machine lowers them: the run i
 ``events_per_s_spread`` (max - min over the repetitions). The simulated outcome is the same
 every time (one seed); only the wall time varies.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,9 @@ def main(argv: list[str]) -> int:
     ctx = EvalContext(EvalOptions(settings=("paper",)))
     setting = ctx.setting("paper")
     wl = trace_workload(ctx, setting, phase_s=args.phase_s)
-    slo = workload_slo(wl, setting.profile, ctx.table, setting.block_length,
-                       setting.control.fixed_threshold, DEFAULT_SLO_SCALE)
+    slo = workload_slo(
+        wl, setting.profile, ctx.table, setting.block_length, setting.control.fixed_threshold, DEFAULT_SLO_SCALE
+    )
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
     runs = [ctx.simulator(setting).run(args.policy, wl, slo) for _ in range(args.repeats)]

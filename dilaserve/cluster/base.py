@@ -5,11 +5,12 @@ simulated ones) and never learns which. Calls are fire-and-forget; their outcome
 as events through the sink given to :meth:`Backend.bind`, in the order they happen, each
 stamped with the backend's clock.
 """
+
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from dilaserve.engine.state import RequestState
 

@@ -11,6 +11,7 @@ once; a task awaits the actors' results and reports :class:`StepFinished`
 to the scheduler on the same loop. Request state crosses the process boundary
 as ``RequestState.to_bytes()`` (a few KB); the KV cache never does.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -18,8 +19,8 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
 
 import ray
 from ray.exceptions import RayActorError, RayError
@@ -28,7 +29,13 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from dilaserve.cluster import ray_local
 from dilaserve.cluster.base import (
-    Backend, EventSink, InstanceReady, InstanceSpec, InstanceStopped, StepAssignment, StepFinished,
+    Backend,
+    EventSink,
+    InstanceReady,
+    InstanceSpec,
+    InstanceStopped,
+    StepAssignment,
+    StepFinished,
 )
 from dilaserve.engine.state import RequestState
 
@@ -90,7 +97,7 @@ class InstanceWorker:
             self.engine.release(rid)
 
 
-def _free(inst: "_Instance") -> None:
+def _free(inst: _Instance) -> None:
     for w in inst.workers:
         try:
             ray.kill(w, no_restart=True)
@@ -122,7 +129,7 @@ class _Instance:
     workers: list
     pg: object
     ready: bool = False
-    step_task: Optional[asyncio.Task] = None
+    step_task: asyncio.Task | None = None
     dead: bool = False
     pids: tuple[int, ...] = ()  # the workers' process ids, once ready
 
@@ -130,18 +137,18 @@ class _Instance:
 class RayBackend(Backend):
     """Instances as Ray actors; events delivered on the asyncio loop that created it."""
 
-    def __init__(self, config: RayBackendConfig, clock: Optional[Callable[[], float]] = None):
+    def __init__(self, config: RayBackendConfig, clock: Callable[[], float] | None = None):
         self.config = config
         self._t0 = time.monotonic()
         self.clock = clock or (lambda: time.monotonic() - self._t0)
-        self._sink: Optional[EventSink] = None
+        self._sink: EventSink | None = None
         self._instances: dict[str, _Instance] = {}
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task] = set()
         #: Called with (spec, exception) when an instance dies; for metrics and replacement.
-        self.on_failure: Optional[Callable[[InstanceSpec, BaseException], None]] = None
+        self.on_failure: Callable[[InstanceSpec, BaseException], None] | None = None
         #: Called with (spec, seconds) after every step; for metrics.
-        self.on_step_time: Optional[Callable[[InstanceSpec, float], None]] = None
+        self.on_step_time: Callable[[InstanceSpec, float], None] | None = None
 
     # ------------------------------------------------------------ helpers
     def _spawn(self, coro) -> None:
@@ -184,18 +191,27 @@ class RayBackend(Backend):
         workers = []
         for rank in range(spec.tp):
             opts = dict(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=rank),
-                num_cpus=1, num_gpus=1 if cfg.device == "cuda" else 0, max_restarts=0,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=pg, placement_group_bundle_index=rank
+                ),
+                num_cpus=1,
+                num_gpus=1 if cfg.device == "cuda" else 0,
+                max_restarts=0,
             )
-            workers.append(InstanceWorker.options(**opts).remote(cfg.checkpoint, cfg.device, rank, spec.tp, master, cfg.torch_threads))
+            workers.append(
+                InstanceWorker.options(**opts).remote(
+                    cfg.checkpoint, cfg.device, rank, spec.tp, master, cfg.torch_threads
+                )
+            )
         inst = _Instance(spec, workers, pg)
         self._instances[spec.instance_id] = inst
         self._spawn(self._await_ready(inst))
 
     async def _await_ready(self, inst: _Instance) -> None:
         try:
-            pids = await asyncio.wait_for(_gather([w.ready.remote() for w in inst.workers]),
-                                          self.config.launch_timeout_s)
+            pids = await asyncio.wait_for(
+                _gather([w.ready.remote() for w in inst.workers]), self.config.launch_timeout_s
+            )
         except (RayError, asyncio.TimeoutError) as e:
             log.error("instance %s failed to start (%s); it is removed", inst.spec.instance_id, e)
             self._fail(inst, e)
@@ -238,8 +254,11 @@ class RayBackend(Backend):
         try:
             blobs = (await _gather(refs))[0]
         except (RayActorError, RayError) as e:
-            log.error("instance %s died during a step (%s): its requests resume elsewhere from their last state",
-                      inst.spec.instance_id, type(e).__name__)
+            log.error(
+                "instance %s died during a step (%s): its requests resume elsewhere from their last state",
+                inst.spec.instance_id,
+                type(e).__name__,
+            )
             self._fail(inst, e)
             return
         if inst.dead:
@@ -288,6 +307,8 @@ class RayBackend(Backend):
         try:
             await asyncio.wait_for(asyncio.gather(*pending), timeout_s)
         except asyncio.TimeoutError:
-            log.warning("instances %s did not confirm their teardown within %.0fs; Ray frees them with the cluster",
-                        ", ".join(i.spec.instance_id for i in instances),
-                        timeout_s)
+            log.warning(
+                "instances %s did not confirm their teardown within %.0fs; Ray frees them with the cluster",
+                ", ".join(i.spec.instance_id for i in instances),
+                timeout_s,
+            )

@@ -8,15 +8,15 @@ core worker gives up after 60 s with "Failed to connect to GCS ... The program w
 terminate". :func:`cluster_alive` lets shutdown see that the cluster is already gone and
 skip what cannot succeed; :func:`disconnect` then frees what is left without waiting on it.
 """
+
 from __future__ import annotations
 
 import logging
-from typing import Optional
 
 log = logging.getLogger(__name__)
 
 
-def connect(address: Optional[str], num_cpus: Optional[int]) -> bool:
+def connect(address: str | None, num_cpus: int | None) -> bool:
     """Join ``address`` or start a local cluster with ``num_cpus`` CPUs; True if this call started Ray.
 
     Call it before the HTTP server installs its signal handlers: Ray's core worker installs
@@ -75,8 +75,7 @@ def disconnect(started: bool) -> bool:
         if started:
             ray.shutdown()
         return True
-    log.info("the Ray cluster went down with the server (its process group was signalled); "
-             "not waiting for it")
+    log.info("the Ray cluster went down with the server (its process group was signalled); not waiting for it")
     node = _local_head()
     if node is not None:
         try:

@@ -6,16 +6,23 @@ batch it was given (times optional multiplicative noise); its outcome comes from
 progress model (replayed dynamics or the real model) when the step finishes. Launching an
 instance takes a configurable time, and so does moving a request's data between instances.
 """
+
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence
 
 from dilaserve.cluster.base import (
-    Backend, EventSink, InstanceReady, InstanceSpec, InstanceStopped, StepAssignment, StepFinished,
+    Backend,
+    EventSink,
+    InstanceReady,
+    InstanceSpec,
+    InstanceStopped,
+    StepAssignment,
+    StepFinished,
 )
 from dilaserve.engine.state import StepKind
 from dilaserve.profile.types import LatencyProfile
@@ -71,8 +78,14 @@ def batch_step_latency(profile: LatencyProfile, tp: int, batch: Sequence[StepAss
 
 
 class SimBackend(Backend):
-    def __init__(self, loop: EventLoop, profile: LatencyProfile, progress: ProgressModel,
-                 config: SimBackendConfig = SimBackendConfig(), telemetry: Optional[Telemetry] = None):
+    def __init__(
+        self,
+        loop: EventLoop,
+        profile: LatencyProfile,
+        progress: ProgressModel,
+        config: SimBackendConfig = SimBackendConfig(),
+        telemetry: Telemetry | None = None,
+    ):
         self.loop, self.profile, self.progress, self.config = loop, profile, progress, config
         self.telemetry = telemetry or Telemetry()
         self.specs: dict[str, InstanceSpec] = {}
@@ -80,7 +93,7 @@ class SimBackend(Backend):
         self.busy: set[str] = set()
         self.migrations = 0
         self.launches = 0
-        self._sink: Optional[EventSink] = None
+        self._sink: EventSink | None = None
         self._data_ready_at: dict[str, float] = {}
         self._launch_delay = config.launch_time_s
         self._rng = random.Random(config.seed)

@@ -1,4 +1,5 @@
 """Threshold selection (SLO-aware) and adaptive load control (docs/architecture.md section 5)."""
+
 from dilaserve.control.config import ControlConfig
 from dilaserve.control.controller import ThresholdController
 from dilaserve.control.load import CapacityModel, RequestShape, remaining_time, request_load, split_cost
@@ -8,7 +9,15 @@ from dilaserve.control.request import TrackedRequest
 from dilaserve.control.thresholds import walk_thresholds
 
 __all__ = [
-    "CapacityModel", "ControlConfig", "PredictionCache", "RequestShape", "ThresholdController",
-    "TrackedRequest", "cap_thresholds", "remaining_time", "request_load", "split_cost",
+    "CapacityModel",
+    "ControlConfig",
+    "PredictionCache",
+    "RequestShape",
+    "ThresholdController",
+    "TrackedRequest",
+    "cap_thresholds",
+    "remaining_time",
+    "request_load",
+    "split_cost",
     "walk_thresholds",
 ]

@@ -12,6 +12,7 @@ Here each other request of the batch is, independently, on a recompute step with
 probability ``f`` (its share of recompute steps, one per block: ``1 / S_c``) and on a
 cache step otherwise; the expected latency of a step follows from the two passes' curves.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,8 +29,15 @@ class StepPrices:
     recompute: float
 
 
-def mixed_step_prices(profile: LatencyProfile, tp: int, n_requests: int, batch_tokens: float,
-                      own_tokens: float, block_length: int, recompute_share: float) -> StepPrices:
+def mixed_step_prices(
+    profile: LatencyProfile,
+    tp: int,
+    n_requests: int,
+    batch_tokens: float,
+    own_tokens: float,
+    block_length: int,
+    recompute_share: float,
+) -> StepPrices:
     """Expected step latencies of one request of a TP-``tp`` batch of ``n_requests``
     requests holding ``batch_tokens`` tokens (both counting the request itself).
 
@@ -43,7 +51,7 @@ def mixed_step_prices(profile: LatencyProfile, tp: int, n_requests: int, batch_t
     # Others' recompute pass: runs when at least one of them recomputes (probability p_r),
     # over the tokens of those that do; likewise their cache pass.
     p_r = 1.0 - (1.0 - f) ** others if others else 0.0
-    p_c = 1.0 - f ** others if others else 0.0
+    p_c = 1.0 - f**others if others else 0.0
     rec_tokens = others * f * other_tokens
     cac_tokens = others * (1.0 - f) * b
     rec = profile.curve(tp, StepKind.RECOMPUTE)

@@ -1,8 +1,8 @@
 """Configuration of threshold selection and load control."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from dilaserve.control.step_law import StepLaw
 from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
@@ -41,8 +41,8 @@ class ControlConfig:
     refresh_every_steps: int = 4
     load_control_interval_s: float = 0.25
     capacity_batch_grid: int = 64
-    step_law: Optional[StepLaw] = None
-    quality_budget: Optional[float] = 0.1
+    step_law: StepLaw | None = None
+    quality_budget: float | None = 0.1
     admission_headroom: float = 0.1
 
     def __post_init__(self) -> None:
@@ -75,8 +75,10 @@ class ControlConfig:
                 "accuracy loss accepted (0.1 = within 10% of the best threshold), or None for no limit"
             )
         if not 0 <= self.admission_headroom < 1:
-            raise ValueError(f"ControlConfig.admission_headroom={self.admission_headroom} must lie in [0, 1) "
-                             "(the share of SLO time left kept free for requests in flight; try 0.1)")
+            raise ValueError(
+                f"ControlConfig.admission_headroom={self.admission_headroom} must lie in [0, 1) "
+                "(the share of SLO time left kept free for requests in flight; try 0.1)"
+            )
         if self.capacity_batch_grid < 1:
             raise ValueError("ControlConfig.capacity_batch_grid must be >= 1 (try 64)")
 

@@ -6,12 +6,13 @@ remaining times, loads, capacity) and leaves each decision to a named piece
 admission check. Fixed-threshold baselines use the ``fixed`` selection: no predictor is
 called and load control is off.
 """
+
 from __future__ import annotations
 
 import logging
 import statistics
+from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -34,37 +35,37 @@ STEP_PRICINGS = ("paper", "mixed_batch")
 
 class ThresholdController:
     """Args:
-        config: candidate thresholds and control settings.
-        profile: step latency per TP degree.
-        predictor: remaining-step predictor (None only for the ``fixed`` selection).
-        selection / load_control / admission: names of the policy pieces
-            (``selection_policies``, ``load_controls``, ``admission_policies``).
-        accuracy: measured accuracy per candidate threshold (the threshold-quality table);
-            with ``apply_quality_budget`` the candidates are limited to those within
-            ``config.quality_budget`` of the best.
-        step_pricing: how a request's remaining steps are priced on an instance: ``paper``
-            (cache steps at ``LP_cache[B x n]``, recompute steps at ``LP_recompute[tokens]``)
-            or ``mixed_batch`` (each step also pays the other pass its batch-mates trigger,
-            :func:`~dilaserve.control.batch_cost.mixed_step_prices`).
-        calibrate: correct predictions by the steps finished requests really took
-            (:class:`~dilaserve.control.predictions.PredictionCache`).
-        refresh_every_steps: overrides ``config.refresh_every_steps``.
+    config: candidate thresholds and control settings.
+    profile: step latency per TP degree.
+    predictor: remaining-step predictor (None only for the ``fixed`` selection).
+    selection / load_control / admission: names of the policy pieces
+        (``selection_policies``, ``load_controls``, ``admission_policies``).
+    accuracy: measured accuracy per candidate threshold (the threshold-quality table);
+        with ``apply_quality_budget`` the candidates are limited to those within
+        ``config.quality_budget`` of the best.
+    step_pricing: how a request's remaining steps are priced on an instance: ``paper``
+        (cache steps at ``LP_cache[B x n]``, recompute steps at ``LP_recompute[tokens]``)
+        or ``mixed_batch`` (each step also pays the other pass its batch-mates trigger,
+        :func:`~dilaserve.control.batch_cost.mixed_step_prices`).
+    calibrate: correct predictions by the steps finished requests really took
+        (:class:`~dilaserve.control.predictions.PredictionCache`).
+    refresh_every_steps: overrides ``config.refresh_every_steps``.
     """
 
     def __init__(
         self,
         config: ControlConfig,
         profile: LatencyProfile,
-        predictor: Optional[StepPredictor] = None,
+        predictor: StepPredictor | None = None,
         *,
         selection: str = "keep_quality",
         load_control: str = "feasible_prefix",
         admission: str = "all",
-        accuracy: Optional[Mapping[float, float]] = None,
+        accuracy: Mapping[float, float] | None = None,
         apply_quality_budget: bool = True,
         step_pricing: str = "mixed_batch",
         calibrate: bool = True,
-        refresh_every_steps: Optional[int] = None,
+        refresh_every_steps: int | None = None,
     ):
         if step_pricing not in STEP_PRICINGS:
             raise ValueError(f"unknown step pricing {step_pricing!r}: choose one of {STEP_PRICINGS}")
@@ -87,18 +88,23 @@ class ThresholdController:
         budget_mask = np.ones(len(self.thresholds), dtype=bool)
         if apply_quality_budget and config.quality_budget is not None:
             if accuracy is None:
-                log.warning("no threshold-quality table: the quality budget %.2f cannot be applied, so every "
-                            "candidate threshold %s is allowed (`make artifacts` builds the table)",
-                            config.quality_budget, config.thresholds)
+                log.warning(
+                    "no threshold-quality table: the quality budget %.2f cannot be applied, so every "
+                    "candidate threshold %s is allowed (`make artifacts` builds the table)",
+                    config.quality_budget,
+                    config.thresholds,
+                )
             budget_mask = quality_allowed(config.thresholds, accuracy, config.quality_budget)
         #: Candidates the quality budget allows (every request's allowed set starts here).
         self.budget_mask = budget_mask
         self.capacity = CapacityModel(profile, config.capacity_batch_grid)
         self.cache_step = CacheStepLatency(profile)
         self.predictions = (
-            PredictionCache(predictor, config.thresholds, refresh_every_steps or config.refresh_every_steps,
-                            calibrate=calibrate)
-            if self.slo_aware else None
+            PredictionCache(
+                predictor, config.thresholds, refresh_every_steps or config.refresh_every_steps, calibrate=calibrate
+            )
+            if self.slo_aware
+            else None
         )
 
     # ---------------------------------------------------------------- admission
@@ -108,8 +114,10 @@ class ThresholdController:
         floor = self.thresholds >= req.min_threshold - 1e-12
         if not floor.any():
             log.warning(
-                "request %s: quality floor %.3f is above every candidate threshold %s; "
-                "using the highest candidate", req.request_id, req.min_threshold, self.config.thresholds,
+                "request %s: quality floor %.3f is above every candidate threshold %s; using the highest candidate",
+                req.request_id,
+                req.min_threshold,
+                self.config.thresholds,
             )
             floor[-1] = True
         # The client's floor and the operator's budget both apply; where they leave
@@ -127,7 +135,8 @@ class ThresholdController:
                 allowed[lo] = True
             log.warning(
                 "request %s arrived %.3fs past its deadline; serving it best-effort",
-                req.request_id, now - req.deadline,
+                req.request_id,
+                now - req.deadline,
             )
         req.allowed = allowed
         req.cap_index = t - 1 - int(np.argmax(allowed[::-1]))
@@ -137,8 +146,13 @@ class ThresholdController:
         else:
             req.threshold_index = self.selection.choose(allowed, req.cap_index, _never_called, 0.0)
 
-    def check_admission(self, req: TrackedRequest, placement: Optional[tuple[int, float, int]],
-                        now: float, members: Sequence[TrackedRequest] = ()) -> Optional[Rejection]:
+    def check_admission(
+        self,
+        req: TrackedRequest,
+        placement: tuple[int, float, int] | None,
+        now: float,
+        members: Sequence[TrackedRequest] = (),
+    ) -> Rejection | None:
         """Whether ``req`` (already :meth:`admit`-ted) is taken: None to take it.
 
         ``placement`` is ``(tp, tokens, requests)`` of the instance it would join, counting
@@ -159,8 +173,9 @@ class ThresholdController:
             return self.admission.check(predicted, req.slo_left(now), harmed)
         return self.admission.check(predicted, req.slo_left(now))
 
-    def _pushed_past_slo(self, member: TrackedRequest, tp: int, tokens: float, n: int, newcomer_tokens: float,
-                         margin: float, now: float) -> bool:
+    def _pushed_past_slo(
+        self, member: TrackedRequest, tp: int, tokens: float, n: int, newcomer_tokens: float, margin: float, now: float
+    ) -> bool:
         """Whether ``member`` makes its SLO (times ``margin``) at its lowest allowed threshold
         on its instance as it is, but not once a newcomer of ``newcomer_tokens`` joins
         (``tokens`` and ``n`` count the newcomer)."""
@@ -214,7 +229,9 @@ class ThresholdController:
             r.cap_index = c
 
     # -------------------------------------------------------------- selection
-    def select(self, reqs: Sequence[TrackedRequest], tp: int, inst_tokens: float, inst_requests: int, now: float) -> None:
+    def select(
+        self, reqs: Sequence[TrackedRequest], tp: int, inst_tokens: float, inst_requests: int, now: float
+    ) -> None:
         """Pick thresholds for requests placed on one TP-``tp`` instance."""
         if not reqs:
             return
@@ -238,8 +255,7 @@ class ThresholdController:
             # recompute steps over its life (one per block) stands for theirs.
             life = st.steps_done + PredictionCache.steps_left_at(req, req.cap_index)
             share = st.num_blocks / max(life, 1.0)
-            prices = mixed_step_prices(self.profile, tp, inst_requests, inst_tokens, req.tokens,
-                                       st.block_length, share)
+            prices = mixed_step_prices(self.profile, tp, inst_requests, inst_tokens, req.tokens, st.block_length, share)
             return partial(_remaining_s, req, st.recompute_left_lower_bound, True, prices.cache, prices.recompute)
         lp_recompute = self.profile.latency(tp, inst_tokens, StepKind.RECOMPUTE)
         if st.use_cache:
@@ -256,8 +272,9 @@ def _never_called(j: int) -> float:
     raise AssertionError("fixed thresholds ask for no remaining time")
 
 
-def _remaining_s(req: TrackedRequest, recompute_left: int, use_cache: bool,
-                 lp_cache: float, lp_recompute: float, j: int) -> float:
+def _remaining_s(
+    req: TrackedRequest, recompute_left: int, use_cache: bool, lp_cache: float, lp_recompute: float, j: int
+) -> float:
     """Remaining seconds of ``req`` at threshold index ``j``: its steps left, priced as
     :func:`~dilaserve.control.load.remaining_time` prices them."""
     return split_cost_one(PredictionCache.steps_left_at(req, j), recompute_left, use_cache, lp_cache, lp_recompute)

@@ -5,10 +5,10 @@ and recompute steps when caching is on: each unstarted block needs exactly one r
 step (cost grows with every token of the request) and the rest are cache steps (cost grows
 with the block only). Without caching every step is a recompute step.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
@@ -20,13 +20,13 @@ from dilaserve.profile.types import LatencyProfile
 class RequestShape:
     """Per-request arrays the load formulas need, aligned with a steps matrix's rows."""
 
-    tokens: np.ndarray           # (m,) prompt + output tokens
-    block_length: np.ndarray     # (m,)
-    recompute_left: np.ndarray   # (m,) recompute steps still certain (0 without caching)
-    use_cache: np.ndarray        # (m,) bool
+    tokens: np.ndarray  # (m,) prompt + output tokens
+    block_length: np.ndarray  # (m,)
+    recompute_left: np.ndarray  # (m,) recompute steps still certain (0 without caching)
+    use_cache: np.ndarray  # (m,) bool
 
     @classmethod
-    def of(cls, reqs) -> "RequestShape":
+    def of(cls, reqs) -> RequestShape:
         st = [r.state for r in reqs]
         use_cache = np.array([s.use_cache for s in st], dtype=bool)
         rl = np.array([s.recompute_left_lower_bound for s in st], dtype=np.float64)
@@ -39,8 +39,11 @@ class RequestShape:
 
 
 def split_cost(
-    steps: np.ndarray, recompute_left: np.ndarray, use_cache: np.ndarray,
-    cache_unit: np.ndarray | float, recompute_unit: np.ndarray | float,
+    steps: np.ndarray,
+    recompute_left: np.ndarray,
+    use_cache: np.ndarray,
+    cache_unit: np.ndarray | float,
+    recompute_unit: np.ndarray | float,
 ) -> np.ndarray:
     """``(steps - rl) * cache_unit + rl * recompute_unit`` with caching, else ``steps * recompute_unit``.
 
@@ -58,7 +61,11 @@ def split_cost(
 
 
 def split_cost_one(
-    steps: float, recompute_left: float, use_cache: bool, cache_unit: float, recompute_unit: float,
+    steps: float,
+    recompute_left: float,
+    use_cache: bool,
+    cache_unit: float,
+    recompute_unit: float,
 ) -> float:
     """One entry of :func:`split_cost` in plain Python, the same float operations in the
     same order (so the same number bit for bit): threshold selection prices the few
@@ -80,8 +87,12 @@ def request_load(steps: np.ndarray, shape: RequestShape) -> np.ndarray:
 
 
 def remaining_time(
-    steps: np.ndarray, shape: RequestShape, profile: LatencyProfile, tp: int,
-    inst_tokens: float, inst_requests: int,
+    steps: np.ndarray,
+    shape: RequestShape,
+    profile: LatencyProfile,
+    tp: int,
+    inst_tokens: float,
+    inst_requests: int,
 ) -> np.ndarray:
     """Conservative remaining seconds on a TP-``tp`` instance holding ``inst_tokens`` tokens.
 
@@ -133,8 +144,9 @@ class CapacityModel:
         self.grid = grid
         self._memo: dict[tuple, float] = {}
 
-    def throughput(self, tp: int, max_batch_tokens: int, cache: Optional[tuple[int, int]] = None,
-                   steps_per_block: Optional[float] = None) -> float:
+    def throughput(
+        self, tp: int, max_batch_tokens: int, cache: tuple[int, int] | None = None, steps_per_block: float | None = None
+    ) -> float:
         """``cache`` is ``(block_length, mean request tokens)`` when caching is on;
         ``steps_per_block`` is ``S`` at the threshold capacity is priced at (None: ``B``, one
         token per step, the paper's pattern, which overstates capacity whenever a step
@@ -145,7 +157,7 @@ class CapacityModel:
             self._memo[key] = self._compute(tp, int(max_batch_tokens), cache, spb)
         return self._memo[key]
 
-    def _compute(self, tp: int, max_batch: int, cache: Optional[tuple[int, int]], spb: Optional[float]) -> float:
+    def _compute(self, tp: int, max_batch: int, cache: tuple[int, int] | None, spb: float | None) -> float:
         rec = self.profile.curve(tp, StepKind.RECOMPUTE)
         if cache is None:
             # Every step a recompute step. b / LP(b) is monotone on each linear segment, so

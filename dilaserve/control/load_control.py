@@ -9,6 +9,7 @@ gamma for request i only if
 (or gamma is i's lowest), then add ReqLoad(i, cap_i) to ``used``. Requests later in the
 walk are capped first, so high-priority requests, walked first, are capped last.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,8 +1,9 @@
 """Remaining-step predictions, refreshed in batches every ``k`` steps of a request."""
+
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -31,8 +32,7 @@ class PredictionCache:
     #: The correction stays within these factors, so one odd request cannot swing it.
     CALIBRATION_RANGE = (0.25, 4.0)
 
-    def __init__(self, predictor: StepPredictor, thresholds: Sequence[float], every_k: int,
-                 calibrate: bool = False):
+    def __init__(self, predictor: StepPredictor, thresholds: Sequence[float], every_k: int, calibrate: bool = False):
         self.predictor = predictor
         self.thresholds = tuple(thresholds)
         self.every_k = every_k
@@ -55,8 +55,9 @@ class PredictionCache:
         predicted = max(req.first_pred[j], 1.0)
         lo, hi = np.log(self.CALIBRATION_RANGE)
         ratio = float(np.log(max(req.state.steps_done, 1) / predicted))
-        self._log_scale = float(np.clip(
-            (1 - self.CALIBRATION_WEIGHT) * self._log_scale + self.CALIBRATION_WEIGHT * ratio, lo, hi))
+        self._log_scale = float(
+            np.clip((1 - self.CALIBRATION_WEIGHT) * self._log_scale + self.CALIBRATION_WEIGHT * ratio, lo, hi)
+        )
         self.calibrated_on += 1
 
     def due(self, req: TrackedRequest) -> bool:

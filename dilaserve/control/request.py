@@ -4,10 +4,10 @@ It wraps the engine's :class:`RequestState` (what decoding needs) with what sche
 needs (deadline, priority, thresholds, placement, predictions), so the engine's state stays
 free of policy fields and can be shipped between instances as is.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy as np
 
@@ -33,19 +33,19 @@ class TrackedRequest:
     #: Lowest threshold the client accepts (a quality floor); 0 allows every candidate.
     min_threshold: float = 0.0
 
-    allowed: Optional[np.ndarray] = None
+    allowed: np.ndarray | None = None
     cap_index: int = -1
     threshold_index: int = -1
-    instance: Optional[str] = None
+    instance: str | None = None
     #: Predicted remaining steps per candidate threshold at the last refresh.
-    steps_pred: Optional[tuple[float, ...]] = None
+    steps_pred: tuple[float, ...] | None = None
     #: The predictor's raw row on arrival (before calibration), kept to calibrate it.
-    first_pred: Optional[tuple[float, ...]] = None
+    first_pred: tuple[float, ...] | None = None
     pred_masked: int = 0
     pred_step: int = -1
     #: The SLO had already passed when the request arrived (served best-effort at the lowest threshold).
     late_on_arrival: bool = False
-    finish_time: Optional[float] = None
+    finish_time: float | None = None
     #: Masked tokens left, refreshed whenever the state changes (saves a scan per lookup).
     masked_left: int = field(default=0)
     _tokens: int = field(default=0, init=False, repr=False)

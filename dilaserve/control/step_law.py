@@ -12,10 +12,12 @@ The law comes from the recorded step dynamics where they exist (the exact expect
 per block of their Markov chain, :meth:`~dilaserve.sim.replay.ReplayTable.block_steps`),
 else from a per-threshold tokens-per-step or steps-per-token table.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -45,11 +47,14 @@ class StepLaw:
         object.__setattr__(self, "thresholds", thr)
         object.__setattr__(self, "steps_per_block", steps)
         if self.block_length < 1:
-            raise ValueError(f"StepLaw.block_length={self.block_length}: give the model's block length "
-                             "in tokens (e.g. 32)")
+            raise ValueError(
+                f"StepLaw.block_length={self.block_length}: give the model's block length in tokens (e.g. 32)"
+            )
         if not thr or len(thr) != len(steps):
-            raise ValueError(f"StepLaw needs one steps-per-block value per threshold: got {len(thr)} "
-                             f"thresholds and {len(steps)} values")
+            raise ValueError(
+                f"StepLaw needs one steps-per-block value per threshold: got {len(thr)} "
+                f"thresholds and {len(steps)} values"
+            )
         if any(b <= a for a, b in zip(thr, thr[1:])):
             raise ValueError(f"StepLaw.thresholds {thr} must be strictly increasing")
         bad = [s for s in steps if not 1.0 <= s <= self.block_length + 1e-9]
@@ -61,24 +66,22 @@ class StepLaw:
 
     # ------------------------------------------------------------ constructors
     @classmethod
-    def from_replay(cls, table: "ReplayTable", block_length: int,
-                    thresholds: Iterable[float] | None = None) -> "StepLaw":
+    def from_replay(cls, table: ReplayTable, block_length: int, thresholds: Iterable[float] | None = None) -> StepLaw:
         """The exact expected steps per block of the recorded dynamics, at ``thresholds``
         (default: the recorded ones; others take the nearest recorded threshold's value,
         as the replay does)."""
         thr = sorted(float(t) for t in (table.thresholds if thresholds is None else thresholds))
-        return cls(int(block_length), tuple(thr),
-                   tuple(float(table.block_steps(t, block_length)[0]) for t in thr))
+        return cls(int(block_length), tuple(thr), tuple(float(table.block_steps(t, block_length)[0]) for t in thr))
 
     @classmethod
-    def from_dynamics(cls, dynamics, block_length: int, thresholds: Iterable[float] | None = None) -> "StepLaw":
+    def from_dynamics(cls, dynamics, block_length: int, thresholds: Iterable[float] | None = None) -> StepLaw:
         """:meth:`from_replay` over a :class:`~dilaserve.predict.dynamics.StepDynamics`."""
         from dilaserve.sim.replay import ReplayTable
 
         return cls.from_replay(ReplayTable(dynamics), block_length, thresholds)
 
     @classmethod
-    def from_tokens_per_step(cls, tokens_per_step: Mapping[float, float], block_length: int) -> "StepLaw":
+    def from_tokens_per_step(cls, tokens_per_step: Mapping[float, float], block_length: int) -> StepLaw:
         """``S_c = B / T_c``, clipped to ``[1, B]``."""
         if not tokens_per_step:
             raise ValueError("the tokens-per-step table is empty: give T_c for at least one threshold")
@@ -87,7 +90,7 @@ class StepLaw:
         return cls(b, tuple(thr), tuple(min(float(b), max(1.0, b / float(tokens_per_step[t]))) for t in thr))
 
     @classmethod
-    def from_steps_per_token(cls, steps_per_token: Mapping[float, float], block_length: int) -> "StepLaw":
+    def from_steps_per_token(cls, steps_per_token: Mapping[float, float], block_length: int) -> StepLaw:
         """``S_c = B x steps per token`` (the threshold-quality table's column), clipped to ``[1, B]``."""
         return cls.from_tokens_per_step({t: 1.0 / s for t, s in steps_per_token.items()}, block_length)
 

@@ -7,9 +7,10 @@ The scheduler selects for the few requests of one stepped batch at a time, so th
 plain Python per request (:func:`pick_threshold`): on rows of five thresholds numpy's
 per-call cost is far above the arithmetic.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -32,8 +33,9 @@ def lowest_allowed_at_or_below(allowed: Sequence[bool], cap: int) -> int:
     return 0
 
 
-def highest_fitting(allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float],
-                    slo_left: float) -> Optional[int]:
+def highest_fitting(
+    allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float], slo_left: float
+) -> int | None:
     """The highest allowed index <= ``cap`` whose remaining time fits ``slo_left``, else None.
 
     Walking down from the cap asks for the remaining time only until the first fit, so a
@@ -65,6 +67,8 @@ def walk_thresholds(allowed: np.ndarray, remaining_s: np.ndarray, slo_left: np.n
     fits, else the lowest allowed index.
     """
     top = allowed.shape[1] - 1
-    picks = [pick_threshold(a, top, rem.__getitem__, s)
-             for a, rem, s in zip(allowed.tolist(), remaining_s.tolist(), np.asarray(slo_left).tolist())]
+    picks = [
+        pick_threshold(a, top, rem.__getitem__, s)
+        for a, rem, s in zip(allowed.tolist(), remaining_s.tolist(), np.asarray(slo_left).tolist())
+    ]
     return np.array(picks, dtype=np.int64)

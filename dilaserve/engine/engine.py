@@ -7,14 +7,15 @@ their K/V cache), cache-step requests run together over their current blocks
 only. The scheduler above decides *which* requests step together; the engine
 only makes one step cheap and exact.
 """
+
 from __future__ import annotations
 
 import itertools
 import math
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -32,10 +33,10 @@ class StepResult:
     """Outcome of one step for one request."""
 
     request_id: str
-    kind: Optional[StepKind]
+    kind: StepKind | None
     committed: int
     finished: bool
-    error: Optional[str] = None
+    error: str | None = None
 
 
 @dataclass
@@ -49,12 +50,12 @@ class Generation:
     recompute_steps: int
     thresholds: list = field(default_factory=list)
     #: ``stop``: the model ended its answer inside the canvas; ``length``: the canvas ran out first.
-    finish_reason: Optional[str] = None
+    finish_reason: str | None = None
     #: canvas positions committed over all steps (answer and EOS alone, before the EOS fill)
     tokens_committed: int = 0
 
 
-def check_threshold(threshold: float) -> Optional[str]:
+def check_threshold(threshold: float) -> str | None:
     """Error text for a threshold outside (0, 1], else None."""
     if not isinstance(threshold, (int, float)) or math.isnan(threshold) or not 0.0 < threshold <= 1.0:
         return f"threshold {threshold!r} is outside (0, 1]: pick a confidence threshold such as 0.9"
@@ -93,7 +94,7 @@ class DenoisingEngine:
         self._ids = itertools.count()
 
     @classmethod
-    def from_pretrained(cls, path: str | Path = DEFAULT_CHECKPOINT, device: str = "cpu") -> "DenoisingEngine":
+    def from_pretrained(cls, path: str | Path = DEFAULT_CHECKPOINT, device: str = "cpu") -> DenoisingEngine:
         return cls(load_diffusion_lm(path, device=device))
 
     # ------------------------------------------------------------ requests
@@ -105,8 +106,13 @@ class DenoisingEngine:
         return self.tokenizer(prompt, add_special_tokens=False)["input_ids"]
 
     def new_request(
-        self, prompt: str | Sequence[int], gen_length: int, block_length: int = 32,
-        use_cache: bool = True, request_id: Optional[str] = None, max_tokens: Optional[int] = None,
+        self,
+        prompt: str | Sequence[int],
+        gen_length: int,
+        block_length: int = 32,
+        use_cache: bool = True,
+        request_id: str | None = None,
+        max_tokens: int | None = None,
     ) -> RequestState:
         """Validate and build a request (raises ``ValueError`` with a fix on bad input).
 
@@ -117,9 +123,15 @@ class DenoisingEngine:
         if not ids:
             raise ValueError("the prompt is empty: send at least one token")
         return new_request(
-            request_id or f"req-{next(self._ids)}-{uuid.uuid4().hex[:6]}", ids, gen_length, block_length,
-            self.lm.mask_id, self.lm.eos_id, use_cache=use_cache and self.lm.supports_cache,
-            max_context=self.lm.max_context, max_tokens=max_tokens,
+            request_id or f"req-{next(self._ids)}-{uuid.uuid4().hex[:6]}",
+            ids,
+            gen_length,
+            block_length,
+            self.lm.mask_id,
+            self.lm.eos_id,
+            use_cache=use_cache and self.lm.supports_cache,
+            max_context=self.lm.max_context,
+            max_tokens=max_tokens,
         )
 
     def restore(self, blob: bytes) -> RequestState:
@@ -147,7 +159,7 @@ class DenoisingEngine:
         """
         if len(batch) != len(thresholds):
             raise ValueError(f"{len(batch)} requests but {len(thresholds)} thresholds: pass one per request")
-        results: list[Optional[StepResult]] = [None] * len(batch)
+        results: list[StepResult | None] = [None] * len(batch)
         recompute, cached = [], []
         for i, (st, thr) in enumerate(zip(batch, thresholds)):
             err = check_threshold(thr) if thr != math.inf else None
@@ -213,13 +225,18 @@ class DenoisingEngine:
         # over whole canvases would cost more than the layers (rows past a shorter block
         # repeat its last position and are ignored)
         Lb = max(s.block_length for s in states)
-        rows = torch.stack([s.prompt_len + s.block_start + torch.arange(Lb).clamp(max=s.block_length - 1) for s in states])
-        out, kv = self.lm.full(ids.to(dev), attn.to(dev), return_kv=want_kv, prompt_lengths=plen.to(dev),
-                               logit_positions=rows.to(dev))
+        rows = torch.stack(
+            [s.prompt_len + s.block_start + torch.arange(Lb).clamp(max=s.block_length - 1) for s in states]
+        )
+        out, kv = self.lm.full(
+            ids.to(dev), attn.to(dev), return_kv=want_kv, prompt_lengths=plen.to(dev), logit_positions=rows.to(dev)
+        )
         for j, s in enumerate(states):
             if s.use_cache and kv is not None:
                 # (layers, 2, heads, T_j, head_dim), cloned so the batch tensor can be freed
-                self._kv[s.request_id] = torch.stack([torch.stack((k[j, :, : s.num_tokens], v[j, :, : s.num_tokens])) for k, v in kv]).clone()
+                self._kv[s.request_id] = torch.stack(
+                    [torch.stack((k[j, :, : s.num_tokens], v[j, :, : s.num_tokens])) for k, v in kv]
+                ).clone()
         return out
 
     def _cache_step(self, states: list[RequestState]) -> torch.Tensor:
@@ -247,13 +264,18 @@ class DenoisingEngine:
                 block = np.concatenate((before, block))
             ids[j] = torch.from_numpy(block)
             pos[j] = torch.arange(start - lead, start + Lb)
-        past_kv = [(past[l, 0], past[l, 1]) for l in range(L)]
+        past_kv = [(past[layer, 0], past[layer, 1]) for layer in range(L)]
         return self.lm.block(ids.to(dev), pos.to(dev), past_kv, past_mask.to(dev))
 
     # ------------------------------------------------------------ generate
     def generate(
-        self, prompts: Sequence[str | Sequence[int]], threshold: float = 0.9, gen_length: int | Sequence[int] = 64,
-        block_length: int = 32, use_cache: bool = True, sequential: bool = False,
+        self,
+        prompts: Sequence[str | Sequence[int]],
+        threshold: float = 0.9,
+        gen_length: int | Sequence[int] = 64,
+        block_length: int = 32,
+        use_cache: bool = True,
+        sequential: bool = False,
     ) -> list[Generation]:
         """Decode ``prompts`` to completion as one batch, built on :meth:`step`.
 
@@ -271,7 +293,15 @@ class DenoisingEngine:
             self.step(active, [thr] * len(active))
             active = [s for s in active if not s.finished]
         return [
-            Generation(s.request_id, self.decode(s), s.answer_ids().tolist(), s.steps_done, s.recompute_steps_done,
-                       list(s.thresholds_used), s.finish_reason, sum(s.tokens_per_step))
+            Generation(
+                s.request_id,
+                self.decode(s),
+                s.answer_ids().tolist(),
+                s.steps_done,
+                s.recompute_steps_done,
+                list(s.thresholds_used),
+                s.finish_reason,
+                sum(s.tokens_per_step),
+            )
             for s in states
         ]

@@ -7,13 +7,13 @@ serialiser can use it without loading a model. Migration ships exactly this
 object; the KV cache is *not* part of it and is rebuilt by the destination at
 the next recompute step.
 """
+
 from __future__ import annotations
 
 import enum
 import json
 import struct
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy as np
 
@@ -73,22 +73,22 @@ class RequestState:
     #: block it decoded (before committing). Zeros before the first step.
     conf_stats: np.ndarray = field(default=None)  # type: ignore[assignment]
     #: Most answer tokens the client accepts (None: the whole canvas); at most ``gen_length``.
-    max_tokens: Optional[int] = None
+    max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         self.prompt_ids = np.asarray(self.prompt_ids, dtype=np.int64)
         if self.gen_length <= 0 or self.block_length <= 0:
-            raise ValueError(
-                f"gen_length ({self.gen_length}) and block_length ({self.block_length}) must be positive"
-            )
+            raise ValueError(f"gen_length ({self.gen_length}) and block_length ({self.block_length}) must be positive")
         if self.gen_length % self.block_length:
             raise ValueError(
                 f"block_length {self.block_length} does not divide gen_length {self.gen_length}: "
                 f"choose a gen_length that is a multiple of {self.block_length}"
             )
         if self.max_tokens is not None and not 1 <= self.max_tokens <= self.gen_length:
-            raise ValueError(f"max_tokens {self.max_tokens} must lie in 1..gen_length ({self.gen_length}): "
-                             "the canvas holds the answer, so make gen_length at least max_tokens")
+            raise ValueError(
+                f"max_tokens {self.max_tokens} must lie in 1..gen_length ({self.gen_length}): "
+                "the canvas holds the answer, so make gen_length at least max_tokens"
+            )
         if self.response is None:
             self.response = np.full(self.gen_length, self.mask_id, dtype=np.int64)
         else:
@@ -237,7 +237,7 @@ class RequestState:
         return self.response[:end]
 
     @property
-    def finish_reason(self) -> Optional[str]:
+    def finish_reason(self) -> str | None:
         """OpenAI's ``finish_reason`` of a finished request: ``stop`` when the model ended its
         answer (an EOS within ``answer_limit``), ``length`` when the answer filled the canvas
         or ``max_tokens`` without ending; None while decoding."""
@@ -253,9 +253,20 @@ class RequestState:
         header = {
             k: getattr(self, k)
             for k in (
-                "request_id", "gen_length", "block_length", "mask_id", "eos_id", "use_cache",
-                "block_index", "steps_done", "recompute_steps_done", "block_cached", "finished",
-                "thresholds_used", "tokens_per_step", "max_tokens",
+                "request_id",
+                "gen_length",
+                "block_length",
+                "mask_id",
+                "eos_id",
+                "use_cache",
+                "block_index",
+                "steps_done",
+                "recompute_steps_done",
+                "block_cached",
+                "finished",
+                "thresholds_used",
+                "tokens_per_step",
+                "max_tokens",
             )
         }
         header["arrays"] = {}
@@ -268,7 +279,7 @@ class RequestState:
         return struct.pack("<I", len(head)) + head + payload
 
     @classmethod
-    def from_bytes(cls, blob: bytes) -> "RequestState":
+    def from_bytes(cls, blob: bytes) -> RequestState:
         (n,) = struct.unpack_from("<I", blob)
         header = json.loads(blob[4 : 4 + n])
         body = memoryview(blob)[4 + n :]
@@ -308,13 +319,19 @@ def new_request(
     mask_id: int,
     eos_id: int,
     use_cache: bool = True,
-    max_context: Optional[int] = None,
-    max_tokens: Optional[int] = None,
+    max_context: int | None = None,
+    max_tokens: int | None = None,
 ) -> RequestState:
     """Build a fresh request, checking it against the model's context limit."""
     state = RequestState(
-        request_id=request_id, prompt_ids=prompt_ids, gen_length=gen_length,
-        block_length=block_length, mask_id=mask_id, eos_id=eos_id, use_cache=use_cache, max_tokens=max_tokens,
+        request_id=request_id,
+        prompt_ids=prompt_ids,
+        gen_length=gen_length,
+        block_length=block_length,
+        mask_id=mask_id,
+        eos_id=eos_id,
+        use_cache=use_cache,
+        max_tokens=max_tokens,
     )
     if max_context is not None and state.num_tokens > max_context:
         raise ValueError(

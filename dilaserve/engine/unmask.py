@@ -4,6 +4,7 @@ Among the still-masked positions of the current block, commit every token
 whose top-1 probability is at least the threshold; if none is, commit the
 single most confident one, so every step makes progress.
 """
+
 from __future__ import annotations
 
 import numpy as np

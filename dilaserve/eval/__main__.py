@@ -16,6 +16,7 @@ goodput_high}}}``: every policy run, keyed by name for the first setting and
 sweeps are in their tables). ``frontier`` adds ``"frontier": {LOAD: {NAME: {...}}}``, the
 same numbers per high-phase load.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,16 +35,22 @@ from dilaserve.utils.cli import add_dataclass_arguments, build_dataclass, flag_e
 
 
 def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool]:
-    ap = argparse.ArgumentParser(prog="python -m dilaserve.eval", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m dilaserve.eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("experiment", choices=[*EXPERIMENTS, "all", "fidelity"])
     ap.add_argument("--json", action="store_true", help="end with one JSON line of per-policy results")
     # By hand: the default follows --quick.
-    ap.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=None,
-                    help="settings: paper (LLaDA-8B on H100, analytic; ShareGPT lengths as the paper builds them; "
-                         "high phase at nominal capacity), paper-published (the same, replaying the step law "
-                         "calibrated to Fast-dLLM's published LLaDA numbers), embedded (measured profile, the "
-                         "trace's own lengths, high phase 0.8); default: paper and embedded, or paper alone with --quick")
+    ap.add_argument(
+        "--settings",
+        nargs="+",
+        choices=sorted(SETTINGS),
+        default=None,
+        help="settings: paper (LLaDA-8B on H100, analytic; ShareGPT lengths as the paper builds them; "
+        "high phase at nominal capacity), paper-published (the same, replaying the step law "
+        "calibrated to Fast-dLLM's published LLaDA numbers), embedded (measured profile, the "
+        "trace's own lengths, high phase 0.8); default: paper and embedded, or paper alone with --quick",
+    )
     # Every other option is a field of EvalOptions, documented and validated there.
     add_dataclass_arguments(ap, EvalOptions)
     a = ap.parse_args(argv)

@@ -1,21 +1,22 @@
 """What every experiment needs: options, the loaded artifacts, the cluster settings, and a
 helper that runs policies on the simulator."""
+
 from __future__ import annotations
 
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Optional, Sequence, Union
 
 from dilaserve import artifacts
 from dilaserve.artifacts import DYNAMICS_LAWS, EMBEDDED_LAW
+from dilaserve.cluster.sim_backend import SimBackendConfig
 from dilaserve.predict.dynamics import StepDynamics
 from dilaserve.predict.quality import ThresholdQuality
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig
-from dilaserve.cluster.sim_backend import SimBackendConfig
 from dilaserve.schedule.policies import get_policy
 from dilaserve.sim.arrivals import TRACE_LENGTHS, with_lengths
 from dilaserve.sim.capacity import nominal_capacity_rps
@@ -27,6 +28,7 @@ from dilaserve.sim.simulator import SimConfig, SimResult, Simulator
 from dilaserve.sim.traces import AZURE_CONV, Trace, load_trace
 
 log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class SettingSpec:
@@ -74,7 +76,7 @@ class LawInputs:
     artifact folder: the recorded (or resampled) step dynamics, their replay table, the
     threshold-quality table, and the predictors trained on rollouts of that law."""
 
-    def __init__(self, name: str, artifacts_root: Optional[Path] = None):
+    def __init__(self, name: str, artifacts_root: Path | None = None):
         self.name = name
         self.root = artifacts.law_root(name, artifacts_root)
 
@@ -98,14 +100,17 @@ class LawInputs:
 
     @cached_property
     def predictors(self) -> Predictors:
-        return Predictors(self._load(artifacts.load_predictor, "step_predictor"),
-                          self._load(artifacts.load_oneshot, "step_predictor"), self.quality)
+        return Predictors(
+            self._load(artifacts.load_predictor, "step_predictor"),
+            self._load(artifacts.load_oneshot, "step_predictor"),
+            self.quality,
+        )
 
 
 class _EmbeddedLaw(LawInputs):
     """The embedded law reads the context's own attributes (which tests may inject)."""
 
-    def __init__(self, ctx: "EvalContext"):
+    def __init__(self, ctx: EvalContext):
         super().__init__(EMBEDDED_LAW, ctx.options.artifacts)
         self._ctx = ctx
 
@@ -118,29 +123,29 @@ class _EmbeddedLaw(LawInputs):
 @dataclass(frozen=True)
 class EvalOptions:
     """Attributes:
-        quick: a reduced run (short phases, fewer sweep points) that takes minutes.
-        settings: which settings to run (``paper``, ``paper-published``, ``embedded``:
-            :data:`SETTINGS`).
-        trace: trace CSV (Azure format or BurstGPT) for the trace and ablation experiments.
-        out: results folder (git-ignored).
-        seed: seeds arrivals, replayed outcomes and latency noise.
-        artifacts: pipeline artifact folder (None: ``$DILASERVE_ARTIFACTS`` or data/artifacts).
-        latency_noise: sigma of the multiplicative step-latency noise.
-        phase_s: seconds per load phase of the trace and ablation experiments (None: 1 h, or
-            75 s when quick); a shorter phase keeps the low/high mix at a fraction of the cost.
-        lengths: request lengths of the trace experiments: ``trace`` (the trace's own token
-            counts) or a length model (``sharegpt``, ``sharegpt-paper``, ``gsm8k``,
-            ``long-prompt``) whose draws (seeded by ``seed``) replace each request's lengths
-            while its arrival time stays. Loads are fractions of the nominal capacity for
-            the lengths used. None: each setting's own (``sharegpt-paper`` in the paper
-            settings, ``trace`` in ``embedded``).
-        high_load: the high-load phase's rate as a fraction of nominal capacity (the low
-            phase runs at ``TRACE_LOW_LOAD``); above 1 the cluster is overloaded at the
-            baselines' threshold, which only a lower threshold can absorb. None: each
-            setting's own (1.0 in the paper settings, 0.8 in ``embedded``), and the trace
-            experiment also sweeps ``TRACE_LOADS``; given, the trace runs that load alone.
-        dynamics: replay this step law in every setting (None: each setting's own).
-        policies: run these policies instead of each experiment's own list (None: the list).
+    quick: a reduced run (short phases, fewer sweep points) that takes minutes.
+    settings: which settings to run (``paper``, ``paper-published``, ``embedded``:
+        :data:`SETTINGS`).
+    trace: trace CSV (Azure format or BurstGPT) for the trace and ablation experiments.
+    out: results folder (git-ignored).
+    seed: seeds arrivals, replayed outcomes and latency noise.
+    artifacts: pipeline artifact folder (None: ``$DILASERVE_ARTIFACTS`` or data/artifacts).
+    latency_noise: sigma of the multiplicative step-latency noise.
+    phase_s: seconds per load phase of the trace and ablation experiments (None: 1 h, or
+        75 s when quick); a shorter phase keeps the low/high mix at a fraction of the cost.
+    lengths: request lengths of the trace experiments: ``trace`` (the trace's own token
+        counts) or a length model (``sharegpt``, ``sharegpt-paper``, ``gsm8k``,
+        ``long-prompt``) whose draws (seeded by ``seed``) replace each request's lengths
+        while its arrival time stays. Loads are fractions of the nominal capacity for
+        the lengths used. None: each setting's own (``sharegpt-paper`` in the paper
+        settings, ``trace`` in ``embedded``).
+    high_load: the high-load phase's rate as a fraction of nominal capacity (the low
+        phase runs at ``TRACE_LOW_LOAD``); above 1 the cluster is overloaded at the
+        baselines' threshold, which only a lower threshold can absorb. None: each
+        setting's own (1.0 in the paper settings, 0.8 in ``embedded``), and the trace
+        experiment also sweeps ``TRACE_LOADS``; given, the trace runs that load alone.
+    dynamics: replay this step law in every setting (None: each setting's own).
+    policies: run these policies instead of each experiment's own list (None: the list).
     """
 
     quick: bool = False
@@ -148,23 +153,27 @@ class EvalOptions:
     trace: Path = AZURE_CONV
     out: Path = Path("results")
     seed: int = 0
-    artifacts: Optional[Path] = None
+    artifacts: Path | None = None
     latency_noise: float = 0.05
-    phase_s: Optional[float] = None
-    lengths: Optional[str] = None
-    high_load: Optional[float] = None
-    policies: Optional[tuple[str, ...]] = None
-    dynamics: Optional[str] = None
+    phase_s: float | None = None
+    lengths: str | None = None
+    high_load: float | None = None
+    policies: tuple[str, ...] | None = None
+    dynamics: str | None = None
 
     def __post_init__(self) -> None:
         if self.phase_s is not None and self.phase_s <= 0:
             raise ValueError(f"--phase-s {self.phase_s} must be positive: seconds per load phase, e.g. 900")
         if self.lengths is not None and self.lengths not in LENGTHS:
-            raise ValueError(f"--lengths {self.lengths!r} is unknown: use {TRACE_LENGTHS!r} for the trace's own "
-                             f"token counts or a length model ({', '.join(LENGTH_MODELS)})")
+            raise ValueError(
+                f"--lengths {self.lengths!r} is unknown: use {TRACE_LENGTHS!r} for the trace's own "
+                f"token counts or a length model ({', '.join(LENGTH_MODELS)})"
+            )
         if self.high_load is not None and not self.high_load > 0:
-            raise ValueError(f"--high-load {self.high_load} must be a positive fraction of nominal capacity, "
-                             "e.g. 0.8 (the default) or 1.2 (overload)")
+            raise ValueError(
+                f"--high-load {self.high_load} must be a positive fraction of nominal capacity, "
+                "e.g. 0.8 (the default) or 1.2 (overload)"
+            )
         if self.dynamics is not None and self.dynamics not in DYNAMICS_LAWS:
             raise ValueError(f"--dynamics {self.dynamics!r} is unknown: use one of {', '.join(DYNAMICS_LAWS)}")
         for name in self.policies or ():
@@ -194,8 +203,11 @@ class EvalContext:
 
     @cached_property
     def predictors(self) -> Predictors:
-        return Predictors(artifacts.load_predictor(self.options.artifacts), artifacts.load_oneshot(self.options.artifacts),
-                          self.quality)
+        return Predictors(
+            artifacts.load_predictor(self.options.artifacts),
+            artifacts.load_oneshot(self.options.artifacts),
+            self.quality,
+        )
 
     def law(self, name: str = EMBEDDED_LAW) -> LawInputs:
         """The replayed inputs of step law ``name`` (loaded once)."""
@@ -204,7 +216,7 @@ class EvalContext:
             cache[name] = _EmbeddedLaw(self) if name == EMBEDDED_LAW else LawInputs(name, self.options.artifacts)
         return cache[name]
 
-    def law_of(self, setting: Union[ClusterSetting, str]) -> LawInputs:
+    def law_of(self, setting: ClusterSetting | str) -> LawInputs:
         """The step law ``setting`` (or the setting of that name) replays (``--dynamics``,
         else the setting's own)."""
         spec = SETTINGS.get(setting if isinstance(setting, str) else setting.name)
@@ -236,8 +248,12 @@ class EvalContext:
         spec = SETTINGS[name]
         # Quick runs last minutes, so the monitor's window shrinks with the tick interval.
         monitor = MonitorConfig(window_s=60.0) if self.options.quick else MonitorConfig()
-        base = ClusterSetting(name, artifacts.load_profile(spec.profile, self.options.artifacts),
-                              ClusterConfig(nodes=4, gpus_per_node=4, tp_degrees=spec.tp_degrees), monitor=monitor)
+        base = ClusterSetting(
+            name,
+            artifacts.load_profile(spec.profile, self.options.artifacts),
+            ClusterConfig(nodes=4, gpus_per_node=4, tp_degrees=spec.tp_degrees),
+            monitor=monitor,
+        )
         return with_dynamics(base, self.law_of(base).dynamics)
 
     @property
@@ -248,8 +264,9 @@ class EvalContext:
         backend = SimBackendConfig(latency_noise=self.options.latency_noise, seed=self.options.seed)
         if self.options.quick:
             # Phases of a quick run last ~a minute: tick often enough for reconfiguration to act.
-            return SimConfig(backend=replace(backend, launch_time_s=5.0), reconfig_interval_s=30.0,
-                             telemetry_bin_s=10.0)
+            return SimConfig(
+                backend=replace(backend, launch_time_s=5.0), reconfig_interval_s=30.0, telemetry_bin_s=10.0
+            )
         return SimConfig(backend=backend)
 
     def simulator(self, setting: ClusterSetting) -> Simulator:
@@ -258,12 +275,14 @@ class EvalContext:
         return Simulator(setting, progress, law.predictors, self.sim_config())
 
     def capacity(self, setting: ClusterSetting, prompt_tokens, output_tokens) -> float:
-        return nominal_capacity_rps(setting, self.law_of(setting).table, prompt_tokens, output_tokens,
-                                    setting.control.fixed_threshold)
+        return nominal_capacity_rps(
+            setting, self.law_of(setting).table, prompt_tokens, output_tokens, setting.control.fixed_threshold
+        )
 
     # ------------------------------------------------------------ running
-    def run_policies(self, setting: ClusterSetting, policies: Sequence[str], workload, slo_s: float,
-                     label: str = "") -> list[SimResult]:
+    def run_policies(
+        self, setting: ClusterSetting, policies: Sequence[str], workload, slo_s: float, label: str = ""
+    ) -> list[SimResult]:
         """One result per policy. A policy that differs from one already run only by its
         name (``fixed@0.9`` is ``infaas``) reuses that run: runs are deterministic."""
         policies = self.options.policies or policies
@@ -280,8 +299,12 @@ class EvalContext:
                 res = done[same] = sim.run(policy, workload, slo_s)
                 how = f"{time.perf_counter() - t0:.0f}s wall"
             s = res.summary
-            print(f"  [{setting.name}{label}] {policy.name:<28} attainment {s.slo_attainment:6.1%}  "
-                  f"goodput {s.goodput:6.1%}  mean {s.mean_latency_s:6.2f}s  thr {s.mean_threshold:.3f}  "
-                  f"({len(workload)} req, {how})", file=sys.stderr, flush=True)
+            print(
+                f"  [{setting.name}{label}] {policy.name:<28} attainment {s.slo_attainment:6.1%}  "
+                f"goodput {s.goodput:6.1%}  mean {s.mean_latency_s:6.2f}s  thr {s.mean_threshold:.3f}  "
+                f"({len(workload)} req, {how})",
+                file=sys.stderr,
+                flush=True,
+            )
             out.append(res)
         return out

@@ -21,10 +21,11 @@ Load levels are fractions of the cluster's nominal capacity at the baselines' th
 (:func:`dilaserve.sim.capacity.nominal_capacity_rps`), so an experiment means the same on
 every latency profile; the absolute rates are reported next to the results.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 from dilaserve.eval.context import TRACE_LOW_LOAD, EvalContext
 from dilaserve.schedule.policies import FIXED_POLICIES, VARIANTS
@@ -66,7 +67,7 @@ class Run:
     workload: str
     rate: float
     slo_scale: float
-    x: Optional[float] = None
+    x: float | None = None
     phases: tuple[Phase, ...] = ()
     #: The run at the setting's own load, where an experiment also sweeps others (its
     #: findings, time-series plots and JSON ``policies`` use these runs).
@@ -84,8 +85,9 @@ def _slo(ctx: EvalContext, setting: ClusterSetting, wl: Workload, scale: float) 
     return workload_slo(wl, setting.profile, ctx.table, setting.block_length, setting.control.fixed_threshold, scale)
 
 
-def trace_workload(ctx: EvalContext, setting: ClusterSetting, phase_s: Optional[float] = None,
-                   high_load: Optional[float] = None) -> Workload:
+def trace_workload(
+    ctx: EvalContext, setting: ClusterSetting, phase_s: float | None = None, high_load: float | None = None
+) -> Workload:
     """The trace (with the setting's lengths, or ``--lengths``) shaped into a low-load then
     a high-load phase, ``phase_s`` each (default 1 h, 75 s in quick runs), at
     ``TRACE_LOW_LOAD`` and ``high_load`` (default: the setting's, or ``--high-load``) x the
@@ -97,8 +99,7 @@ def trace_workload(ctx: EvalContext, setting: ClusterSetting, phase_s: Optional[
     return shape_trace(tr, [PhaseSpec("low", dur, low), PhaseSpec("high", dur, high)], name="trace")
 
 
-def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: Optional[tuple[float, ...]] = None
-                ) -> ExperimentOutput:
+def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: tuple[float, ...] | None = None) -> ExperimentOutput:
     """Every policy on the shaped trace, once per high-phase load (None: the setting's own
     load alone); every run's ``x`` is its load, and the run at the setting's own load is
     the headline."""
@@ -111,19 +112,35 @@ def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: Optional[tupl
             slo = _slo(ctx, setting, wl, DEFAULT_SLO_SCALE)
             rates = ", ".join(f"{p.name} {p.rate:.1f} req/s" for p in wl.phases)
             law = ctx.law_of(setting).name
-            out.notes.append(f"{setting.name} ({law} step law): {wl.meta['source']}, {len(wl)} requests, phases "
-                             f"{rates} (high {load:g} x nominal capacity); SLO {slo:.2f} s")
+            out.notes.append(
+                f"{setting.name} ({law} step law): {wl.meta['source']}, {len(wl)} requests, phases "
+                f"{rates} (high {load:g} x nominal capacity); SLO {slo:.2f} s"
+            )
             label = "" if len(loads) == 1 else f" high x{load:g}"
             for res in ctx.run_policies(setting, policies, wl, slo, label):
-                out.runs.append(Run(name, setting.name, res, "trace", wl.mean_rate, DEFAULT_SLO_SCALE, x=load,
-                                    phases=wl.phases, headline=load == own))
+                out.runs.append(
+                    Run(
+                        name,
+                        setting.name,
+                        res,
+                        "trace",
+                        wl.mean_rate,
+                        DEFAULT_SLO_SCALE,
+                        x=load,
+                        phases=wl.phases,
+                        headline=load == own,
+                    )
+                )
     return out
 
 
 def trace(ctx: EvalContext) -> ExperimentOutput:
     """The trace at ``TRACE_LOADS`` (the setting's own load among them), or at ``--high-load`` alone."""
-    loads = None if ctx.options.high_load is not None else tuple(sorted({*TRACE_LOADS, *(
-        ctx.high_load_of(s) for s in ctx.settings)}))
+    loads = (
+        None
+        if ctx.options.high_load is not None
+        else tuple(sorted({*TRACE_LOADS, *(ctx.high_load_of(s) for s in ctx.settings)}))
+    )
     return _trace_runs(ctx, "trace", TRACE_POLICIES, loads)
 
 
@@ -150,8 +167,10 @@ def rate_sweep(ctx: EvalContext) -> ExperimentOutput:
             rate = wl.meta["rate"]
             for res in ctx.run_policies(setting, TRACE_POLICIES, wl, slo, f" {rate:.1f} req/s"):
                 out.runs.append(Run("rate-sweep", setting.name, res, "gsm8k", rate, DEFAULT_SLO_SCALE, x=rate))
-        out.notes.append(f"{setting.name}: Poisson, GSM8K-like lengths (prompt 1020, output 256), loads "
-                         f"{RATE_LOADS[ctx.options.quick]} x nominal capacity")
+        out.notes.append(
+            f"{setting.name}: Poisson, GSM8K-like lengths (prompt 1020, output 256), loads "
+            f"{RATE_LOADS[ctx.options.quick]} x nominal capacity"
+        )
     return out
 
 
@@ -163,13 +182,19 @@ def slo_sweep(ctx: EvalContext) -> ExperimentOutput:
             slo = _slo(ctx, setting, wl, scale)
             for res in ctx.run_policies(setting, TRACE_POLICIES, wl, slo, f" SLO x{scale}"):
                 out.runs.append(Run("slo-sweep", setting.name, res, "gsm8k", wl.meta["rate"], scale, x=scale))
-        out.notes.append(f"{setting.name}: Poisson at {wl.meta['rate']:.1f} req/s ({SLO_SWEEP_LOAD} x nominal "
-                         "capacity), GSM8K-like lengths")
+        out.notes.append(
+            f"{setting.name}: Poisson at {wl.meta['rate']:.1f} req/s ({SLO_SWEEP_LOAD} x nominal "
+            "capacity), GSM8K-like lengths"
+        )
     return out
 
 
 EXPERIMENTS: dict[str, Callable[[EvalContext], ExperimentOutput]] = {
-    "trace": trace, "rate-sweep": rate_sweep, "slo-sweep": slo_sweep, "ablation": ablation, "frontier": frontier,
+    "trace": trace,
+    "rate-sweep": rate_sweep,
+    "slo-sweep": slo_sweep,
+    "ablation": ablation,
+    "frontier": frontier,
 }
 #: What ``all`` runs: the frontier is left out, as it costs the trace experiment once per
 #: load (hours at full length); run it on its own.

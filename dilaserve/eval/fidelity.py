@@ -24,15 +24,16 @@ Where each number comes from (docs/architecture.md, "Fidelity"):
 * Migration at any step against only before recompute steps, on static TP-1 clusters of
   4 and 16 instances.
 """
+
 from __future__ import annotations
 
 import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import polars as pl
@@ -97,26 +98,42 @@ class LawRun:
             t0 = time.perf_counter()
             out[pol.name] = sim.run(pol, wl, slo).summary
             s = out[pol.name]
-            print(f"  [fidelity {self.law}{label}] {pol.name:<36} attainment {s.slo_attainment:6.1%}  "
-                  f"mean {s.mean_latency_s:6.2f}s  ({len(wl)} req, {time.perf_counter() - t0:.0f}s wall)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  [fidelity {self.law}{label}] {pol.name:<36} attainment {s.slo_attainment:6.1%}  "
+                f"mean {s.mean_latency_s:6.2f}s  ({len(wl)} req, {time.perf_counter() - t0:.0f}s wall)",
+                file=sys.stderr,
+                flush=True,
+            )
         return out
 
     def trace(self) -> dict:
         """The trace at the setting's own load: baselines, dilaserve and the paper's ablations."""
+
         def run():
             quick = QUICK_PHASE_S if self.ctx.options.quick else None
             wl = trace_workload(self.ctx, self.setting, phase_s=self.ctx.options.phase_s or quick)
             slo = _slo(self.ctx, self.setting, wl, DEFAULT_SLO_SCALE)
             paper = get_policy("dilaserve-paper")
-            fixed = replace(paper, name="dilaserve-paper-fixed-threshold", selection="fixed", load_control="none",
-                            fixed_threshold=self.setting.control.fixed_threshold)
-            return self._run(self.setting, ["infaas", "llumnix", "dilaserve", paper, fixed,
-                                            "dilaserve-paper-no-load-control"], wl, slo, " trace")
+            fixed = replace(
+                paper,
+                name="dilaserve-paper-fixed-threshold",
+                selection="fixed",
+                load_control="none",
+                fixed_threshold=self.setting.control.fixed_threshold,
+            )
+            return self._run(
+                self.setting,
+                ["infaas", "llumnix", "dilaserve", paper, fixed, "dilaserve-paper-no-load-control"],
+                wl,
+                slo,
+                " trace",
+            )
+
         return self._memo("trace", run)
 
     def bench(self) -> dict:
         """Poisson GSM8K-like load sweep: {load: {policy: summary}}."""
+
         def run():
             out = {}
             for load in BENCH_LOADS[self.ctx.options.quick]:
@@ -124,6 +141,7 @@ class LawRun:
                 slo = _slo(self.ctx, self.setting, wl, DEFAULT_SLO_SCALE)
                 out[load] = self._run(self.setting, ["infaas", "llumnix", "dilaserve"], wl, slo, f" gsm8k x{load:g}")
             return out
+
         return self._memo("bench", run)
 
     def slo3(self) -> dict:
@@ -131,10 +149,12 @@ class LawRun:
             wl = _poisson(self.ctx, self.setting, 0.7)
             slo = _slo(self.ctx, self.setting, wl, 3.0)
             return self._run(self.setting, ["infaas", "llumnix", "dilaserve"], wl, slo, " SLO x3")
+
         return self._memo("slo3", run)
 
     def migration(self) -> dict:
         """{instances: mean latency any-step / recompute-only}, static TP-1 clusters."""
+
         def run():
             out = {}
             paper = replace(get_policy("dilaserve-paper"), reconfig=False)
@@ -144,8 +164,11 @@ class LawRun:
                 wl = _poisson(self.ctx, st, 0.8)
                 slo = _slo(self.ctx, st, wl, DEFAULT_SLO_SCALE)
                 res = self._run(st, [paper, anystep], wl, slo, f" {nodes * 4} instances")
-                out[nodes * st.cluster.gpus_per_node] = res[anystep.name].mean_latency_s / res[paper.name].mean_latency_s
+                out[nodes * st.cluster.gpus_per_node] = (
+                    res[anystep.name].mean_latency_s / res[paper.name].mean_latency_s
+                )
             return out
+
         return self._memo("migration", run)
 
     # ------------------------------------------------------------ predictor
@@ -154,12 +177,17 @@ class LawRun:
 
     def feature_groups(self) -> dict[str, float]:
         """Held-out relative error of LightGBM refit with feature groups withheld."""
-        return self._memo("features", lambda: feature_group_errors(
-            artifacts.load_step_table(self.inputs.root), self.predictor_eval()["test_requests"]))
+        return self._memo(
+            "features",
+            lambda: feature_group_errors(
+                artifacts.load_step_table(self.inputs.root), self.predictor_eval()["test_requests"]
+            ),
+        )
 
     def update_cost(self) -> float:
         """One batched prediction (a batch of 32 requests x the candidate thresholds)
         against the step latency of that batch on TP-1 (a cache step of 32 blocks)."""
+
         def run():
             from dilaserve.predict.base import PredictionBatch
 
@@ -174,6 +202,7 @@ class LawRun:
                 times.append(time.perf_counter() - t0)
             step = self.setting.profile.latency(1, 32 * self.setting.block_length, StepKind.CACHE)
             return float(np.median(times)) / step
+
         return self._memo("cost", run)
 
 
@@ -197,8 +226,16 @@ def feature_group_errors(table: pl.DataFrame, test_requests) -> dict[str, float]
         for i, f in enumerate(FEATURE_NAMES):
             if f not in keep:
                 xm[:, i] = 0.0
-        params = {"objective": "regression_l1", "learning_rate": 0.1, "num_leaves": 15, "min_data_in_leaf": 10,
-                  "verbosity": -1, "seed": 0, "deterministic": True, "num_threads": 1}
+        params = {
+            "objective": "regression_l1",
+            "learning_rate": 0.1,
+            "num_leaves": 15,
+            "min_data_in_leaf": 10,
+            "verbosity": -1,
+            "seed": 0,
+            "deterministic": True,
+            "num_threads": 1,
+        }
         model = lgb.train(params, lgb.Dataset(xm[~test], np.log(y[~test])), num_boost_round=100)
         pred = np.maximum(np.exp(model.predict(xm[test])), 1.0)
         out[name] = float(np.mean(np.abs(pred - y[test]) / y[test]))
@@ -206,52 +243,56 @@ def feature_group_errors(table: pl.DataFrame, test_requests) -> dict[str, float]
 
 
 # ------------------------------------------------------------------ the claims
-_SLOW_PEAK = ("in our trace at 1.0x nominal capacity the fixed-0.9 baselines still meet most SLOs (quick fidelity "
-              "runs use 40-s phases, which build less backlog than the trace experiment's 75 s, where they reach "
-              "72%); the paper's baselines end at 61-70%, so its peak overloads a fixed-0.9 cluster more than ours")
-_SLO3 = ("our SLO sweep runs at 0.7x nominal capacity, where the baselines already meet SLO 3x (98.5% and more); "
-         "the paper's gains come at its high load. Its two numbers are matched to our gains over the better "
-         "and the worse baseline")
+_SLOW_PEAK = (
+    "in our trace at 1.0x nominal capacity the fixed-0.9 baselines still meet most SLOs (quick fidelity "
+    "runs use 40-s phases, which build less backlog than the trace experiment's 75 s, where they reach "
+    "72%); the paper's baselines end at 61-70%, so its peak overloads a fixed-0.9 cluster more than ours"
+)
+_SLO3 = (
+    "our SLO sweep runs at 0.7x nominal capacity, where the baselines already meet SLO 3x (98.5% and more); "
+    "the paper's gains come at its high load. Its two numbers are matched to our gains over the better "
+    "and the worse baseline"
+)
 #: Why a claim's number differs from ours (shown only where one of ours is over 20% off).
 WHY: dict[str, str] = {
     "Table 4: SLO attainment, DiLaServe": _SLOW_PEAK,
     "Table 4: SLO attainment, Llumnix": _SLOW_PEAK,
     "Table 4: SLO attainment, INFaaS": _SLOW_PEAK,
     "Table 4: mean latency vs Llumnix": "on the published law dilaserve keeps most requests at 0.9 (mean threshold "
-        "0.887 in the trace), so its latency cut comes from admission and scheduling alone",
+    "0.887 in the trace), so its latency cut comes from admission and scheduling alone",
     "Table 4: mean latency vs INFaaS": "our INFaaS is as slow as our Llumnix (migration buys the baselines "
-        "nothing at this load), so the cut is alike against both; on the published law dilaserve keeps most "
-        "requests at 0.9",
+    "nothing at this load), so the cut is alike against both; on the published law dilaserve keeps most "
+    "requests at 0.9",
     "Table 4: quality vs the better baseline": "dilaserve keeps the baselines' threshold 0.9 unless a drop makes "
-        "an SLO, so quality barely moves; ours is accuracy x 10, the paper's a judge's score",
+    "an SLO, so quality barely moves; ours is accuracy x 10, the paper's a judge's score",
     "Benchmarks: best attainment gain over the better baseline": "our largest gain comes at 1.1x capacity, the "
-        "highest quick load, mostly from admission; on the published law dilaserve reaches less (its predictor's "
-        "held-out error is 0.32 against the embedded law's 0.21, and admission refuses on predictions)",
+    "highest quick load, mostly from admission; on the published law dilaserve reaches less (its predictor's "
+    "held-out error is 0.32 against the embedded law's 0.21, and admission refuses on predictions)",
     "Benchmarks: accuracy change at that gain": "dilaserve keeps 0.9 unless a drop makes an SLO (on the embedded "
-        "model the quality budget allows only 0.8 and 0.9), so its accuracy hardly moves",
+    "model the quality budget allows only 0.8 and 0.9), so its accuracy hardly moves",
     "SLO scale 3: gain over the better baseline": _SLO3,
     "SLO scale 3: gain over the worse baseline": _SLO3,
     "Ablation: SLO-aware thresholds vs a fixed threshold": "on the embedded law a lower threshold saves only "
-        "cache steps (the recompute step stays) for much accuracy; on the published law it saves 2.5x the cache "
-        "steps and the gain grows to 14 pp; the paper's 70.8 comes where a fixed 0.9 collapses",
+    "cache steps (the recompute step stays) for much accuracy; on the published law it saves 2.5x the cache "
+    "steps and the gain grows to 14 pp; the paper's 70.8 comes where a fixed 0.9 collapses",
     "Ablation: load control": "the runs with and without it are identical: at 1.0x capacity the paper's walk "
-        "never finds the in-flight work past capacity, so its caps never bind",
+    "never finds the in-flight work past capacity, so its caps never bind",
     "Predictor: one-shot error, worst progress decile": "the worst decile is the last, where few steps remain "
-        "and any error of a length-only estimate is large relative to them; our answers are 1-4 blocks of "
-        "synthetic tasks, not LLaDA's GSM8K answers",
+    "and any error of a length-only estimate is large relative to them; our answers are 1-4 blocks of "
+    "synthetic tasks, not LLaDA's GSM8K answers",
     "Predictor: progress features": "the reference model sees only threshold and length, refit without tuning "
-        "on answers of 1-4 blocks; the progress features then remove the whole within-request trend",
+    "on answers of 1-4 blocks; the progress features then remove the whole within-request trend",
     "Predictor: confidence features on top": "the published law draws each step's confidence statistics "
-        "independently of the request, so they say nothing about later steps; the embedded law's are real "
-        "and cut the error more than the paper's",
+    "independently of the request, so they say nothing about later steps; the embedded law's are real "
+    "and cut the error more than the paper's",
     "Predictor: one batched update per step": "ours: one batched LightGBM call for 32 requests x 5 thresholds on "
-        "this CPU against an analytic H100 cache step; the paper updates per token on its GPUs",
+    "this CPU against an analytic H100 cache step; the paper updates per token on its GPUs",
     "TP-2 step latency vs TP-1": "the analytic roofline's TP scaling (calibrated once, docs/architecture.md)",
     "TP-4 step latency vs TP-1": "the analytic roofline's TP scaling (calibrated once, docs/architecture.md)",
     "Migration at any step: latency, 4 instances": "a move before a cache step costs an extra recompute step "
-        "and 2 ms of transfer; on a fast H100 profile that is small next to the queueing",
+    "and 2 ms of transfer; on a fast H100 profile that is small next to the queueing",
     "Migration at any step: latency, 16 instances": "a move before a cache step costs an extra recompute step "
-        "and 2 ms of transfer; on a fast H100 profile that is small next to the queueing",
+    "and 2 ms of transfer; on a fast H100 profile that is small next to the queueing",
 }
 
 
@@ -259,6 +300,7 @@ def with_why(c: Claim) -> Claim:
     """``c`` with its reason where one of ours is more than ``WHY_ABOVE`` off the paper's."""
     big = any(math.isnan(v) or _rel(v, c.paper) > WHY_ABOVE for v in (c.embedded, c.published))
     return replace(c, why=WHY[c.claim] if big else "")
+
 
 def _gain(rows: dict, metric: str = "slo_attainment") -> tuple[float, str]:
     """dilaserve's gain (pp) over the better baseline, and that baseline's name."""
@@ -280,8 +322,15 @@ def _tp_cut(setting: ClusterSetting, tp: int) -> float:
     if not setting.profile.has(tp):
         return float("nan")
     ns = (512, 1024, 2048, 4096, 8192)
-    return 100 * float(np.mean([1 - setting.profile.latency(tp, n, StepKind.RECOMPUTE) /
-                                setting.profile.latency(1, n, StepKind.RECOMPUTE) for n in ns]))
+    return 100 * float(
+        np.mean(
+            [
+                1
+                - setting.profile.latency(tp, n, StepKind.RECOMPUTE) / setting.profile.latency(1, n, StepKind.RECOMPUTE)
+                for n in ns
+            ]
+        )
+    )
 
 
 def claims(runs: dict[str, LawRun]) -> list[Claim]:
@@ -290,8 +339,8 @@ def claims(runs: dict[str, LawRun]) -> list[Claim]:
     def row(claim: str, paper: float, fn: Callable[[LawRun], float], unit: str) -> Claim:
         return with_why(Claim(claim, paper, round(float(fn(emb)), 4), round(float(fn(pub)), 4), unit))
 
-    att = lambda name: (lambda r: 100 * r.trace()[name].slo_attainment)
-    lat = lambda base: (lambda r: 100 * (r.trace()["dilaserve"].mean_latency_s / r.trace()[base].mean_latency_s - 1))
+    att = lambda name: lambda r: 100 * r.trace()[name].slo_attainment
+    lat = lambda base: lambda r: 100 * (r.trace()["dilaserve"].mean_latency_s / r.trace()[base].mean_latency_s - 1)
 
     def judge(r: LawRun) -> float:
         t = r.trace()
@@ -304,8 +353,11 @@ def claims(runs: dict[str, LawRun]) -> list[Claim]:
     def slo3(which: str) -> Callable[[LawRun], float]:
         def f(r: LawRun) -> float:
             rows = r.slo3()
-            gains = sorted(100 * (rows["dilaserve"].slo_attainment - rows[p].slo_attainment) for p in ("infaas", "llumnix"))
+            gains = sorted(
+                100 * (rows["dilaserve"].slo_attainment - rows[p].slo_attainment) for p in ("infaas", "llumnix")
+            )
             return gains[0] if which == "better" else gains[1]
+
         return f
 
     def oneshot_max(r: LawRun) -> float:
@@ -326,7 +378,12 @@ def claims(runs: dict[str, LawRun]) -> list[Claim]:
         row("Benchmarks: accuracy change at that gain", -0.9, lambda r: _bench_best(r)[1], "% (relative)"),
         row("SLO scale 3: gain over the better baseline", 33.9, slo3("better"), "pp"),
         row("SLO scale 3: gain over the worse baseline", 42.3, slo3("worse"), "pp"),
-        row("Ablation: SLO-aware thresholds vs a fixed threshold", 70.8, ablation("dilaserve-paper-fixed-threshold"), "pp"),
+        row(
+            "Ablation: SLO-aware thresholds vs a fixed threshold",
+            70.8,
+            ablation("dilaserve-paper-fixed-threshold"),
+            "pp",
+        ),
         row("Ablation: load control", 42.4, ablation("dilaserve-paper-no-load-control"), "pp"),
         row("Predictor: one-shot error, worst progress decile", 75.0, oneshot_max, "% relative error"),
         row("Predictor: progress features", -34.9, features("static", "progress"), "% error change"),
@@ -351,9 +408,13 @@ def published_tokens_per_step(ctx: EvalContext) -> dict:
     for t in steplaw.thresholds:
         ref = PUBLISHED_TOKENS_PER_STEP.get(t)
         got = steplaw.tokens_per_step(t)
-        out[f"{t:g}"] = {"published": ref, "law": round(got, 4), "rollouts": round(float(roll.get(t, float("nan"))), 4),
-                         "relative_error": None if ref is None else round(got / ref - 1, 4),
-                         "within_tolerance": None if ref is None else abs(got / ref - 1) <= TOLERANCE}
+        out[f"{t:g}"] = {
+            "published": ref,
+            "law": round(got, 4),
+            "rollouts": round(float(roll.get(t, float("nan"))), 4),
+            "relative_error": None if ref is None else round(got / ref - 1, 4),
+            "within_tolerance": None if ref is None else abs(got / ref - 1) <= TOLERANCE,
+        }
     return out
 
 
@@ -361,14 +422,24 @@ def markdown(rows: list[Claim], tps: dict, quick: bool) -> str:
     def fmt(v: float) -> str:
         return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:g}"
 
-    lines = [f"## fidelity{' (quick)' if quick else ''}", "",
-             f"Ours in the paper setting on two step laws: **embedded** (the embedded model's recorded steps) and "
-             f"**published** ({LABEL}).", "",
-             "| claim | paper | embedded | published | unit | why (differences over 20%) |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"## fidelity{' (quick)' if quick else ''}",
+        "",
+        f"Ours in the paper setting on two step laws: **embedded** (the embedded model's recorded steps) and "
+        f"**published** ({LABEL}).",
+        "",
+        "| claim | paper | embedded | published | unit | why (differences over 20%) |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         lines.append(f"| {r.claim} | {fmt(r.paper)} | {fmt(r.embedded)} | {fmt(r.published)} | {r.unit} | {r.why} |")
-    lines += ["", "Tokens per step of the published law (replayed B / S_c; mean over its rollouts):", "",
-              "| threshold | published | law | rollouts | relative error |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "Tokens per step of the published law (replayed B / S_c; mean over its rollouts):",
+        "",
+        "| threshold | published | law | rollouts | relative error |",
+        "|---|---|---|---|---|",
+    ]
     for t, v in tps.items():
         err = "–" if v["relative_error"] is None else f"{100 * v['relative_error']:+.1f}%"
         lines.append(f"| {t} | {fmt(v['published'])} | {v['law']:.2f} | {v['rollouts']:.2f} | {err} |")
@@ -380,8 +451,12 @@ def run_fidelity(ctx: EvalContext) -> tuple[dict, str, Path]:
     runs = {law: LawRun(ctx, law) for law in LAW_SETTINGS}
     rows = claims(runs)
     tps = published_tokens_per_step(ctx)
-    doc = {"claims": [asdict(r) for r in rows], "published_tokens_per_step": tps, "published_law": LABEL,
-           "quick": ctx.options.quick}
+    doc = {
+        "claims": [asdict(r) for r in rows],
+        "published_tokens_per_step": tps,
+        "published_law": LABEL,
+        "quick": ctx.options.quick,
+    }
     text = markdown(rows, tps, ctx.options.quick)
     folder = Path(ctx.options.out) / "fidelity"
     folder.mkdir(parents=True, exist_ok=True)

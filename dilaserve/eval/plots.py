@@ -1,8 +1,9 @@
 """PNG plots of experiment results (matplotlib, headless)."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import matplotlib
 
@@ -61,11 +62,22 @@ def frontier(summary: pl.DataFrame, line: Sequence[str], static: Sequence[str], 
         at = pl.col("x").is_nan() if np.isnan(x) else pl.col("x") == x
         rows = {r["policy"]: r for r in summary.filter((pl.col("setting") == setting) & at).iter_rows(named=True)}
         fixed = [rows[p] for p in line if p in rows]
-        ax.plot([r["quality"] for r in fixed], [100 * r["slo_attainment"] for r in fixed], "o-", color="tab:gray",
-                label="static frontier")
+        ax.plot(
+            [r["quality"] for r in fixed],
+            [100 * r["slo_attainment"] for r in fixed],
+            "o-",
+            color="tab:gray",
+            label="static frontier",
+        )
         for r in fixed:
-            ax.annotate(r["policy"].split("@")[-1], (r["quality"], 100 * r["slo_attainment"]),
-                        textcoords="offset points", xytext=(4, 4), fontsize=7, color="tab:gray")
+            ax.annotate(
+                r["policy"].split("@")[-1],
+                (r["quality"], 100 * r["slo_attainment"]),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=7,
+                color="tab:gray",
+            )
         for name, r in rows.items():
             if name in static and name not in line:
                 ax.plot(r["quality"], 100 * r["slo_attainment"], "s", mfc="none", ms=9, label=name)
@@ -109,7 +121,9 @@ def threshold_over_time(series: pl.DataFrame, phases: Sequence[tuple[str, str, f
     return _save(fig, path)
 
 
-def tp_mix_over_time(tp: pl.DataFrame, phases: Sequence[tuple[str, str, float, float]], end_s: dict, path: Path) -> Path:
+def tp_mix_over_time(
+    tp: pl.DataFrame, phases: Sequence[tuple[str, str, float, float]], end_s: dict, path: Path
+) -> Path:
     """Ready instances per TP degree over time (step plot), one panel per (setting, policy)."""
     keys = tp.select("setting", "policy").unique(maintain_order=True).rows()
     fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.6), squeeze=False)
@@ -119,7 +133,7 @@ def tp_mix_over_time(tp: pl.DataFrame, phases: Sequence[tuple[str, str, float, f
         for d in sorted(sub["tp"].unique().to_list()):
             counts, last = [], 0
             for t in times:
-                hit = sub.filter((pl.col("time_s") == t))
+                hit = sub.filter(pl.col("time_s") == t)
                 if hit.height:
                     row = hit.filter(pl.col("tp") == d)
                     last = int(row["instances"][0]) if row.height else 0

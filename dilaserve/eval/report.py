@@ -1,4 +1,5 @@
 """Turn experiment runs into tables (parquet), a markdown summary, plots and the JSON line."""
+
 from __future__ import annotations
 
 import math
@@ -17,23 +18,48 @@ from dilaserve.sim.metrics import summarize
 
 
 def _tag(run: Run) -> dict:
-    return {"experiment": run.experiment, "setting": run.setting, "policy": run.result.policy,
-            "workload": run.workload, "rate": run.rate, "slo_scale": float(run.slo_scale),
-            "x": float("nan") if run.x is None else float(run.x), "headline": run.headline}
+    return {
+        "experiment": run.experiment,
+        "setting": run.setting,
+        "policy": run.result.policy,
+        "workload": run.workload,
+        "rate": run.rate,
+        "slo_scale": float(run.slo_scale),
+        "x": float("nan") if run.x is None else float(run.x),
+        "headline": run.headline,
+    }
 
 
 def summary_frame(runs: list[Run]) -> pl.DataFrame:
     rows = []
     for run in runs:
         r, s = run.result, run.result.summary
-        rows.append({**_tag(run), "slo_s": r.slo_s, "slo_attainment": s.slo_attainment,
-                     "slo_attainment_low": s.slo_attainment_low, "slo_attainment_high": s.slo_attainment_high,
-                     "mean_latency_s": s.mean_latency_s, "p99_latency_s": s.p99_latency_s, "quality": s.quality,
-                     "goodput": s.goodput, "goodput_low": s.goodput_low, "goodput_high": s.goodput_high,
-                     "mean_threshold": s.mean_threshold, "requests": s.requests, "finished": s.finished,
-                     "rejected": s.rejected, "migrations": r.migrations, "reconfig_launches": r.reconfig_launches,
-                     "events": r.events, "wall_s": r.wall_s, "sim_s": r.sim_s, "sim_speedup": r.sim_speedup,
-                     "mode": r.mode})
+        rows.append(
+            {
+                **_tag(run),
+                "slo_s": r.slo_s,
+                "slo_attainment": s.slo_attainment,
+                "slo_attainment_low": s.slo_attainment_low,
+                "slo_attainment_high": s.slo_attainment_high,
+                "mean_latency_s": s.mean_latency_s,
+                "p99_latency_s": s.p99_latency_s,
+                "quality": s.quality,
+                "goodput": s.goodput,
+                "goodput_low": s.goodput_low,
+                "goodput_high": s.goodput_high,
+                "mean_threshold": s.mean_threshold,
+                "requests": s.requests,
+                "finished": s.finished,
+                "rejected": s.rejected,
+                "migrations": r.migrations,
+                "reconfig_launches": r.reconfig_launches,
+                "events": r.events,
+                "wall_s": r.wall_s,
+                "sim_s": r.sim_s,
+                "sim_speedup": r.sim_speedup,
+                "mode": r.mode,
+            }
+        )
     return pl.DataFrame(rows, infer_schema_length=None)
 
 
@@ -95,8 +121,10 @@ def _num(v, fmt: str = ".2f") -> str:
 
 
 def markdown_table(summary: pl.DataFrame) -> str:
-    head = ("| setting | policy | x | attainment | low | high | mean lat (s) | p99 lat (s) | quality | "
-            "goodput | goodput high | mean thr | migrations | TP launches |")
+    head = (
+        "| setting | policy | x | attainment | low | high | mean lat (s) | p99 lat (s) | quality | "
+        "goodput | goodput high | mean thr | migrations | TP launches |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in summary.iter_rows(named=True):
         lines.append(
@@ -104,7 +132,8 @@ def markdown_table(summary: pl.DataFrame) -> str:
             f"{_pct(r['slo_attainment_low'])} | {_pct(r['slo_attainment_high'])} | {_num(r['mean_latency_s'])} | "
             f"{_num(r['p99_latency_s'])} | {_num(r['quality'], '.3f')} | {_pct(r['goodput'])} | "
             f"{_pct(r['goodput_high'])} | {_num(r['mean_threshold'], '.3f')} | "
-            f"{r['migrations']} | {r['reconfig_launches']} |")
+            f"{r['migrations']} | {r['reconfig_launches']} |"
+        )
     return "\n".join(lines)
 
 
@@ -121,11 +150,16 @@ def frontier_findings(summary: pl.DataFrame) -> list[str]:
         where = f"{setting}" + ("" if math.isnan(x) else f", high load {x:g} x capacity")
         for r in (r for r in rows if r["policy"] in ADAPTIVE_POLICIES):
             over = [s for s in static if _dominates(s, r)]
-            verdict = (f"below the static frontier (dominated by {max(over, key=lambda s: s['goodput'])['policy']})"
-                       if over else "on or above the static frontier")
-            out.append(f"- **{where}**: {r['policy']} goodput {_pct(r['goodput'])} vs best static "
-                       f"{best['policy']} {_pct(best['goodput'])} ({100 * (r['goodput'] - best['goodput']):+.1f} pp; "
-                       f"attainment {_pct(r['slo_attainment'])} at quality {_num(r['quality'], '.3f')}); {verdict}.")
+            verdict = (
+                f"below the static frontier (dominated by {max(over, key=lambda s: s['goodput'])['policy']})"
+                if over
+                else "on or above the static frontier"
+            )
+            out.append(
+                f"- **{where}**: {r['policy']} goodput {_pct(r['goodput'])} vs best static "
+                f"{best['policy']} {_pct(best['goodput'])} ({100 * (r['goodput'] - best['goodput']):+.1f} pp; "
+                f"attainment {_pct(r['slo_attainment'])} at quality {_num(r['quality'], '.3f')}); {verdict}."
+            )
     return out
 
 
@@ -148,8 +182,9 @@ def findings(summary: pl.DataFrame, ctx: EvalContext) -> list[str]:
     our setup differs."""
     out = []
     for setting in summary["setting"].unique(maintain_order=True):
-        sub = {r["policy"]: r for r in summary.filter(pl.col("setting") == setting).iter_rows(named=True)
-               if r["headline"]}
+        sub = {
+            r["policy"]: r for r in summary.filter(pl.col("setting") == setting).iter_rows(named=True) if r["headline"]
+        }
         d = sub.get("dilaserve")
         base = [sub[p] for p in ("infaas", "llumnix") if p in sub]
         if not d or not base:
@@ -159,11 +194,13 @@ def findings(summary: pl.DataFrame, ctx: EvalContext) -> list[str]:
         q0 = best["quality"]
         dq = (d["quality"] - q0) / q0 if q0 and not math.isnan(q0) else float("nan")
         dl = (d["mean_latency_s"] - best["mean_latency_s"]) / best["mean_latency_s"]
-        line = (f"- **{setting}**: high-load attainment dilaserve {_pct(hi(d))} vs best baseline "
-                f"{best['policy']} {_pct(hi(best))} ({100 * (hi(d) - hi(best)):+.1f} pp); mean latency "
-                f"{100 * dl:+.0f}%; quality {_num(d['quality'], '.3f')} vs {_num(q0, '.3f')}"
-                + (f" ({100 * dq:+.1f}%)" if not math.isnan(dq) else "")
-                + f"; goodput {_pct(d['goodput'])} vs {_pct(best['goodput'])}.")
+        line = (
+            f"- **{setting}**: high-load attainment dilaserve {_pct(hi(d))} vs best baseline "
+            f"{best['policy']} {_pct(hi(best))} ({100 * (hi(d) - hi(best)):+.1f} pp); mean latency "
+            f"{100 * dl:+.0f}%; quality {_num(d['quality'], '.3f')} vs {_num(q0, '.3f')}"
+            + (f" ({100 * dq:+.1f}%)" if not math.isnan(dq) else "")
+            + f"; goodput {_pct(d['goodput'])} vs {_pct(best['goodput'])}."
+        )
         if "oracle" in sub:
             line += f" Oracle bound: {_pct(hi(sub['oracle']))} at high load."
         out.append(line)
@@ -177,13 +214,14 @@ def _why(law, setting: str) -> str:
     tc = StepLaw.from_replay(law.table, 32).tokens_per_step_at(law.table.thresholds)
     lo, hi_t = min(tc), max(tc)
     acc = ", ".join(f"{r.threshold:g}: {r.accuracy:.3f}" for r in law.quality.fixed)
-    what = ("the embedded model's recorded steps" if law.name == EMBEDDED_LAW
-            else f"the {law.name} law, {LABEL}")
-    return (f"- Why the numbers of **{setting}** differ from the paper's (91.1% vs 61.0% / 70.0%): it replays {what}: "
-            f"{tc[lo]:.2f} tokens/step at threshold {lo:g} and {tc[hi_t]:.2f} at {hi_t:g} (x{tc[lo] / tc[hi_t]:.2f}); "
-            "with the dual cache a request's recompute steps (one per block) do not shrink with the threshold. "
-            "The analytic H100 roofline is faster than the paper's measured system, so loads are fractions of "
-            f"nominal capacity rather than the paper's absolute 20 req/s. Accuracy by threshold: {acc}.")
+    what = "the embedded model's recorded steps" if law.name == EMBEDDED_LAW else f"the {law.name} law, {LABEL}"
+    return (
+        f"- Why the numbers of **{setting}** differ from the paper's (91.1% vs 61.0% / 70.0%): it replays {what}: "
+        f"{tc[lo]:.2f} tokens/step at threshold {lo:g} and {tc[hi_t]:.2f} at {hi_t:g} (x{tc[lo] / tc[hi_t]:.2f}); "
+        "with the dual cache a request's recompute steps (one per block) do not shrink with the threshold. "
+        "The analytic H100 roofline is faster than the paper's measured system, so loads are fractions of "
+        f"nominal capacity rather than the paper's absolute 20 req/s. Accuracy by threshold: {acc}."
+    )
 
 
 def write(out: ExperimentOutput, ctx: EvalContext) -> tuple[str, Path]:
@@ -206,21 +244,28 @@ def write(out: ExperimentOutput, ctx: EvalContext) -> tuple[str, Path]:
         pngs.append(plots.goodput_vs(summary, "x", xlabel, folder / f"goodput_vs_{stem}.png"))
     elif out.name == "frontier":
         pngs.append(plots.frontier(summary, FIXED_POLICIES, STATIC_POLICIES, folder / "frontier.png"))
-        pngs.append(plots.goodput_vs(summary, "x", "high-phase load (x nominal capacity)",
-                                     folder / "goodput_vs_load.png"))
+        pngs.append(
+            plots.goodput_vs(summary, "x", "high-phase load (x nominal capacity)", folder / "goodput_vs_load.png")
+        )
     else:
         # Time series of the headline runs only: a load sweep would overlay its loads.
         head = [r for r in out.runs if r.headline]
         phases = [(r.setting, p.name, p.start, p.end) for r in head for p in r.phases]
         end = {r.setting: r.result.sim_s for r in head}
         pngs.append(plots.latency_cdf(_long(head, "requests"), folder / "latency_cdf.png"))
-        pngs.append(plots.threshold_over_time(_long(head, "threshold_series"), phases, folder / "threshold_over_time.png"))
+        pngs.append(
+            plots.threshold_over_time(_long(head, "threshold_series"), phases, folder / "threshold_over_time.png")
+        )
         pngs.append(plots.tp_mix_over_time(_long(head, "tp_series"), phases, end, folder / "tp_mix_over_time.png"))
         if summary["x"].n_unique() > 1:  # the trace's load sweep
-            pngs.append(plots.goodput_vs(summary, "x", "high-phase load (x nominal capacity)",
-                                         folder / "goodput_vs_load.png"))
-            pngs.append(plots.attainment_vs(summary, "x", "high-phase load (x nominal capacity)",
-                                            folder / "attainment_vs_load.png"))
+            pngs.append(
+                plots.goodput_vs(summary, "x", "high-phase load (x nominal capacity)", folder / "goodput_vs_load.png")
+            )
+            pngs.append(
+                plots.attainment_vs(
+                    summary, "x", "high-phase load (x nominal capacity)", folder / "attainment_vs_load.png"
+                )
+            )
         if any(p in STATIC_POLICIES for p in summary["policy"]):
             pngs.append(plots.frontier(summary, FIXED_POLICIES, STATIC_POLICIES, folder / "frontier.png"))
     estimators = sorted({r.result.quality_estimator for r in out.runs})
@@ -230,9 +275,12 @@ def write(out: ExperimentOutput, ctx: EvalContext) -> tuple[str, Path]:
     md += ["", markdown_table(summary), ""]
     if out.name in ("trace", "ablation", "frontier"):
         md += frontier_findings(summary) + findings(summary, ctx) + [""]
-    md += [f"Files: {folder}/ (summary.parquet, requests.parquet, threshold_series.parquet, tp_series.parquet, "
-           + ", ".join(p.name for p in pngs) + ")", ""]
+    md += [
+        f"Files: {folder}/ (summary.parquet, requests.parquet, threshold_series.parquet, tp_series.parquet, "
+        + ", ".join(p.name for p in pngs)
+        + ")",
+        "",
+    ]
     text = "\n".join(md)
     (folder / "summary.md").write_text(text)
     return text, folder
-

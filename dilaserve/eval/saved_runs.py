@@ -5,12 +5,12 @@ The evaluation notebook lists them and shows the full run (the one the README re
 there is one, else the newest. Any folder holding a ``summary.parquet`` counts, so
 experiments added later show up without a change here.
 """
+
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import polars as pl
 
@@ -22,7 +22,7 @@ class SavedRun:
     folder: Path
     experiment: str
     #: True for ``--quick`` runs; None when the folder's ``summary.md`` does not say.
-    quick: Optional[bool]
+    quick: bool | None
     written: dt.datetime
     settings: tuple[str, ...]
     policies: tuple[str, ...]
@@ -37,8 +37,10 @@ class SavedRun:
 
     @property
     def label(self) -> str:
-        return (f"{self.experiment}: {self.kind} run of {self.written:%Y-%m-%d %H:%M} UTC, "
-                f"{', '.join(self.settings)}, {self.requests:,} requests")
+        return (
+            f"{self.experiment}: {self.kind} run of {self.written:%Y-%m-%d %H:%M} UTC, "
+            f"{', '.join(self.settings)}, {self.requests:,} requests"
+        )
 
 
 def read_run(folder: Path) -> SavedRun:
@@ -53,8 +55,7 @@ def read_run(folder: Path) -> SavedRun:
             break  # the table starts: the notes are over
         if line.startswith("- "):
             notes.append(line[2:])
-    experiment = (str(summary["experiment"][0]) if "experiment" in summary.columns and summary.height
-                  else folder.name)
+    experiment = str(summary["experiment"][0]) if "experiment" in summary.columns and summary.height else folder.name
     column = lambda name: tuple(summary[name].unique(maintain_order=True).to_list()) if name in summary.columns else ()  # noqa: E731
     requests = int(summary["requests"].max() or 0) if "requests" in summary.columns and summary.height else 0
     written = dt.datetime.fromtimestamp((folder / "summary.parquet").stat().st_mtime, tz=dt.timezone.utc)
@@ -78,7 +79,7 @@ def find_runs(root: Path, depth: int = 2) -> list[SavedRun]:
     return sorted(runs, key=lambda r: r.written, reverse=True)
 
 
-def preferred(runs: list[SavedRun], experiment: Optional[str] = None) -> Optional[SavedRun]:
+def preferred(runs: list[SavedRun], experiment: str | None = None) -> SavedRun | None:
     """The run to show first: of ``experiment`` when it has any, a full run (what the README
     reports) before a quick one, the newest among equals."""
     pool = [r for r in runs if r.experiment == experiment] or runs

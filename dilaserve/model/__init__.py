@@ -1,4 +1,5 @@
 """The embedded default model: an HF-native masked-diffusion transformer."""
+
 from transformers import AutoConfig, AutoModel
 
 from .configuration import DiLaConfig

@@ -9,11 +9,11 @@ The engine talks to a :class:`DiffusionLM`. It hides the differences:
 * Dream predicts token i from position i-1, so its logits shift right by one, and a
   cache step feeds it the token before the block too (see :attr:`DiffusionLM.lead`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import torch
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
@@ -52,9 +52,14 @@ class DiffusionLM:
         return 1 if self.logit_shift else 0
 
     @torch.no_grad()
-    def full(self, ids: torch.Tensor, attn: torch.Tensor, return_kv: bool,
-             prompt_lengths: Optional[torch.Tensor] = None,
-             logit_positions: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Optional[KVCache]]:
+    def full(
+        self,
+        ids: torch.Tensor,
+        attn: torch.Tensor,
+        return_kv: bool,
+        prompt_lengths: torch.Tensor | None = None,
+        logit_positions: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, KVCache | None]:
         """Recompute pass over whole canvases: logits and optionally every layer's K/V.
 
         The logits are (B, T, V), or (B, P, V) at ``logit_positions`` (B, P) when given:
@@ -87,7 +92,9 @@ class DiffusionLM:
         ``ids``/``positions`` (B, lead + Lb) start :attr:`lead` tokens before the block.
         """
         ones = torch.ones_like(ids, dtype=torch.bool)
-        logits = self.model(ids, attention_mask=ones, position_ids=positions, past_kv=past_kv, past_mask=past_mask).logits
+        logits = self.model(
+            ids, attention_mask=ones, position_ids=positions, past_kv=past_kv, past_mask=past_mask
+        ).logits
         return logits[:, :-1] if self.logit_shift else logits
 
 
@@ -113,7 +120,7 @@ class CheckpointInfo:
     supports_cache: bool
     name: str
     #: ``llada`` or ``dream`` for those families, else None.
-    family: Optional[str] = None
+    family: str | None = None
 
 
 def describe_checkpoint(path: str | Path) -> CheckpointInfo:
@@ -128,8 +135,11 @@ def describe_checkpoint(path: str | Path) -> CheckpointInfo:
         tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True, local_files_only=True)
         # the native families' configs are read by their own modules: a published folder
         # carries its config class as remote code, a tiny one made here does not
-        cfg = family.spec_from_config(raw) if family else AutoConfig.from_pretrained(path, trust_remote_code=True,
-                                                                                     local_files_only=True)
+        cfg = (
+            family.spec_from_config(raw)
+            if family
+            else AutoConfig.from_pretrained(path, trust_remote_code=True, local_files_only=True)
+        )
     except Exception as e:
         raise CheckpointError(f"could not read checkpoint {str(path)!r}: {type(e).__name__}: {e}") from e
     model_type = str(raw.get("model_type", "")).lower()
@@ -145,11 +155,19 @@ def describe_checkpoint(path: str | Path) -> CheckpointInfo:
         eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
         pad = tok.pad_token_id if tok.pad_token_id is not None else eos
     max_ctx = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "max_sequence_length", 4096))
-    return CheckpointInfo(tok, int(mask_id), int(eos), int(pad), max_ctx, model_type == "dila" or family is not None,
-                          path.name, family.name if family else None)
+    return CheckpointInfo(
+        tok,
+        int(mask_id),
+        int(eos),
+        int(pad),
+        max_ctx,
+        model_type == "dila" or family is not None,
+        path.name,
+        family.name if family else None,
+    )
 
 
-def load_diffusion_lm(path: str | Path, device: str = "cpu", dtype: Optional[torch.dtype] = None) -> DiffusionLM:
+def load_diffusion_lm(path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None) -> DiffusionLM:
     """Load a checkpoint folder: the embedded model, LLaDA, Dream, or any HF masked LM.
 
     Never touches a model hub: ``path`` must be a local folder. LLaDA and Dream run as
@@ -175,8 +193,14 @@ def load_diffusion_lm(path: str | Path, device: str = "cpu", dtype: Optional[tor
     if dtype is not None:
         model.to(dtype)
     return DiffusionLM(
-        model=model, tokenizer=info.tokenizer, mask_id=info.mask_id, eos_id=info.eos_id, pad_id=info.pad_id,
-        max_context=info.max_context, supports_cache=info.supports_cache,
-        logit_shift=bool(family and family.logit_shift), name=info.name,
+        model=model,
+        tokenizer=info.tokenizer,
+        mask_id=info.mask_id,
+        eos_id=info.eos_id,
+        pad_id=info.pad_id,
+        max_context=info.max_context,
+        supports_cache=info.supports_cache,
+        logit_shift=bool(family and family.logit_shift),
+        name=info.name,
         family=family.name if family else str(read_config(path).get("model_type", "unknown")).lower(),
     )

@@ -4,12 +4,12 @@ This module only renders the card from a training log and a speed-quality table;
 measurement, which decodes the task suite with the engine, is ``python -m
 dilaserve.model_card`` (above the engine, so the model package never imports it).
 """
+
 from __future__ import annotations
 
 import json
 import platform
 from pathlib import Path
-from typing import Optional
 
 
 def training_stages(log: dict) -> list[dict]:
@@ -26,7 +26,7 @@ def _cpu(st: dict) -> str:
     return f"{float(st['cpu_minutes']):.1f}" if st.get("cpu_minutes") is not None else ""
 
 
-def render(path: Path, rows, per_task: int, log: dict, canvas: Optional[dict] = None) -> str:
+def render(path: Path, rows, per_task: int, log: dict, canvas: dict | None = None) -> str:
     cfg = log.get("config", {})
     lines = [
         f"# {path.name}: the embedded default masked-diffusion model",
@@ -47,39 +47,65 @@ def render(path: Path, rows, per_task: int, log: dict, canvas: Optional[dict] = 
         total_steps = sum(st.get("steps") or 0 for st in stages)
         total_min = sum(st.get("minutes") or 0 for st in stages)
         timed = [st for st in stages if _cpu(st)]
-        cpu = (f" The runs that recorded their CPU time ({', '.join(str(stages.index(st) + 1) for st in timed)}) took "
-               f"{sum(float(st['cpu_minutes']) for st in timed):.1f} CPU minutes: on a shared machine a run gets "
-               "less CPU than its wall time." if timed else "")
-        lines += ["", f"Trained in {len(stages)} runs, each continuing from the one before: {total_steps} steps, "
-                  f"{total_min:.1f} min in all.{cpu}", "",
-                  "| run | steps | minutes | CPU minutes | tasks | task stages | curriculum steps | lr | threads | note |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        cpu = (
+            f" The runs that recorded their CPU time ({', '.join(str(stages.index(st) + 1) for st in timed)}) took "
+            f"{sum(float(st['cpu_minutes']) for st in timed):.1f} CPU minutes: on a shared machine a run gets "
+            "less CPU than its wall time."
+            if timed
+            else ""
+        )
+        lines += [
+            "",
+            f"Trained in {len(stages)} runs, each continuing from the one before: {total_steps} steps, "
+            f"{total_min:.1f} min in all.{cpu}",
+            "",
+            "| run | steps | minutes | CPU minutes | tasks | task stages | curriculum steps | lr | threads | note |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for i, st in enumerate(stages, 1):
             c = st.get("config", {})
-            lines.append(f"| {i} | {st.get('steps')} | {float(st.get('minutes') or 0):.1f} | {_cpu(st)} | {' '.join(c.get('tasks', []))} | "
-                         f"{' '.join(c.get('task_stages', []))} | {c.get('curriculum_steps')} | {c.get('lr')} | {c.get('threads')} | "
-                         f"{st.get('note', '')} |")
+            lines.append(
+                f"| {i} | {st.get('steps')} | {float(st.get('minutes') or 0):.1f} | {_cpu(st)} | {' '.join(c.get('tasks', []))} | "
+                f"{' '.join(c.get('task_stages', []))} | {c.get('curriculum_steps')} | {c.get('lr')} | {c.get('threads')} | "
+                f"{st.get('note', '')} |"
+            )
     lines += [
         "",
         f"## Quality ({per_task} prompts per task, seed 2024, dual cache on)",
         "",
     ]
     tasks = sorted({t for r in rows for t in r.by_task})
-    lines += ["| threshold | accuracy | mean steps | tokens per step | " + " | ".join(f"`{t}`" for t in tasks) + " |",
-              "| --- | --- | --- | --- |" + " --- |" * len(tasks)]
-    lines += [f"| {r.label} | {r.accuracy:.3f} | {r.mean_steps:.2f} | {r.tokens_per_step:.2f} | "
-              + " | ".join(f"{r.by_task.get(t, 0):.2f}" for t in tasks) + " |" for r in rows]
-    lines += ["", "`sequential` commits one token per step: the quality reference for the thresholds. Tokens per",
-              "step count every canvas position a step commits (answer and EOS); the task columns are the",
-              "accuracy per task, the per-task quality curve.", ""]
+    lines += [
+        "| threshold | accuracy | mean steps | tokens per step | " + " | ".join(f"`{t}`" for t in tasks) + " |",
+        "| --- | --- | --- | --- |" + " --- |" * len(tasks),
+    ]
+    lines += [
+        f"| {r.label} | {r.accuracy:.3f} | {r.mean_steps:.2f} | {r.tokens_per_step:.2f} | "
+        + " | ".join(f"{r.by_task.get(t, 0):.2f}" for t in tasks)
+        + " |"
+        for r in rows
+    ]
+    lines += [
+        "",
+        "`sequential` commits one token per step: the quality reference for the thresholds. Tokens per",
+        "step count every canvas position a step commits (answer and EOS); the task columns are the",
+        "accuracy per task, the per-task quality curve.",
+        "",
+    ]
     if canvas:
-        lines += ["## Any canvas (threshold 0.9)", "",
-                  "The canvas at k times each task's generation length (capped at the context), the rest left",
-                  "to EOS, as a client's generous `max_tokens` leaves it:", "",
-                  "| canvas | accuracy | " + " | ".join(f"`{t}`" for t in tasks) + " |",
-                  "| --- | --- |" + " --- |" * len(tasks)]
-        lines += [f"| {k}x | {v['accuracy']:.3f} | " + " | ".join(f"{v['by_task'].get(t, 0):.2f}" for t in tasks) + " |"
-                  for k, v in canvas.items()]
+        lines += [
+            "## Any canvas (threshold 0.9)",
+            "",
+            "The canvas at k times each task's generation length (capped at the context), the rest left",
+            "to EOS, as a client's generous `max_tokens` leaves it:",
+            "",
+            "| canvas | accuracy | " + " | ".join(f"`{t}`" for t in tasks) + " |",
+            "| --- | --- |" + " --- |" * len(tasks),
+        ]
+        lines += [
+            f"| {k}x | {v['accuracy']:.3f} | " + " | ".join(f"{v['by_task'].get(t, 0):.2f}" for t in tasks) + " |"
+            for k, v in canvas.items()
+        ]
         lines += [""]
     best = max((r.accuracy for r in rows if r.label == "0.9"), default=0.0)
     if best < 0.9:

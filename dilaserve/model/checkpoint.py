@@ -9,12 +9,13 @@ loader checks the folder's tensor names against that map before reading anything
 wrong or truncated download fails at once with the tensors that are missing or
 unexpected, not with a shape error deep inside a layer.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
 
 import torch
 
@@ -55,7 +56,7 @@ def families() -> dict[str, Family]:
     return {f.name: f for f in (llada.FAMILY, dream.FAMILY)}
 
 
-def family_of(config: dict) -> Optional[Family]:
+def family_of(config: dict) -> Family | None:
     """The native family of a parsed config.json, or None for any other model."""
     model_type = str(config.get("model_type", "")).lower()
     return next((f for f in families().values() if model_type in f.model_types), None)
@@ -80,13 +81,15 @@ def tensor_files(path: Path) -> dict[str, Path]:
         files = {name: path / f for name, f in weight_map.items()}
         absent = sorted({str(f.name) for f in files.values() if not f.is_file()})
         if absent:
-            raise CheckpointError(f"{path}: {INDEX} lists shards that are not in the folder: {', '.join(absent[:SHOWN])}; "
-                                  "the download is incomplete, fetch the missing files")
+            raise CheckpointError(
+                f"{path}: {INDEX} lists shards that are not in the folder: {', '.join(absent[:SHOWN])}; "
+                "the download is incomplete, fetch the missing files"
+            )
         return files
     shards = sorted(path.glob("*.safetensors"))
     if not shards:
         bins = sorted(p.name for p in path.glob("*.bin"))
-        hint = (f" (it has {', '.join(bins[:3])}: re-save the model with safe_serialization=True)" if bins else "")
+        hint = f" (it has {', '.join(bins[:3])}: re-save the model with safe_serialization=True)" if bins else ""
         raise CheckpointError(f"{path} has no *.safetensors weights{hint}")
     files = {}
     for shard in shards:
@@ -111,12 +114,15 @@ def check_tensor_names(path: Path, family: str, expected: set[str], found: set[s
         parts.append(f"missing {len(missing)} tensor(s): {_listed(missing)}")
     if unexpected:
         parts.append(f"unexpected {len(unexpected)} tensor(s): {_listed(unexpected)}")
-    raise CheckpointError(f"{path} does not match the published {family} layout its config.json describes: "
-                          + "; ".join(parts) + ". Check that config.json belongs to these weights and that every "
-                          "shard was downloaded")
+    raise CheckpointError(
+        f"{path} does not match the published {family} layout its config.json describes: "
+        + "; ".join(parts)
+        + ". Check that config.json belongs to these weights and that every "
+        "shard was downloaded"
+    )
 
 
-def load_native(path: str | Path, device: str = "cpu", dtype: Optional[torch.dtype] = None) -> NativeDiffusionLM:
+def load_native(path: str | Path, device: str = "cpu", dtype: torch.dtype | None = None) -> NativeDiffusionLM:
     """Build the native model of a LLaDA or Dream folder and read its weights.
 
     ``dtype`` defaults to float32 on CPU and bfloat16 on GPU (the published weights are
@@ -128,8 +134,9 @@ def load_native(path: str | Path, device: str = "cpu", dtype: Optional[torch.dty
     config = read_config(path)
     family = family_of(config)
     if family is None:
-        raise CheckpointError(f"{path}: model_type {config.get('model_type')!r} is not a native family "
-                              f"({', '.join(sorted(families()))})")
+        raise CheckpointError(
+            f"{path}: model_type {config.get('model_type')!r} is not a native family ({', '.join(sorted(families()))})"
+        )
     try:
         spec = family.spec_from_config(config)
     except (KeyError, TypeError, ValueError) as e:
@@ -166,6 +173,8 @@ def load_native(path: str | Path, device: str = "cpu", dtype: Optional[torch.dty
 def _assign(path: Path, param: torch.Tensor, values: list[torch.Tensor], parts: tuple[str, ...]) -> None:
     value = torch.cat(values) if len(values) > 1 else values[0]
     if value.shape != param.shape:
-        raise CheckpointError(f"{path}: {' + '.join(parts)} has shape {tuple(value.shape)} but config.json implies "
-                              f"{tuple(param.shape)}: the config and the weights disagree")
+        raise CheckpointError(
+            f"{path}: {' + '.join(parts)} has shape {tuple(value.shape)} but config.json implies "
+            f"{tuple(param.shape)}: the config and the weights disagree"
+        )
     param.copy_(value)

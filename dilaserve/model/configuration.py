@@ -1,4 +1,5 @@
 """Configuration of the embedded masked-diffusion transformer."""
+
 from __future__ import annotations
 
 from transformers import PretrainedConfig

@@ -9,6 +9,7 @@ heads are grouped (28 query heads share 4). It was initialised from an autoregre
 model and keeps its habit of predicting the *next* token: the logits at position i - 1
 are token i's. The mask token is 151666.
 """
+
 from __future__ import annotations
 
 from .checkpoint import Family, WeightMap
@@ -23,7 +24,9 @@ VOCAB_SIZE = 152064
 def spec_from_config(config: dict) -> NativeSpec:
     """The spec of a Dream config.json (Qwen2 keys)."""
     if config.get("rope_scaling"):
-        raise ValueError(f"rope_scaling={config['rope_scaling']!r} is not supported: Dream-7B uses plain rotary positions")
+        raise ValueError(
+            f"rope_scaling={config['rope_scaling']!r} is not supported: Dream-7B uses plain rotary positions"
+        )
     if config.get("use_sliding_window"):
         raise ValueError("use_sliding_window=true is not supported: Dream attends over the whole canvas")
     if config.get("hidden_act", "silu") != "silu":

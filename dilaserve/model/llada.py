@@ -8,6 +8,7 @@ v_proj, attn_out, ff_norm, ff_proj, up_proj, ff_out}``, ``ln_f`` and ``ff_out`` 
 untied head). In its LLaMA block ``ff_proj`` is the gate (the SiLU input) and ``up_proj``
 the multiplier. The mask token is 126336.
 """
+
 from __future__ import annotations
 
 from .checkpoint import Family, WeightMap

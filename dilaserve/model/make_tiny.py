@@ -12,6 +12,7 @@ ids, the family's special tokens their real ids, and placeholders fill the rest,
 id the random model can emit decodes. The weights are random (norm weights too, so a
 swapped norm would show), which makes the folder a test and benchmark input, not a model.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,31 +57,79 @@ DEFAULT_SHAPES = {"llada": TinyShape(8, 192, 4, 4, 576), "dream": TinyShape(8, 1
 def llada_config(shape: TinyShape) -> dict:
     """LLaDA-8B-Instruct's config.json with the sizes shrunk."""
     return {
-        "activation_type": "silu", "alibi": False, "alibi_bias_max": 8.0, "architectures": ["LLaDAModelLM"],
-        "attention_dropout": 0.0, "attention_layer_norm": False, "attention_layer_norm_with_affine": True,
-        "bias_for_layer_norm": False, "block_group_size": 1, "block_type": "llama", "d_model": shape.hidden,
-        "embedding_dropout": 0.0, "embedding_size": llada.VOCAB_SIZE, "eos_token_id": llada.EOS_ID,
-        "flash_attention": False, "include_bias": False, "include_qkv_bias": False, "init_device": "meta",
-        "init_fn": "mitchell", "init_std": 0.02, "input_emb_norm": False, "layer_norm_type": "rms",
-        "layer_norm_with_affine": True, "mask_token_id": llada.MASK_ID, "max_sequence_length": 4096,
-        "mlp_hidden_size": shape.intermediate, "mlp_ratio": 4, "model_type": "llada", "multi_query_attention": None,
-        "n_heads": shape.heads, "n_kv_heads": shape.kv_heads, "n_layers": shape.layers, "pad_token_id": llada.EOS_ID,
-        "precision": "amp_bf16", "residual_dropout": 0.0, "rms_norm_eps": 1e-05, "rope": True,
-        "rope_full_precision": True, "rope_theta": 500000.0, "scale_logits": False, "use_cache": False,
-        "vocab_size": llada.VOCAB_SIZE, "weight_tying": False,
+        "activation_type": "silu",
+        "alibi": False,
+        "alibi_bias_max": 8.0,
+        "architectures": ["LLaDAModelLM"],
+        "attention_dropout": 0.0,
+        "attention_layer_norm": False,
+        "attention_layer_norm_with_affine": True,
+        "bias_for_layer_norm": False,
+        "block_group_size": 1,
+        "block_type": "llama",
+        "d_model": shape.hidden,
+        "embedding_dropout": 0.0,
+        "embedding_size": llada.VOCAB_SIZE,
+        "eos_token_id": llada.EOS_ID,
+        "flash_attention": False,
+        "include_bias": False,
+        "include_qkv_bias": False,
+        "init_device": "meta",
+        "init_fn": "mitchell",
+        "init_std": 0.02,
+        "input_emb_norm": False,
+        "layer_norm_type": "rms",
+        "layer_norm_with_affine": True,
+        "mask_token_id": llada.MASK_ID,
+        "max_sequence_length": 4096,
+        "mlp_hidden_size": shape.intermediate,
+        "mlp_ratio": 4,
+        "model_type": "llada",
+        "multi_query_attention": None,
+        "n_heads": shape.heads,
+        "n_kv_heads": shape.kv_heads,
+        "n_layers": shape.layers,
+        "pad_token_id": llada.EOS_ID,
+        "precision": "amp_bf16",
+        "residual_dropout": 0.0,
+        "rms_norm_eps": 1e-05,
+        "rope": True,
+        "rope_full_precision": True,
+        "rope_theta": 500000.0,
+        "scale_logits": False,
+        "use_cache": False,
+        "vocab_size": llada.VOCAB_SIZE,
+        "weight_tying": False,
     }
 
 
 def dream_config(shape: TinyShape) -> dict:
     """Dream-v0-Instruct-7B's config.json with the sizes shrunk."""
     return {
-        "architectures": ["DreamModel"], "attention_dropout": 0.0, "bos_token_id": dream.EOS_ID,
-        "eos_token_id": dream.EOS_ID, "hidden_act": "silu", "hidden_size": shape.hidden, "initializer_range": 0.02,
-        "intermediate_size": shape.intermediate, "mask_token_id": dream.MASK_ID, "max_position_embeddings": 131072,
-        "max_window_layers": shape.layers, "model_type": "Dream", "num_attention_heads": shape.heads,
-        "num_hidden_layers": shape.layers, "num_key_value_heads": shape.kv_heads, "pad_token_id": dream.EOS_ID,
-        "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000.0, "sliding_window": None,
-        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": False, "use_sliding_window": False,
+        "architectures": ["DreamModel"],
+        "attention_dropout": 0.0,
+        "bos_token_id": dream.EOS_ID,
+        "eos_token_id": dream.EOS_ID,
+        "hidden_act": "silu",
+        "hidden_size": shape.hidden,
+        "initializer_range": 0.02,
+        "intermediate_size": shape.intermediate,
+        "mask_token_id": dream.MASK_ID,
+        "max_position_embeddings": 131072,
+        "max_window_layers": shape.layers,
+        "model_type": "Dream",
+        "num_attention_heads": shape.heads,
+        "num_hidden_layers": shape.layers,
+        "num_key_value_heads": shape.kv_heads,
+        "pad_token_id": dream.EOS_ID,
+        "rms_norm_eps": 1e-06,
+        "rope_scaling": None,
+        "rope_theta": 1000000.0,
+        "sliding_window": None,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "use_cache": False,
+        "use_sliding_window": False,
         "vocab_size": dream.VOCAB_SIZE,
     }
 
@@ -105,9 +154,15 @@ def tiny_tokenizer(arch: str, vocab_size: int) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unk))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     eos = next(iter(specials))
-    return PreTrainedTokenizerFast(tokenizer_object=tok, mask_token=MASK_TOKENS[arch], eos_token=eos, pad_token=eos,
-                                   unk_token=unk, additional_special_tokens=[t for t in specials if t not in (eos, MASK_TOKENS[arch])],
-                                   clean_up_tokenization_spaces=False)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        mask_token=MASK_TOKENS[arch],
+        eos_token=eos,
+        pad_token=eos,
+        unk_token=unk,
+        additional_special_tokens=[t for t in specials if t not in (eos, MASK_TOKENS[arch])],
+        clean_up_tokenization_spaces=False,
+    )
 
 
 def random_weights(weight_shapes: dict[str, tuple[int, ...]], seed: int) -> dict[str, torch.Tensor]:
@@ -159,7 +214,10 @@ def make_tiny(arch: str, out: str | Path, shape: TinyShape | None = None, seed: 
     weights = random_weights(published_shapes(arch, config), seed)
     # two shards, as a published multi-file checkpoint: the vocabulary-sized tensors, then the layers
     big = {n for n, t in weights.items() if t.shape[0] == config["vocab_size"]}
-    shards = {"model-00001-of-00002.safetensors": sorted(big), "model-00002-of-00002.safetensors": sorted(set(weights) - big)}
+    shards = {
+        "model-00001-of-00002.safetensors": sorted(big),
+        "model-00002-of-00002.safetensors": sorted(set(weights) - big),
+    }
     for file, names in shards.items():
         save_file({n: weights[n] for n in names}, str(out / file), metadata={"format": "pt"})
     total = sum(t.numel() * t.element_size() for t in weights.values())
@@ -170,8 +228,11 @@ def make_tiny(arch: str, out: str | Path, shape: TinyShape | None = None, seed: 
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m dilaserve.model.make_tiny", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m dilaserve.model.make_tiny",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--arch", required=True, choices=sorted(SPECIALS))
     p.add_argument("--out", required=True, help="folder to write (created if missing)")
     defaults = TinyShape()
@@ -183,8 +244,17 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     base = DEFAULT_SHAPES[args.arch]
-    given = {k: v for k, v in {"layers": args.layers, "hidden": args.hidden, "heads": args.heads,
-                               "kv_heads": args.kv_heads, "intermediate": args.intermediate}.items() if v is not None}
+    given = {
+        k: v
+        for k, v in {
+            "layers": args.layers,
+            "hidden": args.hidden,
+            "heads": args.heads,
+            "kv_heads": args.kv_heads,
+            "intermediate": args.intermediate,
+        }.items()
+        if v is not None
+    }
     try:
         shape = TinyShape(**{**base.__dict__, **given})
     except ValueError as e:

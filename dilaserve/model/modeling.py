@@ -14,10 +14,10 @@ Two ways to run it (docs/architecture.md section 3):
   (per-step copy of the) cache: cheaper than concatenating, which would copy
   the whole cache once per layer.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -33,8 +33,8 @@ KVCache = list[tuple[torch.Tensor, torch.Tensor]]
 
 @dataclass
 class DiLaOutput(ModelOutput):
-    logits: Optional[torch.Tensor] = None
-    kv: Optional[KVCache] = None
+    logits: torch.Tensor | None = None
+    kv: KVCache | None = None
 
 
 class RMSNorm(nn.Module):
@@ -69,9 +69,14 @@ def apply_rotary(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(pairs * rot).flatten(-2)
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor,
-           past: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
-           block_index: Optional[torch.Tensor] = None) -> torch.Tensor:
+def attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_mask: torch.Tensor,
+    past: tuple[torch.Tensor, torch.Tensor] | None = None,
+    block_index: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Attention of ``q`` (B, H, T, D) over fresh ``k``/``v`` (B, Hkv, T, D), or over the cache.
 
     In a cache step (``past`` given) the block's fresh K/V overwrite its stale entries in
@@ -93,8 +98,14 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=False)
         self.out = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
 
-    def forward(self, x, rot, key_mask, past: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
-                block_index: Optional[torch.Tensor] = None):
+    def forward(
+        self,
+        x,
+        rot,
+        key_mask,
+        past: tuple[torch.Tensor, torch.Tensor] | None = None,
+        block_index: torch.Tensor | None = None,
+    ):
         B, T, _ = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k = apply_rotary(q, rot), apply_rotary(k, rot)
@@ -154,13 +165,15 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
         # Rotary tables are derived from the config, not saved. They are built
         # lazily: from_pretrained materialises modules on a meta device, which
         # would leave a non-persistent buffer uninitialised.
-        self._rope: Optional[torch.Tensor] = None
+        self._rope: torch.Tensor | None = None
         self.post_init()
 
     def rope(self, device: torch.device) -> torch.Tensor:
         if self._rope is None or self._rope.device != device:
             cfg = self.config
-            self._rope = rotary_tables(cfg.hidden_size // cfg.num_heads, cfg.max_position_embeddings, cfg.rope_theta).to(device)
+            self._rope = rotary_tables(
+                cfg.hidden_size // cfg.num_heads, cfg.max_position_embeddings, cfg.rope_theta
+            ).to(device)
         return self._rope
 
     # The embedding accessors let transformers' ``resize_token_embeddings`` grow a
@@ -178,12 +191,12 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
     def forward(
         self,
         input_ids: torch.Tensor,
-        attention_mask: Optional[torch.Tensor] = None,
-        position_ids: Optional[torch.Tensor] = None,
-        past_kv: Optional[KVCache] = None,
-        past_mask: Optional[torch.Tensor] = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_kv: KVCache | None = None,
+        past_mask: torch.Tensor | None = None,
         return_kv: bool = False,
-        prompt_lengths: Optional[torch.Tensor] = None,
+        prompt_lengths: torch.Tensor | None = None,
     ) -> DiLaOutput:
         """Run a recompute pass, or a cache step when ``past_kv`` is given.
 
@@ -213,8 +226,10 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
             )
         B, T = input_ids.shape
         if prompt_lengths is not None and tuple(prompt_lengths.shape) != (B,):
-            raise ValueError(f"prompt_lengths has shape {tuple(prompt_lengths.shape)} but input_ids has {B} rows: "
-                             f"pass one prompt length per row, shape ({B},)")
+            raise ValueError(
+                f"prompt_lengths has shape {tuple(prompt_lengths.shape)} but input_ids has {B} rows: "
+                f"pass one prompt length per row, shape ({B},)"
+            )
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
         last = int(position_ids.max())  # one device sync, shared by both checks below
@@ -231,8 +246,10 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
         if past_kv is not None:
             S = past_kv[0][0].shape[2]
             if last >= S:
-                raise ValueError(f"block position {last} lies outside the cache ({S} entries): "
-                                 "a cache step needs the K/V of the whole canvas, block included")
+                raise ValueError(
+                    f"block position {last} lies outside the cache ({S} entries): "
+                    "a cache step needs the K/V of the whole canvas, block included"
+                )
             keys = past_mask.bool().scatter(1, position_ids, keys)
             H, D = past_kv[0][0].shape[1], past_kv[0][0].shape[3]
             block_index = position_ids[:, None, :, None].expand(B, H, T, D)

@@ -18,11 +18,11 @@ and v become one ``qkv`` projection and gate and up one ``gate_up`` (one matmul 
 instead of three and two). :mod:`dilaserve.model.tensor_parallel` shards the fused
 projections Megatron-style and the vocabulary-sized embedding and head by rows.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from types import SimpleNamespace
-from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -70,18 +70,32 @@ class NativeSpec:
     logit_shift: bool
 
     def __post_init__(self) -> None:
-        if min(self.vocab_size, self.hidden_size, self.num_layers, self.num_heads, self.num_kv_heads,
-               self.head_dim, self.intermediate_size, self.max_position_embeddings) < 1:
+        if (
+            min(
+                self.vocab_size,
+                self.hidden_size,
+                self.num_layers,
+                self.num_heads,
+                self.num_kv_heads,
+                self.head_dim,
+                self.intermediate_size,
+                self.max_position_embeddings,
+            )
+            < 1
+        ):
             raise ValueError(f"{self.family} config has a non-positive size: {asdict(self)}")
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"{self.family} config: num_kv_heads ({self.num_kv_heads}) must divide num_heads "
-                             f"({self.num_heads})")
+            raise ValueError(
+                f"{self.family} config: num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads})"
+            )
         if self.head_dim % 2:
             raise ValueError(f"{self.family} config: head width {self.head_dim} must be even for rotary positions")
         for name in ("mask_token_id", "eos_token_id", "pad_token_id"):
             if not 0 <= getattr(self, name) < self.vocab_size:
-                raise ValueError(f"{self.family} config: {name} {getattr(self, name)} is outside the vocabulary "
-                                 f"(0..{self.vocab_size - 1})")
+                raise ValueError(
+                    f"{self.family} config: {name} {getattr(self, name)} is outside the vocabulary "
+                    f"(0..{self.vocab_size - 1})"
+                )
 
 
 def rotary_cos_sin(head_dim: int, length: int, theta: float, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,7 +119,9 @@ class NativeAttention(nn.Module):
     def __init__(self, spec: NativeSpec):
         super().__init__()
         self.n_head, self.n_kv_head, self.head_dim = spec.num_heads, spec.num_kv_heads, spec.head_dim
-        self.qkv = nn.Linear(spec.hidden_size, (spec.num_heads + 2 * spec.num_kv_heads) * spec.head_dim, bias=spec.qkv_bias)
+        self.qkv = nn.Linear(
+            spec.hidden_size, (spec.num_heads + 2 * spec.num_kv_heads) * spec.head_dim, bias=spec.qkv_bias
+        )
         self.out = nn.Linear(spec.num_heads * spec.head_dim, spec.hidden_size, bias=False)
 
     def forward(self, x, cos, sin, key_mask, past=None, block_index=None):
@@ -134,8 +150,9 @@ class NativeBlock(nn.Module):
         return x + self.mlp(self.ln2(x)), kv
 
 
-def key_mask_for(attention_mask: torch.Tensor, position_ids: torch.Tensor, past_kv: Optional[KVCache],
-                 past_mask: Optional[torch.Tensor]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+def key_mask_for(
+    attention_mask: torch.Tensor, position_ids: torch.Tensor, past_kv: KVCache | None, past_mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The (B, 1, 1, S) keys every query may attend to, and the cache step's scatter index.
 
     A recompute pass attends to the real (unpadded) tokens; a cache step to the cached
@@ -146,8 +163,10 @@ def key_mask_for(attention_mask: torch.Tensor, position_ids: torch.Tensor, past_
     if past_kv is not None:
         S = past_kv[0][0].shape[2]
         if int(position_ids.max()) >= S:
-            raise ValueError(f"block position {int(position_ids.max())} lies outside the cache ({S} entries): "
-                             "a cache step needs the K/V of the whole canvas, block included")
+            raise ValueError(
+                f"block position {int(position_ids.max())} lies outside the cache ({S} entries): "
+                "a cache step needs the K/V of the whole canvas, block included"
+            )
         keys = past_mask.bool().scatter(1, position_ids, keys)
         B, T = position_ids.shape
         H, D = past_kv[0][0].shape[1], past_kv[0][0].shape[3]
@@ -169,7 +188,7 @@ class NativeDiffusionLM(nn.Module):
         self.head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
         if spec.tie_embeddings:
             self.head.weight = self.embed.weight
-        self._rope: Optional[tuple[torch.Tensor, torch.Tensor]] = None
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def max_context(self) -> int:
@@ -186,13 +205,13 @@ class NativeDiffusionLM(nn.Module):
     def forward(
         self,
         input_ids: torch.Tensor,
-        attention_mask: Optional[torch.Tensor] = None,
-        position_ids: Optional[torch.Tensor] = None,
-        past_kv: Optional[KVCache] = None,
-        past_mask: Optional[torch.Tensor] = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_kv: KVCache | None = None,
+        past_mask: torch.Tensor | None = None,
         return_kv: bool = False,
-        prompt_lengths: Optional[torch.Tensor] = None,
-        logit_positions: Optional[torch.Tensor] = None,
+        prompt_lengths: torch.Tensor | None = None,
+        logit_positions: torch.Tensor | None = None,
     ) -> DiLaOutput:
         """Run a recompute pass, or a cache step when ``past_kv`` is given.
 
@@ -210,8 +229,9 @@ class NativeDiffusionLM(nn.Module):
             position_ids = torch.arange(T, device=dev).expand(B, T)
         last = int(position_ids.max())
         if last >= self.max_context:
-            raise ValueError(f"position {last} exceeds the model's context ({self.max_context}); "
-                             "shorten the prompt or gen_length")
+            raise ValueError(
+                f"position {last} exceeds the model's context ({self.max_context}); shorten the prompt or gen_length"
+            )
         if attention_mask is None:
             attention_mask = torch.ones(B, T, dtype=torch.bool, device=dev)
         key_mask, block_index = key_mask_for(attention_mask, position_ids, past_kv, past_mask)

@@ -25,15 +25,17 @@ Typical use, one process per rank (gloo on CPU, NCCL on GPU)::
 :func:`run_tp` spawns the ranks on this host and returns rank 0's result; the Ray runtime
 uses :class:`TPWorker` as the body of each of an instance's workers.
 """
+
 from __future__ import annotations
 
 import os
 import pickle
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -68,7 +70,7 @@ def init_distributed(rank: int, world_size: int, init_method: str, device: str =
 class RowParallelLinear(nn.Linear):
     """A linear layer holding a slice of the input features; all-reduces partial outputs."""
 
-    def __init__(self, in_features: int, out_features: int, group: Optional[dist.ProcessGroup] = None):
+    def __init__(self, in_features: int, out_features: int, group: dist.ProcessGroup | None = None):
         super().__init__(in_features, out_features, bias=False)
         self.group = group
 
@@ -165,8 +167,13 @@ class ShardedNativeAttention(NativeAttention):
             return torch.cat([_rows(part, rank, world_size) for part in t.detach().split(sizes)])
 
         w = full.qkv.weight
-        self.qkv = nn.Linear(w.shape[1], (self.n_head + 2 * self.n_kv_head) * D, bias=full.qkv.bias is not None,
-                             device=w.device, dtype=w.dtype)
+        self.qkv = nn.Linear(
+            w.shape[1],
+            (self.n_head + 2 * self.n_kv_head) * D,
+            bias=full.qkv.bias is not None,
+            device=w.device,
+            dtype=w.dtype,
+        )
         self.qkv.weight.data.copy_(local(w))
         if full.qkv.bias is not None:
             self.qkv.bias.data.copy_(local(full.qkv.bias))
@@ -178,19 +185,29 @@ class ShardedNativeAttention(NativeAttention):
 def shard_native(model: NativeDiffusionLM, rank: int, world_size: int, group=None) -> NativeDiffusionLM:
     """Shard a native LLaDA / Dream model in place: heads, MLP, embedding and head."""
     spec = model.spec
-    sizes = {"num_heads": spec.num_heads, "num_kv_heads": spec.num_kv_heads,
-             "intermediate_size": spec.intermediate_size, "vocab_size": spec.vocab_size}
+    sizes = {
+        "num_heads": spec.num_heads,
+        "num_kv_heads": spec.num_kv_heads,
+        "intermediate_size": spec.intermediate_size,
+        "vocab_size": spec.vocab_size,
+    }
     bad = {k: v for k, v in sizes.items() if v % world_size}
     if bad:
-        raise ValueError(f"TP degree {world_size} must divide {bad} of this {spec.family} checkpoint: pick a TP degree "
-                         f"that divides {sizes}")
+        raise ValueError(
+            f"TP degree {world_size} must divide {bad} of this {spec.family} checkpoint: pick a TP degree "
+            f"that divides {sizes}"
+        )
     if world_size == 1:
         return model
     for block in model.layers:
         block.attn = ShardedNativeAttention(block.attn, rank, world_size, group)
         _shard_mlp(block.mlp, rank, world_size, group)
     embed = VocabParallelEmbedding(model.embed, rank, world_size, group)
-    head_rows = embed.weight if spec.tie_embeddings else nn.Parameter(_rows(model.head.weight.detach(), rank, world_size).clone())
+    head_rows = (
+        embed.weight
+        if spec.tie_embeddings
+        else nn.Parameter(_rows(model.head.weight.detach(), rank, world_size).clone())
+    )
     model.embed, model.head = embed, VocabParallelHead(head_rows, group)
     return model
 
@@ -232,7 +249,7 @@ class TPWorker:
     rank: int
     world_size: int
     device: str = "cpu"
-    threads: Optional[int] = None
+    threads: int | None = None
 
     def load(self) -> DiLaForMaskedDiffusion | NativeDiffusionLM:
         if self.threads:
@@ -274,7 +291,11 @@ def _collect(queue, procs, timeout_s: float) -> list:
             for p in procs:
                 if p.is_alive():
                     p.terminate()
-            why = f"rank {dead[0]} exited with code {procs[dead[0]].exitcode}" if dead else f"no result within {timeout_s:.0f} s"
+            why = (
+                f"rank {dead[0]} exited with code {procs[dead[0]].exitcode}"
+                if dead
+                else f"no result within {timeout_s:.0f} s"
+            )
             raise RuntimeError(f"tensor-parallel run failed: {why}")
         time.sleep(0.02)
     for p in procs:
@@ -299,7 +320,10 @@ def run_tp(fn: Callable[..., Any], world_size: int, *args, device: str = "cpu", 
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        procs = [ctx.Process(target=_entry, args=(r, world_size, init_method, device, fn, args, queue)) for r in range(world_size)]
+        procs = [
+            ctx.Process(target=_entry, args=(r, world_size, init_method, device, fn, args, queue))
+            for r in range(world_size)
+        ]
         for p in procs:
             p.start()
         results = _collect(queue, procs, timeout_s)

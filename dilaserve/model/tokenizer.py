@@ -4,6 +4,7 @@ Every symbol of the tasks is one token, so a token is a unit of meaning the
 tiny model can learn quickly. It is saved as a ``PreTrainedTokenizerFast``
 beside the weights and loads with ``AutoTokenizer.from_pretrained``.
 """
+
 from __future__ import annotations
 
 import string
@@ -26,6 +27,10 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token=PAD, mask_token=MASK, eos_token=EOS, unk_token=UNK,
+        tokenizer_object=tok,
+        pad_token=PAD,
+        mask_token=MASK,
+        eos_token=EOS,
+        unk_token=UNK,
         clean_up_tokenization_spaces=False,
     )

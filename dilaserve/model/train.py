@@ -15,6 +15,7 @@ as LLaDA's SFT pads its answers. The model then answers in any canvas at least
 as long as its answer, and a client's generous ``max_tokens`` is an upper bound
 rather than a length the answer must fill.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,14 +42,19 @@ from .tokenizer import build_tokenizer
 class TrainConfig:
     """Training hyperparameters (each is a ``--kebab-case`` flag)."""
 
-    out: str = option("data/checkpoints/run", "folder the checkpoint (weights, config, tokenizer, train log) is written to")
+    out: str = option(
+        "data/checkpoints/run", "folder the checkpoint (weights, config, tokenizer, train log) is written to"
+    )
     max_steps: int = option(8000, "optimizer steps; the cosine learning-rate schedule spans them")
     max_minutes: float = option(45.0, "wall-clock budget; training stops early (and saves) when it runs out")
     batch_size: int = option(64, "sequences per optimizer step")
     lr: float = option(2e-3, "peak learning rate")
     warmup_steps: int = option(300, "linear warm-up steps")
     weight_decay: float = option(0.01, "AdamW weight decay")
-    eps: float = option(0.05, "lower bound of the mask ratio t ~ U(eps, 1); it also bounds the 1/t loss weight, whose variance slows a small model down")
+    eps: float = option(
+        0.05,
+        "lower bound of the mask ratio t ~ U(eps, 1); it also bounds the 1/t loss weight, whose variance slows a small model down",
+    )
     seed: int = option(0, "seed for data, masking and initialisation")
     save_every_minutes: float = option(5.0, "also save a checkpoint this often while training")
     hidden_size: int = option(128, "model width")
@@ -58,17 +64,22 @@ class TrainConfig:
     max_position_embeddings: int = option(256, "longest canvas (prompt + generation)")
     tasks: list[str] = option(sorted(TASKS), "task names to train on; a name given twice is drawn twice as often")
     curriculum_steps: int = option(
-        800, "first steps mask the whole answer and skip the loss on end-of-sequence padding: a small model "
-        "that learns where answers end before what they say stalls on copying the prompt")
+        800,
+        "first steps mask the whole answer and skip the loss on end-of-sequence padding: a small model "
+        "that learns where answers end before what they say stalls on copying the prompt",
+    )
     task_stages: list[str] = option(
         ["300:list", "1200:list+pairs"],
         "task curriculum, entries STEP:task+task: before STEP, train only on those tasks (after the last "
         "entry, on all of --tasks); copying the prompt is learned on the simplest task first, and mixing in "
-        "harder tasks from the start delays it by thousands of steps")
+        "harder tasks from the start delays it by thousands of steps",
+    )
     extra_eos_share: float = option(
-        0.5, "share of batches whose canvas gets 1 to N extra blocks of [EOS] after the answer (N: as many as the "
+        0.5,
+        "share of batches whose canvas gets 1 to N extra blocks of [EOS] after the answer (N: as many as the "
         "context holds), so the model answers in any canvas at least as long as its answer; 0 trains every answer "
-        "in its own canvas only")
+        "in its own canvas only",
+    )
     init_from: str = option("", "start from the weights of this checkpoint folder (fresh optimizer) instead of random")
     threads: int = option(0, "torch intra-op threads (0: torch's default); 1 is faster on a shared machine")
     note: str = option("", "one line on what this run changed, for the model card's runs table")
@@ -90,8 +101,10 @@ class TrainConfig:
             step, sep, names = entry.partition(":")
             tasks = names.split("+") if sep else []
             if not step.isdigit() or not tasks or set(tasks) - set(self.tasks):
-                raise ValueError(f"bad --task-stages entry {entry!r}: write STEP:task+task with tasks from --tasks "
-                                 f"({'+'.join(sorted(set(self.tasks)))}), e.g. 300:list")
+                raise ValueError(
+                    f"bad --task-stages entry {entry!r}: write STEP:task+task with tasks from --tasks "
+                    f"({'+'.join(sorted(set(self.tasks)))}), e.g. 300:list"
+                )
             if out and int(step) <= out[-1][0]:
                 raise ValueError(f"--task-stages steps must increase: {entry!r} follows step {out[-1][0]}")
             out.append((int(step), tasks))
@@ -103,16 +116,16 @@ class TrainConfig:
 
 
 class Batch(NamedTuple):
-    noisy: torch.Tensor           # (B, T) prompt + response with masked positions replaced by [MASK]
-    attention: torch.Tensor       # (B, T) True on real tokens
-    targets: torch.Tensor         # (B, T) clean tokens
-    masked: torch.Tensor          # (B, T) True where the loss applies
-    t: torch.Tensor               # (B, 1) mask ratio per sequence
-    gen_length: int               # response canvas length (shared by the batch)
+    noisy: torch.Tensor  # (B, T) prompt + response with masked positions replaced by [MASK]
+    attention: torch.Tensor  # (B, T) True on real tokens
+    targets: torch.Tensor  # (B, T) clean tokens
+    masked: torch.Tensor  # (B, T) True where the loss applies
+    t: torch.Tensor  # (B, 1) mask ratio per sequence
+    gen_length: int  # response canvas length (shared by the batch)
     #: the task's own canvas (without extra EOS blocks): the loss's normaliser, so extra
     #: blocks add their (easy) EOS loss without diluting the answer's
     loss_length: int
-    weight: torch.Tensor          # (B, T) loss weight: 0 on EOS padding during the curriculum
+    weight: torch.Tensor  # (B, T) loss weight: 0 on EOS padding during the curriculum
     prompt_lengths: torch.Tensor  # (B,) for the model's prompt isolation
 
 
@@ -123,8 +136,17 @@ def extra_blocks(rng: random.Random, share: float, room: int) -> int:
     return rng.randint(1, room)
 
 
-def make_batch(tasks: list[Task], tok, batch_size: int, rng: random.Random, gen: torch.Generator, eps: float,
-               curriculum: bool = False, extra_eos_share: float = 0.0, max_len: int = 256) -> Batch:
+def make_batch(
+    tasks: list[Task],
+    tok,
+    batch_size: int,
+    rng: random.Random,
+    gen: torch.Generator,
+    eps: float,
+    curriculum: bool = False,
+    extra_eos_share: float = 0.0,
+    max_len: int = 256,
+) -> Batch:
     """One training batch of a single task and generation length (little padding).
 
     With probability ``extra_eos_share`` the batch's canvas grows by whole blocks of EOS
@@ -195,11 +217,19 @@ def save_checkpoint(model, tok, cfg: TrainConfig, log: dict) -> Path:
 
 def build_model(cfg: TrainConfig, tok) -> DiLaForMaskedDiffusion:
     """A freshly initialised model sized by ``cfg`` for the tokenizer ``tok``."""
-    return DiLaForMaskedDiffusion(DiLaConfig(
-        vocab_size=len(tok), hidden_size=cfg.hidden_size, num_layers=cfg.num_layers, num_heads=cfg.num_heads,
-        intermediate_size=cfg.intermediate_size, max_position_embeddings=cfg.max_position_embeddings,
-        mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-    ))
+    return DiLaForMaskedDiffusion(
+        DiLaConfig(
+            vocab_size=len(tok),
+            hidden_size=cfg.hidden_size,
+            num_layers=cfg.num_layers,
+            num_heads=cfg.num_heads,
+            intermediate_size=cfg.intermediate_size,
+            max_position_embeddings=cfg.max_position_embeddings,
+            mask_token_id=tok.mask_token_id,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
+    )
 
 
 def load_for_training(checkpoint: str, tok) -> DiLaForMaskedDiffusion:
@@ -207,8 +237,10 @@ def load_for_training(checkpoint: str, tok) -> DiLaForMaskedDiffusion:
     language has gained words since (new rows start small and random, old ids keep theirs)."""
     model = DiLaForMaskedDiffusion.from_pretrained(checkpoint)
     if model.config.vocab_size > len(tok):
-        raise ValueError(f"{checkpoint} has {model.config.vocab_size} tokens but the task tokenizer only "
-                         f"{len(tok)}: it was trained on another task language; train from scratch instead")
+        raise ValueError(
+            f"{checkpoint} has {model.config.vocab_size} tokens but the task tokenizer only "
+            f"{len(tok)}: it was trained on another task language; train from scratch instead"
+        )
     if model.config.vocab_size < len(tok):
         model.resize_token_embeddings(len(tok), mean_resizing=False)
     return model
@@ -246,8 +278,17 @@ def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusi
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
         tasks = [TASKS[n] for n in cfg.tasks_at(step)]
-        b = make_batch(tasks, tok, cfg.batch_size, rng, gen, cfg.eps, curriculum=step < cfg.curriculum_steps,
-                       extra_eos_share=cfg.extra_eos_share, max_len=model.config.max_position_embeddings)
+        b = make_batch(
+            tasks,
+            tok,
+            cfg.batch_size,
+            rng,
+            gen,
+            cfg.eps,
+            curriculum=step < cfg.curriculum_steps,
+            extra_eos_share=cfg.extra_eos_share,
+            max_len=model.config.max_position_embeddings,
+        )
         logits = model(b.noisy, attention_mask=b.attention, prompt_lengths=b.prompt_lengths).logits
         loss = masked_diffusion_loss(logits, b.targets, b.masked, b.t, b.loss_length, b.weight)
         opt.zero_grad(set_to_none=True)
@@ -261,13 +302,25 @@ def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusi
             log["losses"].append([step, round(avg, 5)])
         elapsed = time.time() - start
         if time.time() - last_save > cfg.save_every_minutes * 60:
-            save_checkpoint(model, tok, cfg, {**log, "steps": step + 1, "minutes": elapsed / 60,
-                                              "cpu_minutes": (time.process_time() - cpu_start) / 60})
+            save_checkpoint(
+                model,
+                tok,
+                cfg,
+                {
+                    **log,
+                    "steps": step + 1,
+                    "minutes": elapsed / 60,
+                    "cpu_minutes": (time.process_time() - cpu_start) / 60,
+                },
+            )
             last_save = time.time()
         if elapsed > cfg.max_minutes * 60:
             break
-    log.update(steps=step + 1, minutes=round((time.time() - start) / 60, 2),
-               cpu_minutes=round((time.process_time() - cpu_start) / 60, 2))
+    log.update(
+        steps=step + 1,
+        minutes=round((time.time() - start) / 60, 2),
+        cpu_minutes=round((time.process_time() - cpu_start) / 60, 2),
+    )
     save_checkpoint(model, tok, cfg, log)
     return model, log
 
@@ -279,7 +332,11 @@ def parse_args(argv=None) -> TrainConfig:
 def main(argv=None) -> None:
     cfg = parse_args(argv)
     _, log = train(cfg)
-    print(json.dumps({"out": cfg.out, "steps": log["steps"], "minutes": log["minutes"], "final_loss": log["losses"][-1][1]}))
+    print(
+        json.dumps(
+            {"out": cfg.out, "steps": log["steps"], "minutes": log["minutes"], "final_loss": log["losses"][-1][1]}
+        )
+    )
 
 
 if __name__ == "__main__":

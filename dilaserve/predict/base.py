@@ -4,11 +4,12 @@ The control plane asks one question: how many denoising steps does each request 
 at each candidate threshold? It asks for all requests and all thresholds in one call, since
 per-call overhead (LightGBM's especially) dominates per-row cost.
 """
+
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -32,11 +33,8 @@ class PredictionBatch:
     features: np.ndarray
 
     @classmethod
-    def build(
-        cls, request_ids: Sequence[str], progress: np.ndarray, thresholds: Sequence[float]
-    ) -> "PredictionBatch":
-        return cls(tuple(request_ids), tuple(float(t) for t in thresholds),
-                   feature_matrix(progress, thresholds))
+    def build(cls, request_ids: Sequence[str], progress: np.ndarray, thresholds: Sequence[float]) -> PredictionBatch:
+        return cls(tuple(request_ids), tuple(float(t) for t in thresholds), feature_matrix(progress, thresholds))
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -79,9 +77,7 @@ class OneShotPredictor(StepPredictor):
             raise ValueError("OneShotPredictor needs steps-per-token for at least one threshold")
         bad = {k: v for k, v in steps_per_token.items() if not 0 < v <= 1}
         if bad:
-            raise ValueError(
-                f"steps per token must lie in (0, 1] (a step commits at least one token): {bad}"
-            )
+            raise ValueError(f"steps per token must lie in (0, 1] (a step commits at least one token): {bad}")
         items = sorted((float(k), float(v)) for k, v in steps_per_token.items())
         self._thr = np.array([k for k, _ in items])
         self._spt = np.array([v for _, v in items])

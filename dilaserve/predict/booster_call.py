@@ -15,10 +15,10 @@ call, as much as predicting the dozen rows the control plane sends per scheduler
 It goes through ``lightgbm.basic._LIB``, the library handle the wrapper itself uses; a
 LightGBM without it falls back to ``Booster.predict``.
 """
+
 from __future__ import annotations
 
 import ctypes
-from typing import Optional
 
 import lightgbm as lgb
 import numpy as np
@@ -40,10 +40,11 @@ class BoosterCall:
         self.booster = booster
         self._params = ctypes.c_char_p(self.PARAMS.encode())
         self._n_features = booster.num_feature()
-        self._fast: Optional[ctypes.c_void_p] = None
-        self._fast_iteration: Optional[int] = None
+        self._fast: ctypes.c_void_p | None = None
+        self._fast_iteration: int | None = None
         try:
             from lightgbm import basic
+
             self._lib = basic._LIB
             self._error = basic.LightGBMError
             self._batch_fn = self._lib.LGBM_BoosterPredictForMat
@@ -63,12 +64,22 @@ class BoosterCall:
             return self._row_by_row(x, iteration)
         out = np.empty(n, dtype=np.float64)
         out_len = ctypes.c_int64(0)
-        self._check(self._batch_fn(
-            self.booster._handle, ctypes.c_void_p(x.ctypes.data), ctypes.c_int(_DTYPE_FLOAT64),
-            ctypes.c_int32(n), ctypes.c_int32(f), ctypes.c_int(_ROW_MAJOR), ctypes.c_int(_PREDICT_NORMAL),
-            ctypes.c_int(0), ctypes.c_int(iteration), self._params,
-            ctypes.byref(out_len), ctypes.c_void_p(out.ctypes.data),
-        ))
+        self._check(
+            self._batch_fn(
+                self.booster._handle,
+                ctypes.c_void_p(x.ctypes.data),
+                ctypes.c_int(_DTYPE_FLOAT64),
+                ctypes.c_int32(n),
+                ctypes.c_int32(f),
+                ctypes.c_int(_ROW_MAJOR),
+                ctypes.c_int(_PREDICT_NORMAL),
+                ctypes.c_int(0),
+                ctypes.c_int(iteration),
+                self._params,
+                ctypes.byref(out_len),
+                ctypes.c_void_p(out.ctypes.data),
+            )
+        )
         if out_len.value != n:
             raise RuntimeError(f"LightGBM returned {out_len.value} predictions for {n} rows: a multi-output booster?")
         return out
@@ -90,10 +101,18 @@ class BoosterCall:
         if self._fast is None or iteration != self._fast_iteration:
             self._free_fast()
             fast = ctypes.c_void_p()
-            self._check(self._lib.LGBM_BoosterPredictForMatSingleRowFastInit(
-                self.booster._handle, ctypes.c_int(_PREDICT_NORMAL), ctypes.c_int(0), ctypes.c_int(iteration),
-                ctypes.c_int(_DTYPE_FLOAT64), ctypes.c_int32(self._n_features), self._params, ctypes.byref(fast),
-            ))
+            self._check(
+                self._lib.LGBM_BoosterPredictForMatSingleRowFastInit(
+                    self.booster._handle,
+                    ctypes.c_int(_PREDICT_NORMAL),
+                    ctypes.c_int(0),
+                    ctypes.c_int(iteration),
+                    ctypes.c_int(_DTYPE_FLOAT64),
+                    ctypes.c_int32(self._n_features),
+                    self._params,
+                    ctypes.byref(fast),
+                )
+            )
             self._fast, self._fast_iteration = fast, iteration
         return self._fast
 

@@ -13,12 +13,12 @@ Stored format (folder ``data/artifacts/dynamics/``):
 A simulator draws a whole row (tokens committed together with its confidence statistics)
 for a request at threshold ``t`` whose block is in bucket ``b``: :meth:`StepDynamics.sample`.
 """
+
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
 
 import numpy as np
 import polars as pl
@@ -42,12 +42,16 @@ class StepDynamics:
     n_buckets: int
 
     @classmethod
-    def from_step_table(cls, table: pl.DataFrame, n_buckets: int = 4) -> "StepDynamics":
+    def from_step_table(cls, table: pl.DataFrame, n_buckets: int = 4) -> StepDynamics:
         if n_buckets < 1:
             raise ValueError(f"n_buckets={n_buckets}: use at least one block-progress bucket")
         samples = table.select(
-            "threshold", bucket_of(pl.col("block_unmasked_ratio"), n_buckets).alias("bucket"),
-            "block_length", "step_kind", "tokens_committed", *STEP_CONF_COLUMNS,
+            "threshold",
+            bucket_of(pl.col("block_unmasked_ratio"), n_buckets).alias("bucket"),
+            "block_length",
+            "step_kind",
+            "tokens_committed",
+            *STEP_CONF_COLUMNS,
         ).sort("threshold", "bucket")
         return cls(samples, n_buckets)
 
@@ -86,12 +90,16 @@ class StepDynamics:
         return dict(zip(agg["threshold"].to_list(), agg["tokens_committed"].to_list()))
 
     def summary(self) -> dict:
-        agg = self.samples.group_by("threshold", "bucket").agg(
-            pl.len().alias("n"),
-            pl.col("tokens_committed").mean().alias("tokens_mean"),
-            *[pl.col("tokens_committed").quantile(q).alias(f"tokens_q{int(q * 100)}") for q in (0.1, 0.5, 0.9)],
-            *[pl.col(c).mean().alias(f"{c}_mean") for c in STEP_CONF_COLUMNS],
-        ).sort("threshold", "bucket")
+        agg = (
+            self.samples.group_by("threshold", "bucket")
+            .agg(
+                pl.len().alias("n"),
+                pl.col("tokens_committed").mean().alias("tokens_mean"),
+                *[pl.col("tokens_committed").quantile(q).alias(f"tokens_q{int(q * 100)}") for q in (0.1, 0.5, 0.9)],
+                *[pl.col(c).mean().alias(f"{c}_mean") for c in STEP_CONF_COLUMNS],
+            )
+            .sort("threshold", "bucket")
+        )
         return {
             "n_buckets": self.n_buckets,
             "bucket_edges": [i / self.n_buckets for i in range(self.n_buckets + 1)],
@@ -100,7 +108,7 @@ class StepDynamics:
             "by_threshold_bucket": agg.to_dicts(),
         }
 
-    def save(self, folder: Union[str, Path]) -> Path:
+    def save(self, folder: str | Path) -> Path:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.samples.write_parquet(folder / SAMPLES_FILE)
@@ -108,7 +116,7 @@ class StepDynamics:
         return folder
 
     @classmethod
-    def load(cls, folder: Union[str, Path]) -> "StepDynamics":
+    def load(cls, folder: str | Path) -> StepDynamics:
         folder = Path(folder)
         summary = json.loads((folder / SUMMARY_FILE).read_text())
         return cls(pl.read_parquet(folder / SAMPLES_FILE), int(summary["n_buckets"]))

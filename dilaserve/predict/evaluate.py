@@ -1,9 +1,10 @@
 """Held-out evaluation of step predictors: MAE and mean relative error, overall, per
 threshold and per progress decile (how far through its steps a request is)."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 import polars as pl
@@ -36,17 +37,21 @@ def predictions(predictor: StepPredictor, table: pl.DataFrame) -> np.ndarray:
 def evaluate(predictors: Mapping[str, StepPredictor], table: pl.DataFrame) -> Evaluation:
     """Score each predictor on ``table`` (held-out requests)."""
     base = table.select(
-        "threshold", "label",
+        "threshold",
+        "label",
         # progress = share of the request's steps already done before this one
         (pl.col("step") * 10 // (pl.col("step") + pl.col("label"))).clip(0, 9).alias("decile"),
     )
     frames = []
     for name, p in predictors.items():
         err = np.abs(predictions(p, table) - base["label"].to_numpy())
-        frames.append(base.with_columns(
-            pl.lit(name).alias("predictor"), pl.Series("abs_err", err),
-            (pl.Series("abs_err", err) / pl.col("label")).alias("rel"),
-        ))
+        frames.append(
+            base.with_columns(
+                pl.lit(name).alias("predictor"),
+                pl.Series("abs_err", err),
+                (pl.Series("abs_err", err) / pl.col("label")).alias("rel"),
+            )
+        )
     rows = pl.concat(frames)
     agg = [pl.len().alias("n"), pl.col("abs_err").mean().alias("mae"), pl.col("rel").mean().alias("rel_err")]
     return Evaluation(

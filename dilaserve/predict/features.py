@@ -1,17 +1,18 @@
 """The 11 step-predictor features (docs/architecture.md section 4), built in one batch."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 FEATURE_NAMES: tuple[str, ...] = (
     "threshold",
     "output_length",
-    "steps_ratio",          # steps done / output length
-    "unmasked_ratio",       # unmasked / output length
-    "block_ratio",          # block index / blocks
-    "block_unmasked_ratio", # unmasked in block / block length
+    "steps_ratio",  # steps done / output length
+    "unmasked_ratio",  # unmasked / output length
+    "block_ratio",  # block index / blocks
+    "block_unmasked_ratio",  # unmasked in block / block length
     "conf_min",
     "conf_q25",
     "conf_median",

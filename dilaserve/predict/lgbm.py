@@ -13,13 +13,14 @@ thresholds in about 0.5-1.5 us per row on a busy 2-core host; 60 trees of 24 lea
 only ~0.005 of relative error for twice the cost. LightGBM's single-threaded predict is
 faster than its threaded one at a few thousand rows, where thread start-up dominates.
 """
+
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
 
 import lightgbm as lgb
 import numpy as np
@@ -130,7 +131,7 @@ class LightGBMPredictor(StepPredictor):
 
     name = "lightgbm"
 
-    def __init__(self, booster: lgb.Booster, meta: Optional[dict] = None):
+    def __init__(self, booster: lgb.Booster, meta: dict | None = None):
         names = tuple(booster.feature_name())
         if names != FEATURE_NAMES:
             raise ValueError(
@@ -154,7 +155,7 @@ class LightGBMPredictor(StepPredictor):
         return folder
 
     @classmethod
-    def load(cls, folder: str | Path) -> "LightGBMPredictor":
+    def load(cls, folder: str | Path) -> LightGBMPredictor:
         folder = Path(folder)
         meta = json.loads((folder / META_FILE).read_text())
         if tuple(meta.get("features", ())) != FEATURE_NAMES:
@@ -185,8 +186,14 @@ class TrainedPredictor:
 
 
 #: Where the search starts (within the search space of :func:`train_predictor`).
-STARTING_PARAMS = {"learning_rate": 0.1, "num_leaves": 15, "min_data_in_leaf": 10, "feature_fraction": 0.9,
-                   "bagging_fraction": 0.9, "lambda_l2": 0.1}
+STARTING_PARAMS = {
+    "learning_rate": 0.1,
+    "num_leaves": 15,
+    "min_data_in_leaf": 10,
+    "feature_fraction": 0.9,
+    "bagging_fraction": 0.9,
+    "lambda_l2": 0.1,
+}
 
 
 def _relative_error(pred: np.ndarray, label: np.ndarray) -> float:
@@ -197,17 +204,30 @@ def _dataset(table: pl.DataFrame) -> lgb.Dataset:
     # A fresh Dataset per trial with feature_pre_filter off: Optuna varies min_data_in_leaf,
     # which a pre-filtered Dataset would silently ignore (docs/architecture.md section 7).
     x = features_of(table)
-    return lgb.Dataset(x, np.log(table["label"].to_numpy().astype(np.float64) / masked_left(x)),
-                       feature_name=list(FEATURE_NAMES), params={"feature_pre_filter": False}, free_raw_data=False)
+    return lgb.Dataset(
+        x,
+        np.log(table["label"].to_numpy().astype(np.float64) / masked_left(x)),
+        feature_name=list(FEATURE_NAMES),
+        params={"feature_pre_filter": False},
+        free_raw_data=False,
+    )
 
 
 def _base_params(seed: int) -> dict:
-    return {"objective": "regression", "verbosity": -1, "seed": seed, "deterministic": True,
-            "force_row_wise": True, "num_threads": 1, "bagging_freq": 1}
+    return {
+        "objective": "regression",
+        "verbosity": -1,
+        "seed": seed,
+        "deterministic": True,
+        "force_row_wise": True,
+        "num_threads": 1,
+        "bagging_freq": 1,
+    }
 
 
-def _train(params: dict, train: pl.DataFrame, rounds: int, valid: Optional[pl.DataFrame] = None,
-           early: int = 0) -> lgb.Booster:
+def _train(
+    params: dict, train: pl.DataFrame, rounds: int, valid: pl.DataFrame | None = None, early: int = 0
+) -> lgb.Booster:
     callbacks = [lgb.early_stopping(early, verbose=False)] if valid is not None and early else []
     dtrain = _dataset(train)
     valid_sets = [_dataset(valid).set_reference(dtrain)] if valid is not None else None
@@ -215,8 +235,9 @@ def _train(params: dict, train: pl.DataFrame, rounds: int, valid: Optional[pl.Da
 
 
 def train_predictor(
-    table: pl.DataFrame, cfg: TuningConfig = TuningConfig(),
-    on_trial: Optional[Callable[[int, float, float], None]] = None,
+    table: pl.DataFrame,
+    cfg: TuningConfig = TuningConfig(),
+    on_trial: Callable[[int, float, float], None] | None = None,
 ) -> TrainedPredictor:
     """Split by request, tune with Optuna on a validation split of the training requests,
     retrain on all training requests with the best parameters.
@@ -259,15 +280,22 @@ def train_predictor(
     rates = oneshot_rates(rest)
     meta = {
         "oneshot_steps_per_token": {str(k): v for k, v in sorted(rates.items())},
-        "params": best.params, "num_trees": booster.num_trees(), "n_trials": len(study.trials),
-        "tuning_seconds": round(time.perf_counter() - t0, 2), "val_rel_err": best.value,
+        "params": best.params,
+        "num_trees": booster.num_trees(),
+        "n_trials": len(study.trials),
+        "tuning_seconds": round(time.perf_counter() - t0, 2),
+        "val_rel_err": best.value,
         "tuning": asdict(cfg),
-        "train_requests": int(rest["request_id"].n_unique()), "test_requests": int(test["request_id"].n_unique()),
+        "train_requests": int(rest["request_id"].n_unique()),
+        "test_requests": int(test["request_id"].n_unique()),
     }
     return TrainedPredictor(
-        predictor=LightGBMPredictor(booster, meta), oneshot=OneShotPredictor(rates), oneshot_steps_per_token=rates,
+        predictor=LightGBMPredictor(booster, meta),
+        oneshot=OneShotPredictor(rates),
+        oneshot_steps_per_token=rates,
         train_requests=sorted(rest["request_id"].unique().to_list()),
         test_requests=sorted(test["request_id"].unique().to_list()),
-        best_params=best.params, n_trials_run=len(study.trials),
+        best_params=best.params,
+        n_trials_run=len(study.trials),
         trials=[{"number": t.number, "value": t.value, **t.params} for t in study.trials if t.value is not None],
     )

@@ -4,6 +4,7 @@ A :class:`Prompt` carries what a rollout needs (text, generation length) and wha
 needs (the task instance, or GSM8K's final number), so rollouts and the quality table can
 be produced from either set by the same code.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,7 +12,6 @@ import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
 
 from dilaserve.tasks import TASKS, TaskInstance, task_suite
 
@@ -31,7 +31,7 @@ class Prompt:
     #: Task name, or ``"gsm8k"``.
     source: str
     #: What grading compares against: a synthetic :class:`TaskInstance` or GSM8K's number.
-    reference: Union[TaskInstance, str]
+    reference: TaskInstance | str
 
     def grade(self, answer: str) -> bool:
         if isinstance(self.reference, TaskInstance):
@@ -39,7 +39,7 @@ class Prompt:
         return _last_number(answer) == self.reference
 
 
-def _last_number(text: str) -> Optional[str]:
+def _last_number(text: str) -> str | None:
     found = _NUMBER.findall(text.replace(" ", ""))
     return found[-1].replace(",", "").rstrip(".") if found else None
 
@@ -64,7 +64,13 @@ def gsm8k_prompts(n: int, seed: int = 0, gen_length: int = 256, path: Path = GSM
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     picked = random.Random(seed).sample(range(len(rows)), min(n, len(rows)))
     return [
-        Prompt(f"gsm8k-{i:04d}", rows[i]["question"], gen_length, "gsm8k", rows[i]["answer"].split("####")[-1].strip().replace(",", ""))
+        Prompt(
+            f"gsm8k-{i:04d}",
+            rows[i]["question"],
+            gen_length,
+            "gsm8k",
+            rows[i]["answer"].split("####")[-1].strip().replace(",", ""),
+        )
         for i in picked
     ]
 
@@ -75,4 +81,6 @@ def load_prompts(prompt_set: str, n: int, seed: int = 0, gen_length: int = 256) 
         return synthetic_prompts(n, seed)
     if prompt_set == "gsm8k":
         return gsm8k_prompts(n, seed, gen_length)
-    raise ValueError(f"unknown prompt set {prompt_set!r}: use 'synthetic' (embedded model) or 'gsm8k' (real checkpoints)")
+    raise ValueError(
+        f"unknown prompt set {prompt_set!r}: use 'synthetic' (embedded model) or 'gsm8k' (real checkpoints)"
+    )

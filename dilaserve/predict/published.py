@@ -22,10 +22,11 @@ interpolated, and 0.5 and 0.6 are *extrapolated* with the 0.7-0.9 slope (nothing
 published below 0.7), which makes low thresholds cheap in quality: the optimistic end of
 what LLaDA might do.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional
 
 import numpy as np
 import polars as pl
@@ -40,8 +41,10 @@ PUBLISHED_TOKENS_PER_STEP: dict[float, float] = {0.5: 7.01, 0.6: 6.17, 0.7: 5.12
 PUBLISHED_ACCURACY: dict[float, float] = {0.7: 0.785 - 0.015, 0.9: 0.785, 1.0: 0.793}
 #: How far the calibrated tokens per step may sit from the published values (relative).
 TOLERANCE = 0.03
-LABEL = ("calibrated to Fast-dLLM's published LLaDA-8B tokens per step and accuracy (a what-if on the "
-         "embedded model's resampled steps, not a measurement of LLaDA)")
+LABEL = (
+    "calibrated to Fast-dLLM's published LLaDA-8B tokens per step and accuracy (a what-if on the "
+    "embedded model's resampled steps, not a measurement of LLaDA)"
+)
 
 
 def published_accuracy(threshold: float) -> float:
@@ -78,18 +81,26 @@ def _pools(samples: pl.DataFrame, threshold: float, n_buckets: int) -> list[np.n
     return out
 
 
-def tilt_for(tokens_by_bucket: list[np.ndarray], block_length: int, target: float,
-             bounds: tuple[float, float] = (-4.0, 4.0), iters: int = 60) -> float:
+def tilt_for(
+    tokens_by_bucket: list[np.ndarray],
+    block_length: int,
+    target: float,
+    bounds: tuple[float, float] = (-4.0, 4.0),
+    iters: int = 60,
+) -> float:
     """``lam`` whose weights ``exp(-lam * tokens)`` give ``block_length / S`` = ``target``
     tokens per step (bisection: a larger ``lam`` favours small steps, so fewer tokens per step)."""
+
     def tps(lam: float) -> float:
         w = [np.exp(-lam * (k - k.mean())) for k in tokens_by_bucket]
         return block_length / _block_steps(tokens_by_bucket, w, block_length)
 
     lo, hi = bounds
     if not tps(hi) <= target <= tps(lo):
-        raise ValueError(f"published {target:.2f} tokens/step is out of reach of the recorded steps "
-                         f"({tps(hi):.2f} .. {tps(lo):.2f}): record rollouts whose steps span it")
+        raise ValueError(
+            f"published {target:.2f} tokens/step is out of reach of the recorded steps "
+            f"({tps(hi):.2f} .. {tps(lo):.2f}): record rollouts whose steps span it"
+        )
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if tps(mid) > target else (lo, mid)
@@ -105,8 +116,13 @@ class Calibration:
     target: dict[float, float]
 
 
-def calibrate(dynamics: StepDynamics, block_length: int, oversample: int = 8, seed: int = 0,
-              targets: Optional[Mapping[float, float]] = None) -> tuple[StepDynamics, Calibration]:
+def calibrate(
+    dynamics: StepDynamics,
+    block_length: int,
+    oversample: int = 8,
+    seed: int = 0,
+    targets: Mapping[float, float] | None = None,
+) -> tuple[StepDynamics, Calibration]:
     """The embedded dynamics resampled (``oversample`` x the rows of each threshold and
     bucket, drawn with the tilted weights) to the published tokens per step at every
     recorded threshold that has a published value; others are kept as recorded."""
@@ -135,8 +151,12 @@ def calibrate(dynamics: StepDynamics, block_length: int, oversample: int = 8, se
     return StepDynamics(samples, nb), Calibration(lams, recorded, target)
 
 
-def published_quality(mean_steps: Mapping[float, float], steps_per_token: Mapping[float, float],
-                      embedded: Optional[ThresholdQuality] = None, meta: Optional[dict] = None) -> ThresholdQuality:
+def published_quality(
+    mean_steps: Mapping[float, float],
+    steps_per_token: Mapping[float, float],
+    embedded: ThresholdQuality | None = None,
+    meta: dict | None = None,
+) -> ThresholdQuality:
     """The threshold-quality table of the published law: the published accuracy curve at
     each threshold, with the steps of the law's rollouts. A request whose threshold varied
     is estimated with the embedded model's fitted late weighting (the only measured
@@ -145,6 +165,8 @@ def published_quality(mean_steps: Mapping[float, float], steps_per_token: Mappin
     thr = sorted(float(t) for t in mean_steps)
     fixed = [FixedRow(t, published_accuracy(t), float(mean_steps[t]), float(steps_per_token[t]), 0) for t in thr]
     mean_acc = float(np.mean([r.accuracy for r in fixed]))
-    mixed = MixedRow(tuple(thr), mean_acc, float(np.mean([r.mean_steps for r in fixed])), float(np.mean(thr)), mean_acc, 0)
+    mixed = MixedRow(
+        tuple(thr), mean_acc, float(np.mean([r.mean_steps for r in fixed])), float(np.mean(thr)), mean_acc, 0
+    )
     lw = embedded.late_weight if embedded is not None else None
     return ThresholdQuality(fixed, mixed, {"law": "llada-8b-published", "label": LABEL, **(meta or {})}, lw)

@@ -18,13 +18,14 @@ candidates) next to the plain step-weighted mean of the fixed accuracies; their 
 full to any request whose threshold varied at all, however little); such a table still
 loads and estimates that way, with a warning to rebuild it.
 """
+
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence, Union
 
 import numpy as np
 import polars as pl
@@ -87,13 +88,16 @@ class LateWeight:
     n: int
 
     @classmethod
-    def fit(cls, step_accuracy: Sequence[np.ndarray], correct: Sequence[bool],
-            grid: Sequence[float] = GAMMA_GRID) -> "LateWeight":
+    def fit(
+        cls, step_accuracy: Sequence[np.ndarray], correct: Sequence[bool], grid: Sequence[float] = GAMMA_GRID
+    ) -> LateWeight:
         """Maximum-likelihood ``gamma`` over ``grid``: each request's estimate is the
         probability of its graded outcome (``correct``)."""
         if not step_accuracy:
-            raise ValueError("no varying-threshold requests to fit the late weighting on: decode some "
-                             "prompts with per-step threshold changes (dilaserve.predict.rollouts)")
+            raise ValueError(
+                "no varying-threshold requests to fit the late weighting on: decode some "
+                "prompts with per-step threshold changes (dilaserve.predict.rollouts)"
+            )
         y = np.asarray(correct, dtype=np.float64)
 
         def estimates(g: float) -> np.ndarray:
@@ -126,28 +130,48 @@ class ThresholdQuality:
     mixed: MixedRow
     meta: dict = field(default_factory=dict)
     #: None in tables saved before it existed: they estimate with ``mix_factor``.
-    late_weight: Optional[LateWeight] = None
+    late_weight: LateWeight | None = None
 
     @classmethod
-    def from_rollouts(cls, fixed_requests: pl.DataFrame, mixed_requests: pl.DataFrame,
-                      mixed_steps: pl.DataFrame, meta: dict | None = None,
-                      varied: Sequence[tuple[pl.DataFrame, pl.DataFrame]] = ()) -> "ThresholdQuality":
+    def from_rollouts(
+        cls,
+        fixed_requests: pl.DataFrame,
+        mixed_requests: pl.DataFrame,
+        mixed_steps: pl.DataFrame,
+        meta: dict | None = None,
+        varied: Sequence[tuple[pl.DataFrame, pl.DataFrame]] = (),
+    ) -> ThresholdQuality:
         """Build from rollout frames: the fixed-threshold requests, the uniformly mixed
         requests with their steps (``step_threshold`` per step), and any further
         varying-threshold rollouts as ``(requests, steps)`` pairs. The late weighting is
         fitted on every varying-threshold request of the mixed and ``varied`` rollouts."""
-        agg = fixed_requests.group_by("threshold").agg(
-            pl.col("correct").mean().alias("accuracy"), pl.col("steps").mean().alias("mean_steps"),
-            (pl.col("steps").sum() / pl.col("output_length").sum()).alias("spt"), pl.len().alias("n"),
-        ).sort("threshold")
-        fixed = [FixedRow(float(r["threshold"]), float(r["accuracy"]), float(r["mean_steps"]), float(r["spt"]), int(r["n"]))
-                 for r in agg.iter_rows(named=True)]
+        agg = (
+            fixed_requests.group_by("threshold")
+            .agg(
+                pl.col("correct").mean().alias("accuracy"),
+                pl.col("steps").mean().alias("mean_steps"),
+                (pl.col("steps").sum() / pl.col("output_length").sum()).alias("spt"),
+                pl.len().alias("n"),
+            )
+            .sort("threshold")
+        )
+        fixed = [
+            FixedRow(float(r["threshold"]), float(r["accuracy"]), float(r["mean_steps"]), float(r["spt"]), int(r["n"]))
+            for r in agg.iter_rows(named=True)
+        ]
         out = cls(fixed, MixedRow((), 0.0, 0.0, 0.0, 0.0, 0), dict(meta or {}))
         per_request = (
-            mixed_steps.with_columns(pl.col("step_threshold").map_batches(
-                lambda s: pl.Series(np.interp(s.to_numpy(), [r.threshold for r in fixed], [r.accuracy for r in fixed]))
-            ).alias("acc"))
-            .group_by("request_id").agg(pl.col("acc").mean())
+            mixed_steps.with_columns(
+                pl.col("step_threshold")
+                .map_batches(
+                    lambda s: pl.Series(
+                        np.interp(s.to_numpy(), [r.threshold for r in fixed], [r.accuracy for r in fixed])
+                    )
+                )
+                .alias("acc")
+            )
+            .group_by("request_id")
+            .agg(pl.col("acc").mean())
         )
         out.mixed = MixedRow(
             thresholds=tuple(r.threshold for r in fixed),
@@ -195,36 +219,59 @@ class ThresholdQuality:
     def describe(self) -> dict:
         """What the estimator applies, for reports next to its numbers."""
         if self.late_weight is None:
-            return {"estimator": "step mean x mix factor (table predates late_weight)",
-                    "mix_factor": round(self.mix_factor, 4), "mixed_n": self.mixed.n}
+            return {
+                "estimator": "step mean x mix factor (table predates late_weight)",
+                "mix_factor": round(self.mix_factor, 4),
+                "mixed_n": self.mixed.n,
+            }
         lw = self.late_weight
-        return {"estimator": "late-weighted step mean", "gamma": lw.gamma, "fit_n": lw.n,
-                "fit_accuracy": round(lw.accuracy, 4), "fit_expected": round(lw.expected_accuracy, 4),
-                "fit_step_mean": round(lw.step_mean_accuracy, 4)}
+        return {
+            "estimator": "late-weighted step mean",
+            "gamma": lw.gamma,
+            "fit_n": lw.n,
+            "fit_accuracy": round(lw.accuracy, 4),
+            "fit_expected": round(lw.expected_accuracy, 4),
+            "fit_step_mean": round(lw.step_mean_accuracy, 4),
+        }
 
     def to_dict(self) -> dict:
-        return {"format": FORMAT, "fixed": [asdict(r) for r in self.fixed], "mixed": asdict(self.mixed),
-                "mix_factor": self.mix_factor,
-                "late_weight": None if self.late_weight is None else asdict(self.late_weight), "meta": self.meta}
+        return {
+            "format": FORMAT,
+            "fixed": [asdict(r) for r in self.fixed],
+            "mixed": asdict(self.mixed),
+            "mix_factor": self.mix_factor,
+            "late_weight": None if self.late_weight is None else asdict(self.late_weight),
+            "meta": self.meta,
+        }
 
-    def save(self, path: Union[str, Path]) -> Path:
+    def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.to_dict(), indent=1))
         return path
 
     @classmethod
-    def load(cls, path: Union[str, Path]) -> "ThresholdQuality":
+    def load(cls, path: str | Path) -> ThresholdQuality:
         d = json.loads(Path(path).read_text())
         version = d.get("format", 1)
         if version > FORMAT:
-            raise ValueError(f"{path} is threshold-quality format {version}, newer than this code reads "
-                             f"({FORMAT}): update dilaserve or rebuild the table (`make artifacts`)")
+            raise ValueError(
+                f"{path} is threshold-quality format {version}, newer than this code reads "
+                f"({FORMAT}): update dilaserve or rebuild the table (`make artifacts`)"
+            )
         m = d["mixed"]
         lw = d.get("late_weight")
         if lw is None:
-            log.warning("%s predates the late-weighted estimator: requests whose threshold varied are estimated "
-                        "with the uniform-mix factor %.3f, which over-penalises small changes; rebuild it "
-                        "(`make artifacts`)", path, d.get("mix_factor", float("nan")))
-        return cls([FixedRow(**r) for r in d["fixed"]], MixedRow(**{**m, "thresholds": tuple(m["thresholds"])}),
-                   d.get("meta", {}), None if lw is None else LateWeight(**lw))
+            log.warning(
+                "%s predates the late-weighted estimator: requests whose threshold varied are estimated "
+                "with the uniform-mix factor %.3f, which over-penalises small changes; rebuild it "
+                "(`make artifacts`)",
+                path,
+                d.get("mix_factor", float("nan")),
+            )
+        return cls(
+            [FixedRow(**r) for r in d["fixed"]],
+            MixedRow(**{**m, "thresholds": tuple(m["thresholds"])}),
+            d.get("meta", {}),
+            None if lw is None else LateWeight(**lw),
+        )

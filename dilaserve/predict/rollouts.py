@@ -9,12 +9,13 @@ Per step, a row records the request's progress features *before* the step (what 
 sees when it must predict), the step's outcome (kind, tokens committed, the confidence
 statistics it computed), and the label: steps remaining including this one.
 """
+
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
 
 import numpy as np
 import polars as pl
@@ -75,7 +76,7 @@ def run_rollouts(
     batch_size: int = 64,
     use_cache: bool = True,
     seed: int = 0,
-    progress: Optional[Callable[[int, int], None]] = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> RolloutResult:
     """Decode every job to completion and return its step rows and per-request outcome.
 
@@ -84,8 +85,9 @@ def run_rollouts(
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size}: use at least 1")
     states = [
-        engine.new_request(j.prompt.text, j.prompt.gen_length, block_length, use_cache,
-                           request_id=f"{j.prompt.request_id}@{i}")
+        engine.new_request(
+            j.prompt.text, j.prompt.gen_length, block_length, use_cache, request_id=f"{j.prompt.request_id}@{i}"
+        )
         for i, j in enumerate(jobs)
     ]
     rngs = [random.Random(seed * 1_000_003 + i) for i in range(len(jobs))]
@@ -114,7 +116,9 @@ def run_rollouts(
 
 def _steps_frame(jobs: Sequence[Job], states: Sequence[RequestState], rows: list[list[tuple]]) -> pl.DataFrame:
     cols = ("step_threshold", *PROGRESS_COLUMNS, "step_kind", "tokens_committed", *STEP_CONF_COLUMNS)
-    data: dict[str, list] = {c: [] for c in ("request_id", "threshold", "block_length", "output_length", "step", "label", *cols)}
+    data: dict[str, list] = {
+        c: [] for c in ("request_id", "threshold", "block_length", "output_length", "step", "label", *cols)
+    }
     for job, st, rr in zip(jobs, states, rows):
         n = len(rr)
         data["request_id"] += [job.prompt.request_id] * n
@@ -125,10 +129,17 @@ def _steps_frame(jobs: Sequence[Job], states: Sequence[RequestState], rows: list
         data["label"] += list(range(n, 0, -1))
         for c, values in zip(cols, zip(*rr) if rr else [()] * len(cols)):
             data[c] += list(values)
-    frame = pl.DataFrame(data, schema_overrides={
-        "block_length": pl.Int64, "output_length": pl.Int64, "step": pl.Int64, "label": pl.Int64,
-        "tokens_committed": pl.Int64, "step_kind": pl.Utf8,
-    })
+    frame = pl.DataFrame(
+        data,
+        schema_overrides={
+            "block_length": pl.Int64,
+            "output_length": pl.Int64,
+            "step": pl.Int64,
+            "label": pl.Int64,
+            "tokens_committed": pl.Int64,
+            "step_kind": pl.Utf8,
+        },
+    )
     # A fixed-threshold job's per-step threshold is its threshold: keep one column.
     if all(not math.isnan(j.label) for j in jobs):
         frame = frame.drop("step_threshold")
@@ -139,12 +150,19 @@ def _requests_frame(engine: DenoisingEngine, jobs: Sequence[Job], states: Sequen
     recs = []
     for job, st in zip(jobs, states):
         text = engine.decode(st)
-        recs.append({
-            "request_id": job.prompt.request_id, "source": job.prompt.source, "threshold": job.label,
-            "output_length": st.gen_length, "steps": st.steps_done, "recompute_steps": st.recompute_steps_done,
-            "mean_threshold": float(np.mean(st.thresholds_used)), "correct": bool(job.prompt.grade(text)),
-            "text": text,
-        })
+        recs.append(
+            {
+                "request_id": job.prompt.request_id,
+                "source": job.prompt.source,
+                "threshold": job.label,
+                "output_length": st.gen_length,
+                "steps": st.steps_done,
+                "recompute_steps": st.recompute_steps_done,
+                "mean_threshold": float(np.mean(st.thresholds_used)),
+                "correct": bool(job.prompt.grade(text)),
+                "text": text,
+            }
+        )
     return pl.DataFrame(recs)
 
 
@@ -177,8 +195,10 @@ def switched(thresholds: Sequence[float], max_switch_step: int = 8) -> Threshold
     in ``1..max_switch_step`` on: a request slowed down or sped up mid-way, in either
     direction, so a fit can tell early steps' thresholds from late ones'."""
     if len(set(thresholds)) < 2 or max_switch_step < 1:
-        raise ValueError(f"switched needs two distinct thresholds and max_switch_step >= 1 (got {list(thresholds)}, "
-                         f"{max_switch_step})")
+        raise ValueError(
+            f"switched needs two distinct thresholds and max_switch_step >= 1 (got {list(thresholds)}, "
+            f"{max_switch_step})"
+        )
     choices = sorted(set(thresholds))
     plans: dict[int, tuple[float, float, int]] = {}
 

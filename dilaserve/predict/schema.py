@@ -5,6 +5,7 @@ label must agree with step order: within a (request, threshold) group the steps 
 0..n-1 and the label (steps remaining, this one included) is n - step, so it falls by
 exactly one per step and ends at 1.
 """
+
 from __future__ import annotations
 
 import pandera.polars as pa

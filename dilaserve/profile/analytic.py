@@ -19,10 +19,11 @@ source paper's measurements); TP-8 continues the TP-2 -> TP-4 trend geometricall
 other number is a stated hardware or model constant in :data:`MODELS`, :data:`GPUS` and
 :data:`ROOFLINE`.
 """
+
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -146,37 +147,55 @@ def calibrate(model: ModelSpec, gpu: GPUSpec, p: RooflineParams = ROOFLINE) -> d
     return scaling
 
 
-def step_latency(model: ModelSpec, gpu: GPUSpec, tp: int, n: float, kind: StepKind,
-                 p: RooflineParams = ROOFLINE, scaling: Mapping[int, float] | None = None) -> float:
+def step_latency(
+    model: ModelSpec,
+    gpu: GPUSpec,
+    tp: int,
+    n: float,
+    kind: StepKind,
+    p: RooflineParams = ROOFLINE,
+    scaling: Mapping[int, float] | None = None,
+) -> float:
     """Seconds per step of a TP-``tp`` instance with ``n`` tokens in its batch."""
-    s = (scaling or calibrate(model, gpu, p))
+    s = scaling or calibrate(model, gpu, p)
     if tp not in s:
         raise ValueError(f"TP-{tp} is not calibrated (have {sorted(s)}): add a target for it in RooflineParams")
-    return (_roofline_tp1(model, gpu, p, n, kind) / (tp * s[tp]) + _allreduce(model, gpu, p, n, tp)
-            + p.step_overhead_s)
+    return _roofline_tp1(model, gpu, p, n, kind) / (tp * s[tp]) + _allreduce(model, gpu, p, n, tp) + p.step_overhead_s
 
 
-def analytic_profile(model: str, gpu: str, tp_degrees: Sequence[int] = (1, 2, 4, 8),
-                     p: RooflineParams = ROOFLINE) -> LatencyProfile:
+def analytic_profile(
+    model: str, gpu: str, tp_degrees: Sequence[int] = (1, 2, 4, 8), p: RooflineParams = ROOFLINE
+) -> LatencyProfile:
     """The calibrated roofline profile of ``model`` (key of :data:`MODELS`) on ``gpu`` (of :data:`GPUS`)."""
     try:
         m, g = MODELS[model], GPUS[gpu]
     except KeyError:
-        raise ValueError(f"unknown model {model!r} or GPU {gpu!r}: models {sorted(MODELS)}, GPUs {sorted(GPUS)}") from None
+        raise ValueError(
+            f"unknown model {model!r} or GPU {gpu!r}: models {sorted(MODELS)}, GPUs {sorted(GPUS)}"
+        ) from None
     scaling = calibrate(m, g, p)
     curves = {
-        kind: {tp: StepCurve.from_points((n, step_latency(m, g, tp, n, kind, p, scaling)) for n in grid)
-               for tp in tp_degrees}
+        kind: {
+            tp: StepCurve.from_points((n, step_latency(m, g, tp, n, kind, p, scaling)) for n in grid)
+            for tp in tp_degrees
+        }
         for kind, grid in ((StepKind.RECOMPUTE, RECOMPUTE_GRID), (StepKind.CACHE, CACHE_GRID))
     }
     meta = {
-        "kind": "analytic", "model": asdict(m), "gpu": asdict(g),
+        "kind": "analytic",
+        "model": asdict(m),
+        "gpu": asdict(g),
         "roofline": {**asdict(replace(p, targets={})), "targets": {str(k): v for k, v in p.targets.items()}},
         "scaling": {str(k): v for k, v in scaling.items()},
-        "x_axis": {"recompute": "tokens in the batch (requests x context)", "cache": "fed tokens (requests x block_length)"},
+        "x_axis": {
+            "recompute": "tokens in the batch (requests x context)",
+            "cache": "fed tokens (requests x block_length)",
+        },
     }
     return LatencyProfile(f"{model}-{gpu}", curves[StepKind.RECOMPUTE], curves[StepKind.CACHE], meta)
 
 
-def all_analytic_profiles(tp_degrees: Sequence[int] = (1, 2, 4, 8), p: RooflineParams = ROOFLINE) -> dict[str, LatencyProfile]:
+def all_analytic_profiles(
+    tp_degrees: Sequence[int] = (1, 2, 4, 8), p: RooflineParams = ROOFLINE
+) -> dict[str, LatencyProfile]:
     return {f"{m}-{g}": analytic_profile(m, g, tp_degrees, p) for m in MODELS for g in GPUS}

@@ -12,14 +12,15 @@ degree the ranks time
 
 Each point is the median of ``repeats`` timed steps after one warm-up step.
 """
+
 from __future__ import annotations
 
 import platform
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -58,7 +59,9 @@ class MeasureConfig:
         if any(n % self.block_length for n in self.cache_tokens):
             raise ValueError(f"cache_tokens {self.cache_tokens} must be multiples of block_length {self.block_length}")
         if any(n > self.seq_len and n % self.seq_len for n in self.recompute_tokens):
-            raise ValueError(f"recompute_tokens {self.recompute_tokens} above seq_len must be multiples of {self.seq_len}")
+            raise ValueError(
+                f"recompute_tokens {self.recompute_tokens} above seq_len must be multiples of {self.seq_len}"
+            )
         if self.block_length > self.seq_len or self.repeats < 1:
             raise ValueError("need block_length <= seq_len and repeats >= 1")
 
@@ -85,7 +88,9 @@ def _timed(fn: Callable[[], object], repeats: int, device: str) -> float:
 def _measure_rank(rank: int, world_size: int, checkpoint: str, device: str, cfg: MeasureConfig) -> dict:
     threads = torch.get_num_threads()  # TP-1 runs in the caller's process: restore its pool after
     try:
-        return _measure_steps(TPWorker(checkpoint, rank, world_size, device, cfg.threads_per_rank).load(), rank, device, cfg)
+        return _measure_steps(
+            TPWorker(checkpoint, rank, world_size, device, cfg.threads_per_rank).load(), rank, device, cfg
+        )
     finally:
         torch.set_num_threads(threads)
 
@@ -111,8 +116,10 @@ def _measure_steps(model, rank: int, device: str, cfg: MeasureConfig) -> dict:
         # K/V of this rank's (K/V) heads only: what its cache would hold after a recompute step.
         attn = model.layers[0].attn
         heads, hd = getattr(attn, "n_kv_head", attn.n_head), attn.head_dim
-        past = [(torch.randn(b, heads, S, hd, generator=gen).to(dev), torch.randn(b, heads, S, hd, generator=gen).to(dev))
-                for _ in model.layers]
+        past = [
+            (torch.randn(b, heads, S, hd, generator=gen).to(dev), torch.randn(b, heads, S, hd, generator=gen).to(dev))
+            for _ in model.layers
+        ]
         past_mask = torch.ones(b, S, dtype=torch.bool)
         ids = torch.randint(3, vocab, (b, Lb), generator=gen).to(dev)
         pos = torch.arange(S - Lb, S).expand(b, Lb).to(dev)
@@ -123,8 +130,11 @@ def _measure_steps(model, rank: int, device: str, cfg: MeasureConfig) -> dict:
 
 
 def measure_profile(
-    checkpoint: str | Path, cfg: MeasureConfig = MeasureConfig(), device: str = "cpu",
-    name: Optional[str] = None, log: Optional[Callable[[str], None]] = None,
+    checkpoint: str | Path,
+    cfg: MeasureConfig = MeasureConfig(),
+    device: str = "cpu",
+    name: str | None = None,
+    log: Callable[[str], None] | None = None,
 ) -> LatencyProfile:
     """Time every TP degree of ``cfg`` and return their curves as one :class:`LatencyProfile`."""
     recompute, cache = {}, {}
@@ -134,11 +144,20 @@ def measure_profile(
         recompute[d] = StepCurve.from_points(out["recompute"])
         cache[d] = StepCurve.from_points(out["cache"])
         if log:
-            log(f"TP-{d}: measured {len(out['recompute']) + len(out['cache'])} points in {time.perf_counter() - t0:.1f} s")
+            log(
+                f"TP-{d}: measured {len(out['recompute']) + len(out['cache'])} points in {time.perf_counter() - t0:.1f} s"
+            )
     meta = {
-        "kind": "measured", "checkpoint": str(checkpoint), "device": device, "host": platform.node(),
-        "torch": torch.__version__, "config": asdict(cfg),
-        "x_axis": {"recompute": "tokens in the batch (requests x seq_len)", "cache": "fed tokens (requests x block_length)"},
+        "kind": "measured",
+        "checkpoint": str(checkpoint),
+        "device": device,
+        "host": platform.node(),
+        "torch": torch.__version__,
+        "config": asdict(cfg),
+        "x_axis": {
+            "recompute": "tokens in the batch (requests x seq_len)",
+            "cache": "fed tokens (requests x block_length)",
+        },
     }
     return LatencyProfile(name=name or f"{Path(checkpoint).name}-{device}", recompute=recompute, cache=cache, meta=meta)
 

@@ -7,13 +7,14 @@ point they extrapolate the last segment linearly, and below the first point they
 the first point's latency (a step is never cheaper than the smallest one measured, and an
 extrapolated latency must never reach zero or go negative).
 """
+
 from __future__ import annotations
 
 import bisect
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -60,7 +61,7 @@ class StepCurve:
         object.__setattr__(self, "_tail_slope", max(slope, 0.0))
 
     @classmethod
-    def from_points(cls, points: Iterable[tuple[float, float]]) -> "StepCurve":
+    def from_points(cls, points: Iterable[tuple[float, float]]) -> StepCurve:
         pts = sorted((float(n), float(s)) for n, s in points)
         return cls(tuple(p[0] for p in pts), tuple(p[1] for p in pts))
 
@@ -143,7 +144,7 @@ class LatencyProfile:
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "LatencyProfile":
+    def from_dict(cls, d: Mapping) -> LatencyProfile:
         def curves(m: Mapping) -> dict[int, StepCurve]:
             return {
                 int(k): StepCurve(tuple(map(float, v["tokens"])), tuple(map(float, v["latency_s"])))
@@ -161,12 +162,12 @@ class LatencyProfile:
         return json.dumps(self.to_dict(), indent=1)
 
     @classmethod
-    def from_json(cls, text: str) -> "LatencyProfile":
+    def from_json(cls, text: str) -> LatencyProfile:
         return cls.from_dict(json.loads(text))
 
-    def save(self, path: Union[str, Path]) -> None:
+    def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json())
 
     @classmethod
-    def load(cls, path: Union[str, Path]) -> "LatencyProfile":
+    def load(cls, path: str | Path) -> LatencyProfile:
         return cls.from_json(Path(path).read_text())

@@ -1,8 +1,9 @@
 """Configuration of the cluster shape, the workload monitor and the reconfigurator."""
+
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Optional
 
 from dilaserve.control.step_law import StepLaw, typical_tokens_per_step
 from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
@@ -141,8 +142,8 @@ class ReconfigConfig:
     tiebreak_time_s: float = 3.0
     capacity_headroom: float = 0.1
     launch_time_s: float = 20.0
-    drain_time_s: Optional[float] = None
-    plan_lifetime_s: Optional[float] = None
+    drain_time_s: float | None = None
+    plan_lifetime_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokens_per_step", {float(k): float(v) for k, v in self.tokens_per_step.items()})
@@ -183,7 +184,7 @@ class ReconfigConfig:
             if v is not None and v < 0:
                 raise ValueError(f"ReconfigConfig.{name}={v} must be >= 0 seconds, or None for the default")
 
-    def with_step_law(self, law: StepLaw) -> "ReconfigConfig":
+    def with_step_law(self, law: StepLaw) -> ReconfigConfig:
         """This config with ``T_c`` and the block length of ``law``."""
         return replace(self, tokens_per_step=law.tokens_per_step_at(law.thresholds), block_length=law.block_length)
 

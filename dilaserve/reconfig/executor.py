@@ -1,8 +1,9 @@
 """Executes a :class:`ReconfigPlan` one step at a time, driven by scheduler events."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Union
 
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.reconfig.plan import ReconfigPlan
@@ -23,7 +24,7 @@ class Launch:
     spec: InstanceSpec
 
 
-Action = Union[Drain, Stop, Launch]
+Action = Drain | Stop | Launch
 
 
 class PlanExecutor:

@@ -1,4 +1,5 @@
 """Workload monitor: request classes by input/output length buckets, with arrival rates."""
+
 from __future__ import annotations
 
 import bisect
@@ -12,11 +13,11 @@ from dilaserve.reconfig.config import MonitorConfig
 class RequestClass:
     """One class of stage 1: its arrival rate (with the safety margin) and typical shape."""
 
-    key: tuple[int, int]      # (input bucket, output bucket)
-    rate: float               # requests per second
+    key: tuple[int, int]  # (input bucket, output bucket)
+    rate: float  # requests per second
     prompt_tokens: float
     output_tokens: float
-    slo_s: float              # the tightest SLO seen in the class (plan for the hardest)
+    slo_s: float  # the tightest SLO seen in the class (plan for the hardest)
 
     @property
     def tokens(self) -> float:
@@ -45,11 +46,13 @@ class WorkloadMonitor:
         for key in sorted(groups):
             g = groups[key]
             slos = [s for _, _, s in g if s > 0]
-            out.append(RequestClass(
-                key=key,
-                rate=len(g) / window * (1 + cfg.safety_margin),
-                prompt_tokens=sum(p for p, _, _ in g) / len(g),
-                output_tokens=sum(o for _, o, _ in g) / len(g),
-                slo_s=min(slos) if slos else float("inf"),
-            ))
+            out.append(
+                RequestClass(
+                    key=key,
+                    rate=len(g) / window * (1 + cfg.safety_margin),
+                    prompt_tokens=sum(p for p, _, _ in g) / len(g),
+                    output_tokens=sum(o for _, o, _ in g) / len(g),
+                    slo_s=min(slos) if slos else float("inf"),
+                )
+            )
         return out

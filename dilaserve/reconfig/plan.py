@@ -4,11 +4,12 @@ New instances launch one at a time. Before each launch, only the old instances w
 it needs are drained (no new requests; running ones migrate away at their next legal
 point or finish) and stopped. Old instances nobody needs keep serving.
 """
+
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
 
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.reconfig.config import ClusterConfig
@@ -28,10 +29,10 @@ class PlanStep:
 class ReconfigPlan:
     steps: tuple[PlanStep, ...]
     keep: tuple[str, ...]
-    counts: dict[int, int]               # target instances per TP degree
-    batch: dict[int, int]                # stage-1 batch size (requests) per TP degree
-    objective: Optional[float]           # stage-1 objective of the target (None: fallback)
-    current_objective: Optional[float]   # the same for the running configuration
+    counts: dict[int, int]  # target instances per TP degree
+    batch: dict[int, int]  # stage-1 batch size (requests) per TP degree
+    objective: float | None  # stage-1 objective of the target (None: fallback)
+    current_objective: float | None  # the same for the running configuration
     reason: str
 
     @property
@@ -49,29 +50,42 @@ def static_layout(cluster: ClusterConfig, tp: int = 1, prefix: str = "inst") -> 
     """A fixed cluster of TP-``tp`` instances on every GPU (the baselines' static cluster)."""
     return [
         InstanceSpec(f"{prefix}-{n}-{g}", tp, n, tuple(range(g, g + tp)), cluster.max_batch_tokens[tp])
-        for n in range(cluster.nodes) for g in range(0, cluster.gpus_per_node - tp + 1, tp)
+        for n in range(cluster.nodes)
+        for g in range(0, cluster.gpus_per_node - tp + 1, tp)
     ]
 
 
 def build_plan(
-    placement: Placement, existing: Sequence[InstanceSpec], cluster: ClusterConfig,
-    counts: dict[int, int], batch: dict[int, int],
-    objective: Optional[float], current_objective: Optional[float], reason: str,
+    placement: Placement,
+    existing: Sequence[InstanceSpec],
+    cluster: ClusterConfig,
+    counts: dict[int, int],
+    batch: dict[int, int],
+    objective: float | None,
+    current_objective: float | None,
+    reason: str,
 ) -> ReconfigPlan:
     kept = set(placement.keep)
     old = [e for e in existing if e.instance_id not in kept]
     stopped: set[str] = set()
     steps: list[PlanStep] = []
+
     # Launches on free GPUs first: capacity grows before any instance is drained.
     def blockers(slot) -> list[str]:
-        return [e.instance_id for e in old
-                if e.node == slot.node and set(e.gpus) & set(slot.gpus) and e.instance_id not in stopped]
+        return [
+            e.instance_id
+            for e in old
+            if e.node == slot.node and set(e.gpus) & set(slot.gpus) and e.instance_id not in stopped
+        ]
 
     for slot in sorted(placement.launch, key=lambda s: (bool(blockers(s)), s.node, s.gpus)):
         stop = blockers(slot)
         stopped.update(stop)
         spec = InstanceSpec(
-            f"tp{slot.tp}-n{slot.node}-g{slot.gpus[0]}-{next(_ids)}", slot.tp, slot.node, slot.gpus,
+            f"tp{slot.tp}-n{slot.node}-g{slot.gpus[0]}-{next(_ids)}",
+            slot.tp,
+            slot.node,
+            slot.gpus,
             cluster.max_batch_tokens[slot.tp],
         )
         steps.append(PlanStep(spec, tuple(stop)))

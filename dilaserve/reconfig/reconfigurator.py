@@ -4,12 +4,13 @@ A plan must not make things worse: it is applied only when it beats the running 
 the trigger, carries the arrivals at the lowest threshold with headroom, and repays the
 capacity it takes offline while it executes (see :class:`ReconfigConfig`).
 """
+
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -20,7 +21,12 @@ from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConf
 from dilaserve.reconfig.monitor import RequestClass, WorkloadMonitor
 from dilaserve.reconfig.plan import ReconfigPlan, all_tp1_node_counts, build_plan
 from dilaserve.reconfig.stage1 import (
-    CapacityPlan, CapacityProblem, capacity_rps, check_capacity_plan, solve_capacity, step_latency_table,
+    CapacityPlan,
+    CapacityProblem,
+    capacity_rps,
+    check_capacity_plan,
+    solve_capacity,
+    step_latency_table,
 )
 from dilaserve.reconfig.stage2 import solve_placement
 
@@ -33,7 +39,7 @@ class Reconfigurator:
         cluster: ClusterConfig,
         profile: LatencyProfile,
         config: ReconfigConfig = ReconfigConfig(),
-        monitor: Optional[WorkloadMonitor] = None,
+        monitor: WorkloadMonitor | None = None,
     ):
         self.cluster, self.profile, self.config = cluster, profile, config
         self.monitor = monitor or WorkloadMonitor(MonitorConfig())
@@ -41,11 +47,13 @@ class Reconfigurator:
         if missing:
             log.error(
                 "reconfig: profile %r lacks TP degrees %s; planning with TP %s only. Profile them "
-                "to let the planner use them", profile.name, missing,
+                "to let the planner use them",
+                profile.name,
+                missing,
                 [d for d in cluster.tp_degrees if profile.has(d)],
             )
         self.degrees = tuple(d for d in cluster.tp_degrees if profile.has(d))
-        self.last_problem: Optional[CapacityProblem] = None
+        self.last_problem: CapacityProblem | None = None
 
     @property
     def max_batch_tokens(self) -> int:
@@ -58,8 +66,9 @@ class Reconfigurator:
         thresholds = tuple(sorted(self.config.tokens_per_step))
         total = sum(k.rate for k in classes)
         mean_tokens = sum(k.rate * k.tokens for k in classes) / total
-        cache, recompute = step_latency_table(self.profile, self.cluster, self.degrees, mean_tokens,
-                                              self.config.block_length)
+        cache, recompute = step_latency_table(
+            self.profile, self.cluster, self.degrees, mean_tokens, self.config.block_length
+        )
         return CapacityProblem(
             classes=tuple(classes),
             thresholds=thresholds,
@@ -73,7 +82,7 @@ class Reconfigurator:
             block_length=self.config.block_length,
         )
 
-    def _stage1(self, pb: CapacityProblem, what: str) -> Optional[CapacityPlan]:
+    def _stage1(self, pb: CapacityProblem, what: str) -> CapacityPlan | None:
         plan = solve_capacity(pb, self.config.time_limit_s, self.config.tiebreak_time_s)
         if plan is None:
             return None
@@ -83,7 +92,7 @@ class Reconfigurator:
             return None
         return plan
 
-    def propose(self, now: float, existing: Sequence[InstanceSpec]) -> Optional[ReconfigPlan]:
+    def propose(self, now: float, existing: Sequence[InstanceSpec]) -> ReconfigPlan | None:
         """A plan to apply now, or None to keep the current configuration."""
         classes = self.monitor.classes(now)
         if not classes or not self.degrees:
@@ -99,13 +108,18 @@ class Reconfigurator:
         if target is None:
             node_counts = all_tp1_node_counts(self.cluster, self.degrees)
             counts = dict(Counter(d for nc in node_counts for d, n in nc.items() for _ in range(n)))
-            log.warning("reconfig at %.1fs: stage 1 infeasible or unsolved; falling back to all TP-%d",
-                        now, min(self.degrees))
+            log.warning(
+                "reconfig at %.1fs: stage 1 infeasible or unsolved; falling back to all TP-%d", now, min(self.degrees)
+            )
             if counts == current_counts:
                 return None
             if existing and capacity_rps(pb, counts) <= current_rps:
-                log.info("reconfig at %.1fs: the fallback %s carries no more than the running %s; keeping "
-                         "the cluster", now, counts, current_counts)
+                log.info(
+                    "reconfig at %.1fs: the fallback %s carries no more than the running %s; keeping the cluster",
+                    now,
+                    counts,
+                    current_counts,
+                )
                 return None
             batch, obj, reason = {}, None, "fallback: stage 1 infeasible"
         else:
@@ -114,22 +128,42 @@ class Reconfigurator:
                 log.info("reconfig at %.1fs: the current cluster is already the best plan", now)
                 return None
             if cur_obj is not None and target.objective < cur_obj * (1 + self.config.min_improvement):
-                log.info("reconfig at %.1fs: objective %.4f vs current %.4f is under the %.0f%% trigger; "
-                         "keeping the cluster", now, target.objective, cur_obj, 100 * self.config.min_improvement)
+                log.info(
+                    "reconfig at %.1fs: objective %.4f vs current %.4f is under the %.0f%% trigger; "
+                    "keeping the cluster",
+                    now,
+                    target.objective,
+                    cur_obj,
+                    100 * self.config.min_improvement,
+                )
                 return None
             need = pb.total_rate * (1 + self.config.capacity_headroom)
             target_rps = capacity_rps(pb, counts)
             if target_rps < need:
-                log.info("reconfig at %.1fs: %s carries %.2f req/s at the lowest threshold, under the %.2f "
-                         "req/s observed with headroom; keeping the cluster", now, counts, target_rps, need)
+                log.info(
+                    "reconfig at %.1fs: %s carries %.2f req/s at the lowest threshold, under the %.2f "
+                    "req/s observed with headroom; keeping the cluster",
+                    now,
+                    counts,
+                    target_rps,
+                    need,
+                )
                 return None
             node_counts, batch, obj = list(target.node_counts), target.batch, target.objective
             reason = "improvement" if cur_obj is not None else "current cluster cannot meet the SLOs"
         plan = self.plan_to(node_counts, existing, batch, obj, cur_obj, reason)
         if cur_obj is not None and obj is not None and not self._pays_back(pb, plan, existing, obj / cur_obj - 1):
             return None
-        log.info("reconfig at %.1fs: %s -> %s (%s): keep %d, launch %d, stop %d",
-                 now, current_counts, counts, reason, len(plan.keep), len(plan.steps), len(plan.stops))
+        log.info(
+            "reconfig at %.1fs: %s -> %s (%s): keep %d, launch %d, stop %d",
+            now,
+            current_counts,
+            counts,
+            reason,
+            len(plan.keep),
+            len(plan.steps),
+            len(plan.stops),
+        )
         return plan
 
     def transition_cost_s(self, pb: CapacityProblem, plan: ReconfigPlan, existing: Sequence[InstanceSpec]) -> float:
@@ -140,31 +174,46 @@ class Reconfigurator:
             return 0.0
         tp_of = {e.instance_id: e.tp for e in existing}
         cfg = self.config
-        drain = cfg.drain_time_s if cfg.drain_time_s is not None else min(
-            (k.slo_s for k in pb.classes if np.isfinite(k.slo_s)), default=0.0)
+        drain = (
+            cfg.drain_time_s
+            if cfg.drain_time_s is not None
+            else min((k.slo_s for k in pb.classes if np.isfinite(k.slo_s)), default=0.0)
+        )
         lost = sum(capacity_rps(pb, {tp_of[i]: 1}) for i in plan.stops if i in tp_of)
         return lost / total * (drain + cfg.launch_time_s)
 
-    def _pays_back(self, pb: CapacityProblem, plan: ReconfigPlan, existing: Sequence[InstanceSpec],
-                   gain: float) -> bool:
+    def _pays_back(
+        self, pb: CapacityProblem, plan: ReconfigPlan, existing: Sequence[InstanceSpec], gain: float
+    ) -> bool:
         """Does the relative objective ``gain``, held for the plan's lifetime, repay the
         capacity lost while it executes? Both sides are in cluster-seconds."""
         cost = self.transition_cost_s(pb, plan, existing)
         earned = gain * self.config.lifetime_s
         if earned <= cost:
-            log.info("reconfig: the plan's %.1f%% gain over %.0fs (%.1f cluster-s) does not repay the %.1f "
-                     "cluster-s its drains and launches cost; keeping the cluster",
-                     100 * gain, self.config.lifetime_s, earned, cost)
+            log.info(
+                "reconfig: the plan's %.1f%% gain over %.0fs (%.1f cluster-s) does not repay the %.1f "
+                "cluster-s its drains and launches cost; keeping the cluster",
+                100 * gain,
+                self.config.lifetime_s,
+                earned,
+                cost,
+            )
             return False
         return True
 
     def plan_to(
-        self, node_counts: Sequence[dict[int, int]], existing: Sequence[InstanceSpec], batch: Optional[dict] = None,
-        objective: Optional[float] = None, current_objective: Optional[float] = None, reason: str = "operator request",
+        self,
+        node_counts: Sequence[dict[int, int]],
+        existing: Sequence[InstanceSpec],
+        batch: dict | None = None,
+        objective: float | None = None,
+        current_objective: float | None = None,
+        reason: str = "operator request",
     ) -> ReconfigPlan:
         """Stage 2 only: the least disruptive plan from ``existing`` to ``node_counts``
         (per node, instances per TP degree), e.g. for an operator-chosen configuration."""
         counts = dict(Counter(d for nc in node_counts for d, n in nc.items() for _ in range(n)))
-        placement = solve_placement(self.cluster.nodes, self.cluster.gpus_per_node, list(node_counts),
-                                    existing, self.config.time_limit_s)
+        placement = solve_placement(
+            self.cluster.nodes, self.cluster.gpus_per_node, list(node_counts), existing, self.config.time_limit_s
+        )
         return build_plan(placement, existing, self.cluster, counts, batch or {}, objective, current_objective, reason)

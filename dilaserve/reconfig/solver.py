@@ -1,4 +1,5 @@
 """Solve a pulp model with HiGHS under a time limit, falling back to CBC."""
+
 from __future__ import annotations
 
 import functools
@@ -7,7 +8,6 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Optional
 
 import pulp
 
@@ -18,7 +18,7 @@ OPTIMAL, FEASIBLE, INFEASIBLE, NO_SOLUTION = "optimal", "feasible", "infeasible"
 
 @dataclass(frozen=True)
 class SolveResult:
-    status: str      # optimal | feasible (time limit hit with an incumbent) | infeasible | no_solution
+    status: str  # optimal | feasible (time limit hit with an incumbent) | infeasible | no_solution
     solver: str
     seconds: float
 
@@ -50,7 +50,7 @@ def _swallow_highs_banner() -> None:
         os.close(saved)
 
 
-def _solvers(time_limit_s: float, rel_gap: Optional[float]):
+def _solvers(time_limit_s: float, rel_gap: float | None):
     _swallow_highs_banner()
     yield "HiGHS", lambda: pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=rel_gap)
     yield "CBC", lambda: pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=rel_gap)
@@ -66,7 +66,7 @@ def _classify(prob: pulp.LpProblem) -> str:
     return NO_SOLUTION
 
 
-def solve(prob: pulp.LpProblem, time_limit_s: float, rel_gap: Optional[float] = None) -> SolveResult:
+def solve(prob: pulp.LpProblem, time_limit_s: float, rel_gap: float | None = None) -> SolveResult:
     """Try HiGHS, then CBC when HiGHS fails or stops without any solution.
 
     ``rel_gap`` is the relative MIP gap at which a solution counts as optimal (solver
@@ -86,9 +86,9 @@ def solve(prob: pulp.LpProblem, time_limit_s: float, rel_gap: Optional[float] = 
         status = _classify(prob)
         if status != NO_SOLUTION:
             if status == FEASIBLE:
-                log.warning("ILP %s: %s hit the %.1fs time limit; using its best solution",
-                            prob.name, name, time_limit_s)
+                log.warning(
+                    "ILP %s: %s hit the %.1fs time limit; using its best solution", prob.name, name, time_limit_s
+                )
             return SolveResult(status, name, time.perf_counter() - t0)
-        log.warning("ILP %s: %s found no solution within %.1fs; trying the fallback",
-                    prob.name, name, time_limit_s)
+        log.warning("ILP %s: %s found no solution within %.1fs; trying the fallback", prob.name, name, time_limit_s)
     return SolveResult(NO_SOLUTION, name, time.perf_counter() - t0)

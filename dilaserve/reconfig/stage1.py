@@ -33,11 +33,12 @@ Lc[d,b] and Lr[d,b] are the cache- and recompute-step latencies of a TP-d instan
 b requests of the workload's mean size. Without caching every step is priced at Lc (and
 R_k = 0).
 """
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import pulp
@@ -73,14 +74,14 @@ class CapacityProblem:
 
     classes: tuple[RequestClass, ...]
     thresholds: tuple[float, ...]
-    tokens_per_step: tuple[float, ...]      # T_c, aligned with thresholds
+    tokens_per_step: tuple[float, ...]  # T_c, aligned with thresholds
     degrees: tuple[int, ...]
     nodes: int
     gpus_per_node: int
     latency: LatencyTable
     slack_weight: float = 1e-3
-    fixed_counts: Optional[Mapping[int, int]] = None
-    recompute_latency: Optional[LatencyTable] = None
+    fixed_counts: Mapping[int, int] | None = None
+    recompute_latency: LatencyTable | None = None
     block_length: int = 0
 
     def batches(self, d: int) -> list[int]:
@@ -108,12 +109,12 @@ class CapacityProblem:
 
 @dataclass(frozen=True)
 class CapacityPlan:
-    counts: dict[int, int]                     # instances per TP degree
-    node_counts: tuple[dict[int, int], ...]    # per node: instances per TP degree
-    batch: dict[int, int]                      # batch size (requests) per TP degree
-    steps_at: np.ndarray                       # s[k, c]
-    steps_on: np.ndarray                       # u[k, d], columns in problem.degrees order
-    recompute_on: np.ndarray                   # r[k, d], the recompute steps among u[k, d]
+    counts: dict[int, int]  # instances per TP degree
+    node_counts: tuple[dict[int, int], ...]  # per node: instances per TP degree
+    batch: dict[int, int]  # batch size (requests) per TP degree
+    steps_at: np.ndarray  # s[k, c]
+    steps_on: np.ndarray  # u[k, d], columns in problem.degrees order
+    recompute_on: np.ndarray  # r[k, d], the recompute steps among u[k, d]
     quality: float
     slack: float
     #: quality + slack_weight x slack: what the solver maximised and the trigger compares.
@@ -143,9 +144,12 @@ def node_patterns(degrees: Sequence[int], gpus_per_node: int, partial: bool = Fa
 
 
 def step_latency_table(
-    profile: LatencyProfile, cluster: ClusterConfig, degrees: Sequence[int],
-    mean_tokens: float, block_length: int,
-) -> tuple[dict[tuple[int, int], float], Optional[dict[tuple[int, int], float]]]:
+    profile: LatencyProfile,
+    cluster: ClusterConfig,
+    degrees: Sequence[int],
+    mean_tokens: float,
+    block_length: int,
+) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], float] | None]:
     """(Lc, Lr): cache- and recompute-step seconds of TP-d batching b requests of
     ``mean_tokens`` tokens: ``Lc = LP_cache[b B]`` (one block per request) and
     ``Lr = LP_recompute[b mean_tokens]`` (the whole canvas). Without caching
@@ -183,22 +187,22 @@ def _costs(pb: CapacityProblem, batch: Mapping[int, int]) -> tuple[np.ndarray, n
     return np.array(lc), np.array(lr)
 
 
-def class_latency(pb: CapacityProblem, batch: Mapping[int, int], steps_on: np.ndarray,
-                  recompute_on: np.ndarray) -> np.ndarray:
+def class_latency(
+    pb: CapacityProblem, batch: Mapping[int, int], steps_on: np.ndarray, recompute_on: np.ndarray
+) -> np.ndarray:
     """t_k: seconds of a class-k request, its cache steps at Lc and recompute steps at Lr."""
     lc, lr = _costs(pb, batch)
     return (steps_on - recompute_on) @ lc + recompute_on @ lr
 
 
-def slack_of(pb: CapacityProblem, batch: Mapping[int, int], steps_on: np.ndarray,
-             recompute_on: np.ndarray) -> float:
+def slack_of(pb: CapacityProblem, batch: Mapping[int, int], steps_on: np.ndarray, recompute_on: np.ndarray) -> float:
     slo = np.array([k.slo_s for k in pb.classes])
     t = class_latency(pb, batch, steps_on, recompute_on)
     frac = np.where(np.isfinite(slo), 1.0 - t / np.where(np.isfinite(slo), slo, 1.0), 1.0)
     return float(_weights(pb) @ frac)
 
 
-def capacity_rps(pb: CapacityProblem, counts: Mapping[int, int], threshold: Optional[float] = None) -> float:
+def capacity_rps(pb: CapacityProblem, counts: Mapping[int, int], threshold: float | None = None) -> float:
     """Requests/s of the class mix that ``counts`` instances carry with every step at
     ``threshold`` (default: the lowest candidate, the most the control plane can squeeze
     out), each degree at its best batch and running the mix in proportion.
@@ -226,8 +230,8 @@ def capacity_rps(pb: CapacityProblem, counts: Mapping[int, int], threshold: Opti
 
 
 def solve_capacity(
-    pb: CapacityProblem, time_limit_s: float, tiebreak_time_s: Optional[float] = None
-) -> Optional[CapacityPlan]:
+    pb: CapacityProblem, time_limit_s: float, tiebreak_time_s: float | None = None
+) -> CapacityPlan | None:
     """Build and solve stage 1; None when it is infeasible or no solver found a solution.
 
     The slack tie-break solve gets ``tiebreak_time_s`` (default: what is left of the time
@@ -310,8 +314,11 @@ def solve_capacity(
         if second is not None and not check_capacity_plan(pb, second) and second.slack > plan.slack:
             plan = second
         else:
-            log.info("stage 1: the slack tie-break solve (%s, %s) found nothing better than the first "
-                     "solution; keeping it", res2.status, res2.solver)
+            log.info(
+                "stage 1: the slack tie-break solve (%s, %s) found nothing better than the first solution; keeping it",
+                res2.status,
+                res2.solver,
+            )
             plan = CapacityPlan(**{**plan.__dict__, "solve": total})
     return plan
 
@@ -330,9 +337,16 @@ def _read_plan(pb: CapacityProblem, prob: pulp.LpProblem, pats, m, z, s, u, r, r
     recompute_on = np.array([[val(r[k, d]) for d in D] for k in K])
     quality, slack = quality_of(pb, steps_at), slack_of(pb, batch, steps_on, recompute_on)
     return CapacityPlan(
-        counts=counts, node_counts=tuple(nodes), batch=batch, steps_at=steps_at, steps_on=steps_on,
-        recompute_on=recompute_on, quality=quality, slack=slack,
-        objective=quality + pb.slack_weight * slack, solve=res,
+        counts=counts,
+        node_counts=tuple(nodes),
+        batch=batch,
+        steps_at=steps_at,
+        steps_on=steps_on,
+        recompute_on=recompute_on,
+        quality=quality,
+        slack=slack,
+        objective=quality + pb.slack_weight * slack,
+        solve=res,
     )
 
 

@@ -9,11 +9,12 @@ node (TP-d at GPUs [j d, (j + 1) d)) plus the GPU set of each running instance.
   each TP degree d   exactly N_d chosen slots
   maximise           chosen slots that hold a running instance (kept instances)
 """
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
 
 import pulp
 
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 class Slot:
     node: int
     gpus: tuple[int, ...]
-    existing: Optional[str] = None   # the running instance that occupies exactly this slot
+    existing: str | None = None  # the running instance that occupies exactly this slot
 
     @property
     def tp(self) -> int:
@@ -36,10 +37,10 @@ class Slot:
 
 @dataclass(frozen=True)
 class Placement:
-    keep: tuple[str, ...]       # running instances that survive
-    launch: tuple[Slot, ...]    # new instances to start
-    method: str                 # "ilp" or "greedy"
-    solve: Optional[SolveResult] = None
+    keep: tuple[str, ...]  # running instances that survive
+    launch: tuple[Slot, ...]  # new instances to start
+    method: str  # "ilp" or "greedy"
+    solve: SolveResult | None = None
 
 
 def candidate_slots(
@@ -58,8 +59,11 @@ def candidate_slots(
 
 
 def solve_placement(
-    nodes: int, gpus_per_node: int, node_counts: Sequence[Mapping[int, int]],
-    existing: Sequence[InstanceSpec], time_limit_s: float,
+    nodes: int,
+    gpus_per_node: int,
+    node_counts: Sequence[Mapping[int, int]],
+    existing: Sequence[InstanceSpec],
+    time_limit_s: float,
 ) -> Placement:
     """ILP placement for the totals of ``node_counts``; the greedy placement if the ILP fails."""
     targets: dict[int, int] = {}
@@ -86,7 +90,8 @@ def solve_placement(
         placement = Placement(
             keep=tuple(s.existing for s in chosen if s.existing),
             launch=tuple(Slot(s.node, s.gpus) for s in chosen if not s.existing),
-            method="ilp", solve=res,
+            method="ilp",
+            solve=res,
         )
         problems = check_placement(nodes, gpus_per_node, targets, existing, placement)
         if not problems:
@@ -97,9 +102,9 @@ def solve_placement(
     return greedy_placement(gpus_per_node, node_counts, existing)
 
 
-def _first_fit(free: list[bool], d: int) -> Optional[int]:
+def _first_fit(free: list[bool], d: int) -> int | None:
     for start in range(0, len(free) - d + 1, d):
-        if all(free[start:start + d]):
+        if all(free[start : start + d]):
             return start
     return None
 
@@ -131,7 +136,7 @@ def greedy_placement(
                 if start is None:
                     ok = False
                     break
-                free[start:start + d] = [False] * d
+                free[start : start + d] = [False] * d
                 new.append(Slot(n, tuple(range(start, start + d))))
             if ok:
                 keep += kept
@@ -141,8 +146,11 @@ def greedy_placement(
 
 
 def check_placement(
-    nodes: int, gpus_per_node: int, targets: Mapping[int, int],
-    existing: Sequence[InstanceSpec], placement: Placement,
+    nodes: int,
+    gpus_per_node: int,
+    targets: Mapping[int, int],
+    existing: Sequence[InstanceSpec],
+    placement: Placement,
 ) -> list[str]:
     """Every violated stage-2 constraint, recomputed from the placement alone."""
     bad: list[str] = []

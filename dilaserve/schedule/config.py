@@ -1,8 +1,8 @@
 """Configuration of the global scheduler."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -16,7 +16,7 @@ class SchedulerConfig:
             (empty cluster, deferral), so an overload does not flood the log.
     """
 
-    max_request_tokens: Optional[int] = None
+    max_request_tokens: int | None = None
     warn_interval_s: float = 5.0
 
     def __post_init__(self) -> None:

@@ -6,10 +6,11 @@ profile, control and cluster settings, reconfiguration, the quality table's accu
 backend. The HTTP server and the simulator both call it, so a policy decides the same way
 against real and simulated instances (docs/architecture.md, "One control plane").
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Optional
 
 from dilaserve.cluster.base import Backend
 from dilaserve.control.config import ControlConfig
@@ -28,29 +29,31 @@ from dilaserve.schedule.scheduler import GlobalScheduler
 @dataclass(frozen=True)
 class ControlPlaneSpec:
     """Attributes:
-        profile: step latency per TP degree.
-        control: candidate thresholds, quality budget, admission margin, step law.
-        cluster: nodes, GPUs per node, TP degrees and batch limits reconfiguration plans for.
-        reconfig: reconfiguration settings; None never reconfigures (whatever the policy).
-        monitor: how the workload monitor groups and counts requests.
-        accuracy: measured accuracy per candidate threshold (the quality budget's input).
-        scheduler: scheduler settings that are not part of a policy.
+    profile: step latency per TP degree.
+    control: candidate thresholds, quality budget, admission margin, step law.
+    cluster: nodes, GPUs per node, TP degrees and batch limits reconfiguration plans for.
+    reconfig: reconfiguration settings; None never reconfigures (whatever the policy).
+    monitor: how the workload monitor groups and counts requests.
+    accuracy: measured accuracy per candidate threshold (the quality budget's input).
+    scheduler: scheduler settings that are not part of a policy.
     """
 
     profile: LatencyProfile
     control: ControlConfig
     cluster: ClusterConfig
-    reconfig: Optional[ReconfigConfig] = None
+    reconfig: ReconfigConfig | None = None
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
-    accuracy: Optional[Mapping[float, float]] = None
+    accuracy: Mapping[float, float] | None = None
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
 
 def build_control_plane(
-    backend: Backend, policy: SchedulerPolicy | str, spec: ControlPlaneSpec,
-    predictor: Optional[StepPredictor] = None,
-    on_outcome: Optional[Callable[[RequestOutcome], None]] = None,
-    observer: Optional[SchedulerObserver] = None,
+    backend: Backend,
+    policy: SchedulerPolicy | str,
+    spec: ControlPlaneSpec,
+    predictor: StepPredictor | None = None,
+    on_outcome: Callable[[RequestOutcome], None] | None = None,
+    observer: SchedulerObserver | None = None,
 ) -> GlobalScheduler:
     """The scheduler for ``policy`` over ``backend``, with a reconfigurator when both the
     policy and the spec reconfigure. ``predictor`` is ignored by fixed-threshold policies;
@@ -60,7 +63,14 @@ def build_control_plane(
     if pol.reconfig and spec.reconfig is not None:
         reconfigurator = Reconfigurator(spec.cluster, spec.profile, spec.reconfig, WorkloadMonitor(spec.monitor))
     return GlobalScheduler(
-        backend, spec.profile, pol, control=spec.control, config=spec.scheduler,
-        predictor=predictor if pol.selection != "fixed" else None, reconfigurator=reconfigurator,
-        on_outcome=on_outcome, accuracy=spec.accuracy, observer=observer,
+        backend,
+        spec.profile,
+        pol,
+        control=spec.control,
+        config=spec.scheduler,
+        predictor=predictor if pol.selection != "fixed" else None,
+        reconfigurator=reconfigurator,
+        on_outcome=on_outcome,
+        accuracy=spec.accuracy,
+        observer=observer,
     )

@@ -4,10 +4,10 @@ Backend events (step finished, instance ready or stopped) are defined with the b
 interface; this module adds the two that come from elsewhere: arrivals (frontend or
 workload) and reconfiguration ticks (a timer).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Union
 
 from dilaserve.cluster.base import InstanceReady, InstanceStopped, StepFinished
 from dilaserve.control.request import TrackedRequest
@@ -24,7 +24,7 @@ class ReconfigTick:
     time: float
 
 
-Event = Union[RequestArrived, StepFinished, InstanceReady, InstanceStopped, ReconfigTick]
+Event = RequestArrived | StepFinished | InstanceReady | InstanceStopped | ReconfigTick
 
 
 @dataclass(frozen=True)
@@ -40,9 +40,9 @@ class RequestOutcome:
     arrival: float
     deadline: float
     time: float
-    reason: Optional[str] = None
+    reason: str | None = None
     late_on_arrival: bool = False
-    retry_after_s: Optional[float] = None
+    retry_after_s: float | None = None
 
     @property
     def latency(self) -> float:

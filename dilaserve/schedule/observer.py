@@ -4,6 +4,7 @@ The scheduler calls a :class:`SchedulerObserver`'s hooks as it handles events; t
 watcher never rebinds the backend's event sink or diffs the scheduler's counters. Every
 hook defaults to doing nothing, so an observer overrides only what it needs.
 """
+
 from __future__ import annotations
 
 from dilaserve.cluster.base import StepFinished

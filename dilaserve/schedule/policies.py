@@ -14,10 +14,10 @@ controller's, :mod:`dilaserve.control.policies`). Two families:
 together they trace the static speed-quality frontier an adaptive policy must beat
 (docs/architecture.md, evaluation method).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional
 
 from dilaserve.control.config import ControlConfig
 from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
@@ -32,32 +32,32 @@ def fixed_policy_name(threshold: float) -> str:
 @dataclass(frozen=True)
 class SchedulerPolicy:
     """Attributes:
-        name: registry name.
-        dispatch: dispatch policy name (``lowest_latency``, ``least_tokens``).
-        migration: migration policy name (``lowest_latency``, ``load_balance``, ``none``).
-        migration_point: when a request may move (``recompute``: before recompute steps,
-            i.e. any step without caching; ``any``: between any two steps).
-        filters: instance filter names; an instance must pass all of them.
-        selection: threshold selection (``fixed``: every request at the fixed threshold;
-            ``paper``: the highest threshold predicted to make the SLO, else the lowest;
-            ``keep_quality``: the same, else the highest allowed).
-        load_control: how thresholds are capped so in-flight work fits the cluster
-            (``none``, ``paper``, ``feasible_prefix``); ignored by fixed selection.
-        admission: ``all``, or ``slo`` (refuse arrivals predicted to miss their SLO even at
-            their lowest allowed threshold: HTTP 429 in serving, a miss in evaluation).
-        quality_budget: limit the candidate thresholds by ``ControlConfig.quality_budget``
-            and the model's measured threshold-quality table.
-        step_pricing: how remaining steps are priced (``paper``, or ``mixed_batch``: a step
-            also pays the other pass its batch-mates trigger).
-        calibrate: correct step predictions online by what finished requests really took.
-        reconfig: act on reconfiguration ticks (two-stage ILP); False keeps the cluster static.
-        predictor: the kind of step predictor required (``learned``: any, ``oneshot``,
-            ``oracle``); None when thresholds are fixed.
-        refresh_every_steps: overrides ``ControlConfig.refresh_every_steps`` (the oracle
-            refreshes every step, since true values need no scaling).
-        fixed_threshold: overrides ``ControlConfig.fixed_threshold``, the threshold of a
-            policy without SLO-aware thresholds (None: use the config's); must be one of
-            ``ControlConfig.thresholds``.
+    name: registry name.
+    dispatch: dispatch policy name (``lowest_latency``, ``least_tokens``).
+    migration: migration policy name (``lowest_latency``, ``load_balance``, ``none``).
+    migration_point: when a request may move (``recompute``: before recompute steps,
+        i.e. any step without caching; ``any``: between any two steps).
+    filters: instance filter names; an instance must pass all of them.
+    selection: threshold selection (``fixed``: every request at the fixed threshold;
+        ``paper``: the highest threshold predicted to make the SLO, else the lowest;
+        ``keep_quality``: the same, else the highest allowed).
+    load_control: how thresholds are capped so in-flight work fits the cluster
+        (``none``, ``paper``, ``feasible_prefix``); ignored by fixed selection.
+    admission: ``all``, or ``slo`` (refuse arrivals predicted to miss their SLO even at
+        their lowest allowed threshold: HTTP 429 in serving, a miss in evaluation).
+    quality_budget: limit the candidate thresholds by ``ControlConfig.quality_budget``
+        and the model's measured threshold-quality table.
+    step_pricing: how remaining steps are priced (``paper``, or ``mixed_batch``: a step
+        also pays the other pass its batch-mates trigger).
+    calibrate: correct step predictions online by what finished requests really took.
+    reconfig: act on reconfiguration ticks (two-stage ILP); False keeps the cluster static.
+    predictor: the kind of step predictor required (``learned``: any, ``oneshot``,
+        ``oracle``); None when thresholds are fixed.
+    refresh_every_steps: overrides ``ControlConfig.refresh_every_steps`` (the oracle
+        refreshes every step, since true values need no scaling).
+    fixed_threshold: overrides ``ControlConfig.fixed_threshold``, the threshold of a
+        policy without SLO-aware thresholds (None: use the config's); must be one of
+        ``ControlConfig.thresholds``.
     """
 
     name: str
@@ -72,9 +72,9 @@ class SchedulerPolicy:
     step_pricing: str = "mixed_batch"
     calibrate: bool = True
     reconfig: bool = True
-    predictor: Optional[str] = "learned"
-    refresh_every_steps: Optional[int] = None
-    fixed_threshold: Optional[float] = None
+    predictor: str | None = "learned"
+    refresh_every_steps: int | None = None
+    fixed_threshold: float | None = None
 
     def control_for(self, control: ControlConfig) -> ControlConfig:
         """``control`` with this policy's overrides applied."""
@@ -91,12 +91,22 @@ class SchedulerPolicy:
 
 policies: Registry[SchedulerPolicy] = Registry("scheduler policy")
 
-_FIXED = dict(selection="fixed", load_control="none", admission="all", quality_budget=False, reconfig=False,
-              predictor=None)
+_FIXED = dict(
+    selection="fixed", load_control="none", admission="all", quality_budget=False, reconfig=False, predictor=None
+)
 DILASERVE = policies.add("dilaserve", SchedulerPolicy("dilaserve"))
-PAPER = policies.add("dilaserve-paper", SchedulerPolicy(
-    "dilaserve-paper", selection="paper", load_control="paper", admission="all", quality_budget=False,
-    step_pricing="paper", calibrate=False))
+PAPER = policies.add(
+    "dilaserve-paper",
+    SchedulerPolicy(
+        "dilaserve-paper",
+        selection="paper",
+        load_control="paper",
+        admission="all",
+        quality_budget=False,
+        step_pricing="paper",
+        calibrate=False,
+    ),
+)
 policies.add("infaas", SchedulerPolicy("infaas", dispatch="least_tokens", migration="none", **_FIXED))
 policies.add("llumnix", SchedulerPolicy("llumnix", dispatch="least_tokens", migration="load_balance", **_FIXED))
 
@@ -140,5 +150,5 @@ def _fixed_at(threshold: float) -> SchedulerPolicy:
 FIXED_POLICIES: tuple[str, ...] = tuple(_fixed_at(t).name for t in CANDIDATE_THRESHOLDS)
 
 
-def get_policy(policy: "SchedulerPolicy | str") -> SchedulerPolicy:
+def get_policy(policy: SchedulerPolicy | str) -> SchedulerPolicy:
     return policies.get(policy) if isinstance(policy, str) else policy

@@ -4,9 +4,8 @@ Per-instance numbers (TP degree, tokens and requests in the batch, batch limit, 
 accepts new work) live in numpy arrays indexed by slot, so selecting an instance among
 dozens is a few vector operations rather than a Python loop.
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import numpy as np
 
@@ -15,8 +14,8 @@ from dilaserve.cluster.base import InstanceSpec
 
 class InstancePool:
     def __init__(self, capacity: int = 16):
-        self.ids: list[Optional[str]] = []
-        self.specs: list[Optional[InstanceSpec]] = []
+        self.ids: list[str | None] = []
+        self.specs: list[InstanceSpec | None] = []
         # Request ids per slot, in assignment order: a dict rather than a set so that batch
         # (and so migration) order does not depend on string hashing, and runs repeat exactly.
         self.members: list[dict[str, None]] = []
@@ -26,19 +25,29 @@ class InstancePool:
         self.tokens = np.zeros(0)
         self.n_reqs = np.zeros(0, dtype=np.int64)
         self.max_batch = np.zeros(0)
-        self.active = np.zeros(0, dtype=bool)     # slot holds an instance
-        self.ready = np.zeros(0, dtype=bool)      # launched and able to step
-        self.draining = np.zeros(0, dtype=bool)   # takes no new requests
-        self.usable = np.zeros(0, dtype=bool)     # the latency profile covers its TP degree
-        self.busy = np.zeros(0, dtype=bool)       # a step is in flight
+        self.active = np.zeros(0, dtype=bool)  # slot holds an instance
+        self.ready = np.zeros(0, dtype=bool)  # launched and able to step
+        self.draining = np.zeros(0, dtype=bool)  # takes no new requests
+        self.usable = np.zeros(0, dtype=bool)  # the latency profile covers its TP degree
+        self.busy = np.zeros(0, dtype=bool)  # a step is in flight
         self.accepting = np.zeros(0, dtype=bool)  # ready & usable & not draining
-        self._groups: Optional[dict[int, np.ndarray]] = None
+        self._groups: dict[int, np.ndarray] | None = None
         self._grow(capacity)
 
     def _grow(self, n: int) -> None:
         old = len(self.ids)
-        for name in ("tp", "tokens", "n_reqs", "max_batch", "active", "ready", "draining",
-                     "usable", "busy", "accepting"):
+        for name in (
+            "tp",
+            "tokens",
+            "n_reqs",
+            "max_batch",
+            "active",
+            "ready",
+            "draining",
+            "usable",
+            "busy",
+            "accepting",
+        ):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros(n, dtype=arr.dtype)]))
         self.ids += [None] * n

@@ -7,16 +7,22 @@ thresholds of the requests it placed or moved, and (4) submits a step to every i
 instance that holds requests. The same object serves real and simulated clusters; it only
 talks to the :class:`~dilaserve.cluster.base.Backend` interface.
 """
+
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from typing import Callable, Iterable, Mapping, Optional, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from dilaserve.cluster.base import (
-    Backend, InstanceReady, InstanceSpec, InstanceStopped, StepAssignment, StepFinished,
+    Backend,
+    InstanceReady,
+    InstanceSpec,
+    InstanceStopped,
+    StepAssignment,
+    StepFinished,
 )
 from dilaserve.control.config import ControlConfig
 from dilaserve.control.controller import ThresholdController
@@ -47,11 +53,11 @@ class GlobalScheduler:
         *,
         control: ControlConfig = ControlConfig(),
         config: SchedulerConfig = SchedulerConfig(),
-        predictor: Optional[StepPredictor] = None,
-        reconfigurator: Optional[Reconfigurator] = None,
-        on_outcome: Optional[Callable[[RequestOutcome], None]] = None,
-        accuracy: Optional[Mapping[float, float]] = None,
-        observer: Optional[SchedulerObserver] = None,
+        predictor: StepPredictor | None = None,
+        reconfigurator: Reconfigurator | None = None,
+        on_outcome: Callable[[RequestOutcome], None] | None = None,
+        accuracy: Mapping[float, float] | None = None,
+        observer: SchedulerObserver | None = None,
     ):
         self.policy = get_policy(policy)
         p = self.policy
@@ -63,9 +69,15 @@ class GlobalScheduler:
         self.backend, self.profile, self.config = backend, profile, config
         control = p.control_for(control)  # a fixed@TAU policy's own threshold
         self.controller = ThresholdController(
-            control, profile, predictor if p.selection != "fixed" else None,
-            selection=p.selection, load_control=p.load_control, admission=p.admission,
-            accuracy=accuracy, apply_quality_budget=p.quality_budget, step_pricing=p.step_pricing,
+            control,
+            profile,
+            predictor if p.selection != "fixed" else None,
+            selection=p.selection,
+            load_control=p.load_control,
+            admission=p.admission,
+            accuracy=accuracy,
+            apply_quality_budget=p.quality_budget,
+            step_pricing=p.step_pricing,
             calibrate=p.calibrate,
             refresh_every_steps=p.refresh_every_steps,
         )
@@ -81,7 +93,7 @@ class GlobalScheduler:
         self.requests: dict[str, TrackedRequest] = {}
         self.deferred: list[TrackedRequest] = []
         self.outcomes: list[RequestOutcome] = []
-        self.executor: Optional[PlanExecutor] = None
+        self.executor: PlanExecutor | None = None
         self.now = 0.0
         self.migrations = 0
         self._last_load_control = -np.inf
@@ -166,10 +178,20 @@ class GlobalScheduler:
         if limit is not None and req.tokens > limit:
             log.warning(
                 "request %s rejected: %d tokens exceed the largest instance batch (%d tokens)",
-                req.request_id, req.tokens, limit,
+                req.request_id,
+                req.tokens,
+                limit,
             )
-            self._emit(RequestOutcome(req.request_id, "rejected", req.arrival, req.deadline, self.now,
-                                      reason=f"needs {req.tokens} tokens > batch limit {limit}"))
+            self._emit(
+                RequestOutcome(
+                    req.request_id,
+                    "rejected",
+                    req.arrival,
+                    req.deadline,
+                    self.now,
+                    reason=f"needs {req.tokens} tokens > batch limit {limit}",
+                )
+            )
             return
         self.controller.admit(req, self.now)
         if self.reconfigurator is not None:
@@ -179,8 +201,17 @@ class GlobalScheduler:
         refusal = self._admission(req, slot) if self.controller.admission_on else None
         if refusal is not None:
             self._warn("admission", "request %s refused: %s", req.request_id, refusal.reason)
-            self._emit(RequestOutcome(req.request_id, "rejected", req.arrival, req.deadline, self.now,
-                                      reason=refusal.reason, retry_after_s=refusal.retry_after_s))
+            self._emit(
+                RequestOutcome(
+                    req.request_id,
+                    "rejected",
+                    req.arrival,
+                    req.deadline,
+                    self.now,
+                    reason=refusal.reason,
+                    retry_after_s=refusal.retry_after_s,
+                )
+            )
             return
         self.requests[req.request_id] = req
         self._load_dirty = True
@@ -263,7 +294,7 @@ class GlobalScheduler:
         self._advance_plan()
         return True
 
-    def _admission(self, req: TrackedRequest, slot: Optional[int]):
+    def _admission(self, req: TrackedRequest, slot: int | None):
         """The controller's admission check for ``req`` joining ``slot`` (None: it would wait)."""
         if slot is None:
             return self.controller.check_admission(req, None, self.now)
@@ -313,7 +344,9 @@ class GlobalScheduler:
         if not len(self.pool):
             self._warn("empty", "no instances in the cluster: deferring request %s until one is ready", req.request_id)
         else:
-            self._warn("defer", "no instance has room for request %s (%d tokens): deferring it", req.request_id, req.tokens)
+            self._warn(
+                "defer", "no instance has room for request %s (%d tokens): deferring it", req.request_id, req.tokens
+            )
         self.deferred.append(req)
 
     def _place_deferred(self, touched: set[int], placed: list[TrackedRequest]) -> None:
@@ -353,8 +386,9 @@ class GlobalScheduler:
             if req.instance is not None:
                 by_slot[self.pool.slot_of[req.instance]].append(req)
         for s, reqs in by_slot.items():
-            self.controller.select(reqs, int(self.pool.tp[s]), float(self.pool.tokens[s]),
-                                   int(self.pool.n_reqs[s]), self.now)
+            self.controller.select(
+                reqs, int(self.pool.tp[s]), float(self.pool.tokens[s]), int(self.pool.n_reqs[s]), self.now
+            )
 
     # ============================================================ execution
     def _kick(self, slot: int) -> None:
@@ -362,8 +396,9 @@ class GlobalScheduler:
         if not (pool.active[slot] and pool.ready[slot]) or pool.busy[slot] or not pool.members[slot]:
             return
         thr = self.controller.config.thresholds  # plain floats, the candidates ascending
-        batch = [StepAssignment(r.state, thr[r.threshold_index])
-                 for r in (self.requests[rid] for rid in pool.members[slot])]
+        batch = [
+            StepAssignment(r.state, thr[r.threshold_index]) for r in (self.requests[rid] for rid in pool.members[slot])
+        ]
         pool.busy[slot] = True
         self.backend.submit_step(pool.ids[slot], batch)
 
@@ -373,8 +408,11 @@ class GlobalScheduler:
         self.controller.on_finish(req)
         del self.requests[req.request_id]
         self._load_dirty = True
-        self._emit(RequestOutcome(req.request_id, "finished", req.arrival, req.deadline, self.now,
-                                  late_on_arrival=req.late_on_arrival))
+        self._emit(
+            RequestOutcome(
+                req.request_id, "finished", req.arrival, req.deadline, self.now, late_on_arrival=req.late_on_arrival
+            )
+        )
 
     def _emit(self, outcome: RequestOutcome) -> None:
         self.outcomes.append(outcome)
@@ -387,8 +425,12 @@ class GlobalScheduler:
         if not usable:
             log.error(
                 "instance %s is TP-%d but profile %r covers TP %s: it will get no requests; "
-                "profile TP-%d or remove it from the cluster", spec.instance_id, spec.tp,
-                self.profile.name, list(self.profile.tp_degrees), spec.tp,
+                "profile TP-%d or remove it from the cluster",
+                spec.instance_id,
+                spec.tp,
+                self.profile.name,
+                list(self.profile.tp_degrees),
+                spec.tp,
             )
         self.pool.add(spec, usable)
         self._max_batch_seen = max(self._max_batch_seen, spec.max_batch_tokens)
@@ -410,8 +452,12 @@ class GlobalScheduler:
                 log.info("reconfig: stopping %s", action.instance_id)
                 self.backend.stop_instance(action.instance_id)
             elif isinstance(action, Launch):
-                log.info("reconfig: launching %s (TP-%d on node %d)", action.spec.instance_id,
-                         action.spec.tp, action.spec.node)
+                log.info(
+                    "reconfig: launching %s (TP-%d on node %d)",
+                    action.spec.instance_id,
+                    action.spec.tp,
+                    action.spec.node,
+                )
                 self._launch(action.spec)
 
     def _idle(self, instance_id: str) -> bool:
@@ -419,7 +465,7 @@ class GlobalScheduler:
         return slot is None or self.pool.idle_empty(slot)
 
     # ================================================================ misc
-    def _request_limit(self) -> Optional[int]:
+    def _request_limit(self) -> int | None:
         if self.config.max_request_tokens is not None:
             return self.config.max_request_tokens
         limits = [self._max_batch_seen] if self._max_batch_seen else []

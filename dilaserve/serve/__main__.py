@@ -6,6 +6,7 @@ cluster of CPU instances (two TP-1 instances, reconfigurable to one TP-2).
     curl http://127.0.0.1:8000/v1/completions -H 'Content-Type: application/json' \\
       -d '{"model": "dila-tiny", "prompt": "list : c a f b", "max_tokens": 32, "slo_ms": 5000}'
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,8 +36,13 @@ def main(argv=None) -> int:
     started_ray = connect_ray(cfg)
     try:
         # uvicorn turns SIGINT/SIGTERM into a graceful shutdown: the lifespan drains the runtime.
-        uvicorn.run(build_app(runtime), host=cfg.host, port=cfg.port, log_level=cfg.log_level,
-                    timeout_graceful_shutdown=int(cfg.drain_timeout_s) + 5)
+        uvicorn.run(
+            build_app(runtime),
+            host=cfg.host,
+            port=cfg.port,
+            log_level=cfg.log_level,
+            timeout_graceful_shutdown=int(cfg.drain_timeout_s) + 5,
+        )
     finally:
         if not ray_local.disconnect(started_ray):
             # Ray's exit hook would wait a minute on the dead GCS, then print an error: skip it.

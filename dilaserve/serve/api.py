@@ -6,6 +6,7 @@ off by default: it changes the cluster), ``POST /admin/reconfigure`` applies an 
 configuration live, e.g. ``{"node_counts": [{"2": 1}]}`` for one TP-2 instance on node 0
 (see :func:`~dilaserve.serve.runtime.reconfigure_to`); ``bench chaos`` uses it.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -13,16 +14,16 @@ import json
 import logging
 import math
 import os
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Optional, Union
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .protocol import ChatCompletionRequest, CompletionRequest, DecodeInfo, Usage, error_body, new_id, now
 from .errors import BadRequest, ServeError
+from .protocol import ChatCompletionRequest, CompletionRequest, DecodeInfo, Usage, error_body, new_id, now
 from .runtime import Generation, RequestHandle, ServingRuntime, reconfigure_to
 
 log = logging.getLogger(__name__)
@@ -31,20 +32,30 @@ log = logging.getLogger(__name__)
 ADMIN_ENV = "DILASERVE_ADMIN_API"
 
 
-def _error(status: int, message: str, type_: str, param: Optional[str] = None,
-           retry_after_s: Optional[float] = None) -> JSONResponse:
+def _error(
+    status: int, message: str, type_: str, param: str | None = None, retry_after_s: float | None = None
+) -> JSONResponse:
     headers = {"Retry-After": str(max(1, math.ceil(retry_after_s)))} if retry_after_s is not None else None
     return JSONResponse(error_body(message, type_, param, status), status_code=status, headers=headers)
 
 
 def _usage(g: Generation) -> dict:
-    return Usage(prompt_tokens=g.prompt_tokens, completion_tokens=g.completion_tokens,
-                 total_tokens=g.prompt_tokens + g.completion_tokens).model_dump()
+    return Usage(
+        prompt_tokens=g.prompt_tokens,
+        completion_tokens=g.completion_tokens,
+        total_tokens=g.prompt_tokens + g.completion_tokens,
+    ).model_dump()
 
 
 def _info(g: Generation) -> dict:
-    return DecodeInfo(steps=g.steps, thresholds=g.thresholds, latency_ms=round(g.latency_s * 1000, 1),
-                      slo_ms=round(g.slo_s * 1000, 1), slo_met=g.slo_met, instances=g.instances).model_dump()
+    return DecodeInfo(
+        steps=g.steps,
+        thresholds=g.thresholds,
+        latency_ms=round(g.latency_s * 1000, 1),
+        slo_ms=round(g.slo_s * 1000, 1),
+        slo_met=g.slo_met,
+        instances=g.instances,
+    ).model_dump()
 
 
 def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI:
@@ -69,7 +80,9 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
         msg = first.get("msg", "invalid request")
         if first.get("type") == "json_invalid":
             msg = "the request body is not valid JSON"
-        return _error(400, f"{'.'.join(loc) + ': ' if loc else ''}{msg}", "invalid_request_error", ".".join(loc) or None)
+        return _error(
+            400, f"{'.'.join(loc) + ': ' if loc else ''}{msg}", "invalid_request_error", ".".join(loc) or None
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
@@ -96,27 +109,44 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": runtime.model_name, "object": "model", "created": now(), "owned_by": "dilaserve"}]}
+        return {
+            "object": "list",
+            "data": [{"id": runtime.model_name, "object": "model", "created": now(), "owned_by": "dilaserve"}],
+        }
 
     def _check_model(name: str) -> None:
         if name != runtime.model_name:
-            raise BadRequest(f"unknown model {name!r}; this server serves {runtime.model_name!r} (see /v1/models)", "model")
+            raise BadRequest(
+                f"unknown model {name!r}; this server serves {runtime.model_name!r} (see /v1/models)", "model"
+            )
 
-    async def _run(request: Request, body: Union[CompletionRequest, ChatCompletionRequest], chat: bool):
+    async def _run(request: Request, body: CompletionRequest | ChatCompletionRequest, chat: bool):
         _check_model(body.model)
-        handle = runtime.submit(body.prompt, body.max_tokens, body.slo_ms, body.deadline, body.priority, body.min_threshold)
+        handle = runtime.submit(
+            body.prompt, body.max_tokens, body.slo_ms, body.deadline, body.priority, body.min_threshold
+        )
         rid = new_id("chatcmpl" if chat else "cmpl")
         if body.stream:
             return StreamingResponse(_sse(request, handle, rid, chat), media_type="text/event-stream")
         gen = await _await_or_cancel(request, handle)
         if gen is None:
             return Response(status_code=499)
-        choice = ({"index": 0, "message": {"role": "assistant", "content": gen.text}, "finish_reason": gen.finish_reason}
-                  if chat else {"index": 0, "text": gen.text, "logprobs": None, "finish_reason": gen.finish_reason})
-        return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": now(),
-                "model": runtime.model_name, "choices": [choice], "usage": _usage(gen), "dilaserve": _info(gen)}
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": gen.text}, "finish_reason": gen.finish_reason}
+            if chat
+            else {"index": 0, "text": gen.text, "logprobs": None, "finish_reason": gen.finish_reason}
+        )
+        return {
+            "id": rid,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": now(),
+            "model": runtime.model_name,
+            "choices": [choice],
+            "usage": _usage(gen),
+            "dilaserve": _info(gen),
+        }
 
-    async def _await_or_cancel(request: Request, handle: RequestHandle) -> Optional[Generation]:
+    async def _await_or_cancel(request: Request, handle: RequestHandle) -> Generation | None:
         """Wait for the result; if the client disconnects first, free its slot."""
         while True:
             try:
@@ -129,13 +159,20 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
     async def _sse(request: Request, handle: RequestHandle, rid: str, chat: bool) -> AsyncIterator[bytes]:
         obj = "chat.completion.chunk" if chat else "text_completion"
 
-        def chunk(text: Optional[str], finish: Optional[str] = None, extra: Optional[dict] = None) -> bytes:
+        def chunk(text: str | None, finish: str | None = None, extra: dict | None = None) -> bytes:
             if chat:
                 delta = {"content": text} if text is not None else {}
                 choice = {"index": 0, "delta": delta, "finish_reason": finish}
             else:
                 choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-            payload = {"id": rid, "object": obj, "created": now(), "model": runtime.model_name, "choices": [choice], **(extra or {})}
+            payload = {
+                "id": rid,
+                "object": obj,
+                "created": now(),
+                "model": runtime.model_name,
+                "choices": [choice],
+                **(extra or {}),
+            }
             return f"data: {json.dumps(payload)}\n\n".encode()
 
         try:
@@ -160,6 +197,7 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
             raise
 
     if os.environ.get(ADMIN_ENV) == "1":
+
         @app.post("/admin/reconfigure")
         async def admin_reconfigure(body: dict):
             counts = body.get("node_counts")

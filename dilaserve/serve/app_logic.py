@@ -10,13 +10,13 @@ notebook so that tests can drive it without a browser.
   the model's vocabulary lacks is said in words;
 - the live metrics are rounded, and the SLO attainment waits for a finished request.
 """
+
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 from dilaserve.serve.client import Completion
 from dilaserve.tasks import TASKS, TaskInstance, Verdict, task_suite
@@ -31,7 +31,7 @@ def default_candidates() -> list[float]:
     return sorted(ServeConfig().thresholds)
 
 
-def candidates_from_health(health: Optional[dict]) -> list[float]:
+def candidates_from_health(health: dict | None) -> list[float]:
     """The candidate thresholds from a ``/health`` body; the server's default set when the
     body has none (an older server) or is not a list of numbers."""
     values = (health or {}).get("thresholds")
@@ -77,9 +77,14 @@ class PromptRequest:
     priority: int = 0
 
     @classmethod
-    def from_form(cls, value: dict) -> "PromptRequest":
-        return cls(str(value["prompt"]), float(value["slo_ms"]), int(value["max_tokens"]),
-                   float(value.get("min_threshold") or 0.0), int(value.get("priority") or 0))
+    def from_form(cls, value: dict) -> PromptRequest:
+        return cls(
+            str(value["prompt"]),
+            float(value["slo_ms"]),
+            int(value["max_tokens"]),
+            float(value.get("min_threshold") or 0.0),
+            int(value.get("priority") or 0),
+        )
 
 
 @dataclass(frozen=True)
@@ -87,9 +92,9 @@ class Exchange:
     """A request and what came back: a reply or an error message."""
 
     request: PromptRequest
-    reply: Optional[Completion] = None
-    error: Optional[str] = None
-    server_url: Optional[str] = None
+    reply: Completion | None = None
+    error: str | None = None
+    server_url: str | None = None
 
 
 @dataclass
@@ -101,16 +106,16 @@ class Outbox:
     stops; :meth:`take` then returns None and the page keeps showing :attr:`last`.
     """
 
-    pending: Optional[PromptRequest] = None
-    last: Optional[Exchange] = None
+    pending: PromptRequest | None = None
+    last: Exchange | None = None
     submissions: int = field(default=0)
 
-    def submit(self, request: Optional[PromptRequest]) -> None:
+    def submit(self, request: PromptRequest | None) -> None:
         if request is not None:
             self.pending = request
             self.submissions += 1
 
-    def take(self) -> Optional[PromptRequest]:
+    def take(self) -> PromptRequest | None:
         request, self.pending = self.pending, None
         return request
 
@@ -122,7 +127,7 @@ class Outbox:
 NOT_STARTED = "Start the server first (**start / stop the server**), then send the prompt again."
 
 
-def send_pending(outbox: Outbox, server_url: Optional[str], send) -> Optional[Exchange]:
+def send_pending(outbox: Outbox, server_url: str | None, send) -> Exchange | None:
     """Send the pending submission, if any, with ``send(url, request) -> Completion``.
 
     Returns the exchange to show: the new one, or the last one when nothing is pending. A
@@ -141,8 +146,10 @@ def send_pending(outbox: Outbox, server_url: Optional[str], send) -> Optional[Ex
 
 
 # ---------------------------------------------------------------- describing an answer
-EMPTY_ANSWER = ("_(empty answer: the model wrote end-of-text straight away. It knows only the task "
-                "language; pick an example prompt.)_")
+EMPTY_ANSWER = (
+    "_(empty answer: the model wrote end-of-text straight away. It knows only the task "
+    "language; pick an example prompt.)_"
+)
 
 
 def answer_text(text: str) -> str:
@@ -150,11 +157,13 @@ def answer_text(text: str) -> str:
     return f"`{text}`" if text.strip() else EMPTY_ANSWER
 
 
-def finish_note(finish_reason: Optional[str], max_tokens: int) -> Optional[str]:
+def finish_note(finish_reason: str | None, max_tokens: int) -> str | None:
     """What ``finish_reason`` means for the person reading the answer (None if unknown)."""
     if finish_reason == "length":
-        return (f"**Cut off:** the canvas of {max_tokens} tokens filled before the answer ended; raise "
-                "**max tokens** and send again.")
+        return (
+            f"**Cut off:** the canvas of {max_tokens} tokens filled before the answer ended; raise "
+            "**max tokens** and send again."
+        )
     if finish_reason == "stop":
         return "The answer ended (finish reason `stop`)."
     if finish_reason:
@@ -162,7 +171,7 @@ def finish_note(finish_reason: Optional[str], max_tokens: int) -> Optional[str]:
     return None
 
 
-def canvas_note(request: PromptRequest, inst: Optional[TaskInstance], block_length: Optional[int] = None) -> Optional[str]:
+def canvas_note(request: PromptRequest, inst: TaskInstance | None, block_length: int | None = None) -> str | None:
     """A warning when ``max tokens`` leaves less room than the example's answer needs.
 
     The model sees its canvas and ends early rather than run off it, so a short canvas often
@@ -178,17 +187,19 @@ def canvas_note(request: PromptRequest, inst: Optional[TaskInstance], block_leng
     canvas = block_length * math.ceil(request.max_tokens / block_length)
     if canvas >= inst.gen_length:
         return None
-    return (f"**Canvas too short:** this answer needs {inst.answer_length} tokens and an end-of-text, "
-            f"{inst.gen_length} in whole blocks of {block_length}; max tokens {request.max_tokens} gives "
-            f"{canvas}, so the model ended early. Send it with max tokens {inst.gen_length}.")
+    return (
+        f"**Canvas too short:** this answer needs {inst.answer_length} tokens and an end-of-text, "
+        f"{inst.gen_length} in whole blocks of {block_length}; max tokens {request.max_tokens} gives "
+        f"{canvas}, so the model ended early. Send it with max tokens {inst.gen_length}."
+    )
 
 
-def example_for(prompt: str, examples: dict[str, TaskInstance]) -> Optional[TaskInstance]:
+def example_for(prompt: str, examples: dict[str, TaskInstance]) -> TaskInstance | None:
     """The example whose prompt this is (spaces normalised), if any."""
     return examples.get(" ".join(prompt.split()))
 
 
-def grade(prompt: str, text: str, examples: dict[str, TaskInstance]) -> Optional[Verdict]:
+def grade(prompt: str, text: str, examples: dict[str, TaskInstance]) -> Verdict | None:
     """The verdict when ``prompt`` is one of ``examples`` (whose answers are known); else None."""
     inst = example_for(prompt, examples)
     return TASKS[inst.task].verdict(inst, text) if inst is not None else None
@@ -205,8 +216,11 @@ def step_axis(n_steps: int) -> tuple[tuple[float, float], list[int]]:
 def metric_rows(metrics: dict[str, float]) -> list[dict]:
     """Rows for the metrics table: counters, gauges and sums, rounded. Histogram buckets
     would drown the table, and ``*_created`` are the unix times the series were created."""
-    return [{"metric": k, "value": rounded(float(v))} for k, v in sorted(metrics.items())
-            if "_bucket" not in k and not k.split("{")[0].endswith("_created")]
+    return [
+        {"metric": k, "value": rounded(float(v))}
+        for k, v in sorted(metrics.items())
+        if "_bucket" not in k and not k.split("{")[0].endswith("_created")
+    ]
 
 
 def finished_requests(metrics: dict[str, float]) -> int:

@@ -1,13 +1,13 @@
 """A small HTTP client for a running DiLaServe server: one completion, the ``/metrics`` scrape.
 
-    reply = complete(server.url, "list : c a f b", max_tokens=32, slo_ms=5000)
-    print(reply.text, reply.steps, reply.thresholds)
-    print(fetch_metrics(server.url)["dilaserve:slo_attainment"], health(server.url)["thresholds"])
+reply = complete(server.url, "list : c a f b", max_tokens=32, slo_ms=5000)
+print(reply.text, reply.steps, reply.thresholds)
+print(fetch_metrics(server.url)["dilaserve:slo_attainment"], health(server.url)["thresholds"])
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import httpx
 
@@ -24,16 +24,28 @@ class Completion:
     slo_met: bool
     instances: list[str]
     #: "stop" (the answer ended) or "length" (the canvas filled first); None if not reported.
-    finish_reason: Optional[str] = None
+    finish_reason: str | None = None
 
 
-def complete(url: str, prompt: str, max_tokens: int = 32, slo_ms: Optional[float] = None,
-             priority: int = 0, min_threshold: float = 0.0, model: str = "dila-tiny",
-             timeout_s: float = 300.0) -> Completion:
+def complete(
+    url: str,
+    prompt: str,
+    max_tokens: int = 32,
+    slo_ms: float | None = None,
+    priority: int = 0,
+    min_threshold: float = 0.0,
+    model: str = "dila-tiny",
+    timeout_s: float = 300.0,
+) -> Completion:
     """POST ``/v1/completions`` and return the answer; raises ``RuntimeError`` with the
     server's error message on a non-200 reply."""
-    body = {"model": model, "prompt": prompt, "max_tokens": int(max_tokens), "priority": int(priority),
-            "min_threshold": float(min_threshold)}
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": int(max_tokens),
+        "priority": int(priority),
+        "min_threshold": float(min_threshold),
+    }
     if slo_ms:
         body["slo_ms"] = float(slo_ms)
     r = httpx.post(url + "/v1/completions", json=body, timeout=timeout_s)
@@ -50,12 +62,19 @@ def parse_completion(body: dict) -> Completion:
     """A ``/v1/completions`` body as a :class:`Completion`. ``finish_reason`` is read
     defensively: a server that does not report it gives None."""
     info, choice = body["dilaserve"], body["choices"][0]
-    return Completion(choice["text"], int(info["steps"]), list(info["thresholds"]),
-                      float(info["latency_ms"]), float(info["slo_ms"]), bool(info["slo_met"]),
-                      list(info["instances"]), choice.get("finish_reason"))
+    return Completion(
+        choice["text"],
+        int(info["steps"]),
+        list(info["thresholds"]),
+        float(info["latency_ms"]),
+        float(info["slo_ms"]),
+        bool(info["slo_met"]),
+        list(info["instances"]),
+        choice.get("finish_reason"),
+    )
 
 
-def health(url: str, timeout_s: float = 5.0) -> Optional[dict]:
+def health(url: str, timeout_s: float = 5.0) -> dict | None:
     """The ``/health`` body (model, policy, candidate thresholds, ...), or None if the server
     is not healthy or unreachable."""
     try:

@@ -10,10 +10,10 @@ documented ``--kebab-case`` flag (:mod:`dilaserve.utils.cli`), validated by the 
 that owns it; only what the server fills from the pipeline's artifacts (the step law,
 the tokens-per-step table) or from its own flags (the block length) is not a flag.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from dilaserve.control.config import ControlConfig
 from dilaserve.engine import DEFAULT_CHECKPOINT
@@ -25,7 +25,7 @@ from dilaserve.utils.cli import nested, option
 SERVE_RECONFIG_INTERVAL_S = 60.0
 
 
-def reconfig_or_off(**fields) -> Optional[ReconfigConfig]:
+def reconfig_or_off(**fields) -> ReconfigConfig | None:
     """``--reconfig-interval-s 0`` switches reconfiguration off (no reconfigurator)."""
     return None if fields.get("interval_s") == 0 else ReconfigConfig(**fields)
 
@@ -35,7 +35,7 @@ class ServeConfig:
     """``python -m dilaserve.serve`` options."""
 
     model: str = option(str(DEFAULT_CHECKPOINT), "checkpoint folder to serve (the embedded default model by default)")
-    served_model_name: Optional[str] = option(None, "model name in the API (default: the checkpoint folder's name)")
+    served_model_name: str | None = option(None, "model name in the API (default: the checkpoint folder's name)")
     host: str = option("127.0.0.1", "address to listen on")
     port: int = option(8000, "port to listen on")
     device: str = option("cpu", "cpu (instances use CPU slots, gloo) or cuda (GPUs, NCCL)")
@@ -44,24 +44,31 @@ class ServeConfig:
     tp_degrees: list[int] = option([1, 2], "tensor-parallel degrees reconfiguration may use")
     initial_tp: int = option(1, "TP degree of the instances launched at start (the cluster starts uniform)")
     default_slo_ms: float = option(20000.0, "SLO for requests that send neither slo_ms nor deadline")
-    policy: str = option("dilaserve", "scheduling policy: dilaserve, dilaserve-paper, infaas, llumnix, fixed@TAU "
-                         "or an ablation")
+    policy: str = option(
+        "dilaserve", "scheduling policy: dilaserve, dilaserve-paper, infaas, llumnix, fixed@TAU or an ablation"
+    )
     max_batch_tokens: int = option(4096, "tokens one instance may hold in its batch")
     max_queue: int = option(256, "requests in flight (running + waiting) before new ones get HTTP 429")
     default_max_tokens: int = option(64, "generation length when a request sends no max_tokens")
     block_length: int = option(32, "denoising block length")
     artifacts: str = option("data/artifacts", "folder with the pipeline's predictor and latency profiles")
-    ray_address: Optional[str] = option(None, "join an existing Ray cluster (default: start a local one)")
+    ray_address: str | None = option(None, "join an existing Ray cluster (default: start a local one)")
     torch_threads: int = option(1, "intra-op threads per CPU worker")
-    drain_timeout_s: float = option(30.0, "on SIGINT/SIGTERM, wait this long for in-flight requests before failing them")
+    drain_timeout_s: float = option(
+        30.0, "on SIGINT/SIGTERM, wait this long for in-flight requests before failing them"
+    )
     log_level: str = option("info", "logging level")
     # The per-concern configs; the step law comes from the artifacts at start-up.
     control: ControlConfig = nested(ControlConfig, exclude=("step_law",))
-    reconfig: Optional[ReconfigConfig] = nested(
-        ReconfigConfig, prefix="reconfig", exclude=("tokens_per_step", "block_length"),
-        defaults={"interval_s": SERVE_RECONFIG_INTERVAL_S}, build=reconfig_or_off,
+    reconfig: ReconfigConfig | None = nested(
+        ReconfigConfig,
+        prefix="reconfig",
+        exclude=("tokens_per_step", "block_length"),
+        defaults={"interval_s": SERVE_RECONFIG_INTERVAL_S},
+        build=reconfig_or_off,
         help="reconfiguration (--reconfig-interval-s 0 switches it off); its tokens per step come from the "
-             "step law, its block length from --block-length")
+        "step law, its block length from --block-length",
+    )
     monitor: MonitorConfig = nested(MonitorConfig, prefix="monitor")
     scheduler: SchedulerConfig = nested(SchedulerConfig)
 
@@ -75,7 +82,9 @@ class ServeConfig:
         if any(tp < 1 or tp & (tp - 1) for tp in self.tp_degrees):
             raise ValueError(f"--tp-degrees must be powers of two, got {self.tp_degrees}: e.g. --tp-degrees 1 2")
         if self.initial_tp not in self.tp_degrees or self.initial_tp > min(self.slots_per_node, self.num_slots):
-            raise ValueError(f"--initial-tp {self.initial_tp} must be one of --tp-degrees {self.tp_degrees} and fit on a node")
+            raise ValueError(
+                f"--initial-tp {self.initial_tp} must be one of --tp-degrees {self.tp_degrees} and fit on a node"
+            )
         if self.default_slo_ms <= 0:
             raise ValueError(f"--default-slo-ms {self.default_slo_ms} must be positive milliseconds, e.g. 20000")
         if self.default_max_tokens < 1 or self.block_length < 1:

@@ -12,11 +12,11 @@ fatal; the documented fallbacks keep the server up and say so in the log:
   stage 1 of reconfiguration): from the recorded step dynamics, else the
   threshold-quality table's steps per token, else built-in defaults.
 """
+
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Optional
 
 from dilaserve import artifacts
 from dilaserve.control.step_law import StepLaw
@@ -35,10 +35,10 @@ class ControlInputs:
     predictor: StepPredictor
     oneshot: OneShotPredictor
     #: None only when neither the step dynamics nor the threshold-quality table exist.
-    step_law: Optional[StepLaw]
+    step_law: StepLaw | None
     notes: list[str]
     #: Measured accuracy per candidate threshold, for the quality budget (None: no table).
-    accuracy: Optional[dict[float, float]] = None
+    accuracy: dict[float, float] | None = None
 
 
 def _rates_for(thresholds) -> dict[float, float]:
@@ -50,19 +50,23 @@ def quick_profile(checkpoint: str, device: str, tp_degrees=(1,)) -> LatencyProfi
     """A small measurement of ``checkpoint`` at each TP degree (a few seconds each on CPU)."""
     from dilaserve.profile.measure import MeasureConfig, measure_profile
 
-    cfg = MeasureConfig(tp_degrees=tuple(tp_degrees), recompute_tokens=(64, 128, 512, 1024),
-                        cache_tokens=(32, 128, 512), repeats=2)
+    cfg = MeasureConfig(
+        tp_degrees=tuple(tp_degrees), recompute_tokens=(64, 128, 512, 1024), cache_tokens=(32, 128, 512), repeats=2
+    )
     return measure_profile(checkpoint, cfg, device=device, name="startup-quick")
 
 
-def load_control_inputs(checkpoint: str, device: str, thresholds, artifacts_root: str, tp_degrees=(1,),
-                        block_length: int = 32) -> ControlInputs:
+def load_control_inputs(
+    checkpoint: str, device: str, thresholds, artifacts_root: str, tp_degrees=(1,), block_length: int = 32
+) -> ControlInputs:
     notes: list[str] = []
     paths = artifacts.artifact_paths(artifacts_root)
     profile = LatencyProfile.load(paths.measured_profile) if paths.measured_profile.exists() else None
     if profile is None or not all(profile.has(d) for d in tp_degrees):
-        notes.append(f"no measured latency profile for TP {list(tp_degrees)} at {paths.measured_profile}: measuring "
-                     "at start-up (`make artifacts` builds a better one)")
+        notes.append(
+            f"no measured latency profile for TP {list(tp_degrees)} at {paths.measured_profile}: measuring "
+            "at start-up (`make artifacts` builds a better one)"
+        )
         profile = quick_profile(checkpoint, device, tp_degrees)
 
     oneshot = None
@@ -74,8 +78,10 @@ def load_control_inputs(checkpoint: str, device: str, thresholds, artifacts_root
     try:
         predictor: StepPredictor = artifacts.load_predictor(artifacts_root)
     except (FileNotFoundError, ValueError) as e:
-        notes.append(f"no LightGBM step predictor ({type(e).__name__}: {str(e).splitlines()[0]}); "
-                     "falling back to the one-shot predictor")
+        notes.append(
+            f"no LightGBM step predictor ({type(e).__name__}: {str(e).splitlines()[0]}); "
+            "falling back to the one-shot predictor"
+        )
         predictor = oneshot
 
     step_law = load_step_law(artifacts_root, thresholds, block_length, notes)
@@ -85,19 +91,21 @@ def load_control_inputs(checkpoint: str, device: str, thresholds, artifacts_root
     return ControlInputs(profile, predictor, oneshot, step_law, notes, accuracy)
 
 
-def load_accuracy(artifacts_root: str, thresholds, notes: list[str]) -> Optional[dict[float, float]]:
+def load_accuracy(artifacts_root: str, thresholds, notes: list[str]) -> dict[float, float] | None:
     """The served model's measured accuracy at each candidate threshold (the quality budget's
     input), interpolated between measured thresholds; None (noted) without a table."""
     try:
         quality = artifacts.load_threshold_quality(artifacts_root)
     except (FileNotFoundError, ValueError) as e:
-        notes.append(f"no threshold-quality table ({type(e).__name__}): the quality budget cannot be applied, so "
-                     "every candidate threshold is allowed (`make artifacts` builds the table)")
+        notes.append(
+            f"no threshold-quality table ({type(e).__name__}): the quality budget cannot be applied, so "
+            "every candidate threshold is allowed (`make artifacts` builds the table)"
+        )
         return None
     return {float(t): quality.accuracy(t) for t in thresholds}
 
 
-def load_step_law(artifacts_root: str, thresholds, block_length: int, notes: list[str]) -> Optional[StepLaw]:
+def load_step_law(artifacts_root: str, thresholds, block_length: int, notes: list[str]) -> StepLaw | None:
     """The served model's step law: the recorded step dynamics' exact steps per block, else
     ``B x steps per token`` of the threshold-quality table; None (noted) without either."""
     try:
@@ -107,7 +115,9 @@ def load_step_law(artifacts_root: str, thresholds, block_length: int, notes: lis
     try:
         quality = artifacts.load_threshold_quality(artifacts_root)
     except FileNotFoundError:
-        notes.append("no step dynamics or threshold-quality table: capacity and reconfiguration use built-in "
-                     "tokens-per-step rates")
+        notes.append(
+            "no step dynamics or threshold-quality table: capacity and reconfiguration use built-in "
+            "tokens-per-step rates"
+        )
         return None
     return StepLaw.from_steps_per_token({r.threshold: r.steps_per_token for r in quality.fixed}, block_length)

@@ -4,9 +4,8 @@ The runtime raises them; :mod:`dilaserve.serve.api` turns them into an OpenAI-st
 body (``{"error": {"message", "type", "param", "code"}}``). ``param`` names the request
 field at fault, given where the error is raised, never guessed from the message.
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 
 class ServeError(Exception):
@@ -16,7 +15,7 @@ class ServeError(Exception):
     status = 500
     type = "server_error"
 
-    def __init__(self, message: str, param: Optional[str] = None, retry_after_s: Optional[float] = None):
+    def __init__(self, message: str, param: str | None = None, retry_after_s: float | None = None):
         super().__init__(message)
         self.param = param
         self.retry_after_s = retry_after_s

@@ -10,6 +10,7 @@ cleared) or this interpreter exits, the server gets SIGTERM and shuts down on it
     print(server.url, server.pid)
     server.stop()
 """
+
 from __future__ import annotations
 
 import os
@@ -19,9 +20,9 @@ import sys
 import tempfile
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
 
 import httpx
 
@@ -80,7 +81,7 @@ class ServerHandle:
         except OSError:
             return ""
 
-    def stop(self, timeout_s: float = 60.0) -> Optional[int]:
+    def stop(self, timeout_s: float = 60.0) -> int | None:
         """SIGTERM (the server drains in-flight requests and shuts its Ray cluster down), then
         SIGKILL to the server's own process group if it does not exit in time. Idempotent."""
         if self.alive:
@@ -106,7 +107,7 @@ def _terminate(proc: subprocess.Popen) -> None:
             pass
 
 
-def serve_command(port: int, artifacts: Optional[str] = None, extra_args: Sequence[str] = ()) -> list[str]:
+def serve_command(port: int, artifacts: str | None = None, extra_args: Sequence[str] = ()) -> list[str]:
     """The command line of the server: this interpreter, ``-m dilaserve.serve``, its flags."""
     cmd = [sys.executable, "-m", "dilaserve.serve", "--port", str(port)]
     if artifacts:
@@ -115,8 +116,12 @@ def serve_command(port: int, artifacts: Optional[str] = None, extra_args: Sequen
 
 
 def start_server(
-    port: Optional[int] = None, artifacts: Optional[str] = None, extra_args: Sequence[str] = (),
-    wait: bool = True, timeout_s: float = 240.0, log_path: Optional[Path] = None,
+    port: int | None = None,
+    artifacts: str | None = None,
+    extra_args: Sequence[str] = (),
+    wait: bool = True,
+    timeout_s: float = 240.0,
+    log_path: Path | None = None,
 ) -> ServerHandle:
     """Launch the server; with ``wait``, block until it is healthy.
 
@@ -130,11 +135,19 @@ def start_server(
         os.close(fd)
         log_path = Path(name)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(serve_command(port, artifacts, extra_args), cwd=REPO_ROOT, stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            serve_command(port, artifacts, extra_args),
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     handle = ServerHandle(proc, port, Path(log_path))
     if wait and not handle.wait_healthy(timeout_s):
         handle.stop()
-        raise RuntimeError(f"the server on port {port} did not become healthy (exit code {proc.returncode}); "
-                           f"end of its log {log_path}:\n{handle.log_tail()}")
+        raise RuntimeError(
+            f"the server on port {port} did not become healthy (exit code {proc.returncode}); "
+            f"end of its log {log_path}:\n{handle.log_tail()}"
+        )
     return handle

@@ -1,4 +1,5 @@
 """Prometheus metrics, named ``dilaserve:*`` like vLLM's ``vllm:*``."""
+
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -17,18 +18,37 @@ class ServeMetrics:
         self.waiting = Gauge("dilaserve:num_requests_waiting", "requests deferred: no instance has room", registry=r)
         self.requests = Counter("dilaserve:requests", "finished requests by outcome", ["status"], registry=r)
         self.slo_met = Counter("dilaserve:slo_met", "requests finished within their SLO", registry=r)
-        self.slo_attainment = Gauge("dilaserve:slo_attainment", "share of finished requests that met their SLO", registry=r)
-        self.steps = Histogram("dilaserve:request_steps", "denoising steps per finished request", buckets=STEP_BUCKETS, registry=r)
-        self.threshold = Histogram("dilaserve:step_threshold", "threshold of each denoising step", buckets=THRESHOLD_BUCKETS, registry=r)
-        self.step_latency = Histogram("dilaserve:step_latency_seconds", "wall time of one batched step", ["tp"],
-                                      buckets=LATENCY_BUCKETS, registry=r)
-        self.e2e_latency = Histogram("dilaserve:e2e_request_latency_seconds", "arrival to completion",
-                                     buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80), registry=r)
+        self.slo_attainment = Gauge(
+            "dilaserve:slo_attainment", "share of finished requests that met their SLO", registry=r
+        )
+        self.steps = Histogram(
+            "dilaserve:request_steps", "denoising steps per finished request", buckets=STEP_BUCKETS, registry=r
+        )
+        self.threshold = Histogram(
+            "dilaserve:step_threshold", "threshold of each denoising step", buckets=THRESHOLD_BUCKETS, registry=r
+        )
+        self.step_latency = Histogram(
+            "dilaserve:step_latency_seconds",
+            "wall time of one batched step",
+            ["tp"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.e2e_latency = Histogram(
+            "dilaserve:e2e_request_latency_seconds",
+            "arrival to completion",
+            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80),
+            registry=r,
+        )
         self.instances = Gauge("dilaserve:instances", "ready instances by TP degree", ["tp"], registry=r)
         self.migrations = Counter("dilaserve:migrations", "requests moved between instances", registry=r)
         self.reconfigurations = Counter("dilaserve:reconfigurations", "reconfiguration plans applied", registry=r)
-        self.instance_failures = Counter("dilaserve:instance_failures", "instances that died and were replaced", registry=r)
-        self.rejected = Counter("dilaserve:rejected_requests", "requests refused before scheduling", ["reason"], registry=r)
+        self.instance_failures = Counter(
+            "dilaserve:instance_failures", "instances that died and were replaced", registry=r
+        )
+        self.rejected = Counter(
+            "dilaserve:rejected_requests", "requests refused before scheduling", ["reason"], registry=r
+        )
         self._finished = 0
         self._met = 0
 

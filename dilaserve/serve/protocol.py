@@ -5,11 +5,12 @@ Extension fields on a request: ``slo_ms`` (a latency budget) or ``deadline``
 ``min_threshold`` (a quality floor). Responses report the denoising steps and
 the thresholds used under ``dilaserve``.
 """
+
 from __future__ import annotations
 
 import time
 import uuid
-from typing import Literal, Optional, Union
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -21,11 +22,15 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
     model: str
-    max_tokens: Optional[int] = Field(default=None, ge=1, description="most tokens to generate: the answer ends at the model's EOS (finish_reason stop) or here (length)")
+    max_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="most tokens to generate: the answer ends at the model's EOS (finish_reason stop) or here (length)",
+    )
     stream: bool = False
     n: int = Field(default=1, ge=1, le=1, description="only n=1 is supported")
-    slo_ms: Optional[float] = Field(default=None, gt=0, description="latency budget in milliseconds")
-    deadline: Optional[float] = Field(default=None, gt=0, description="absolute deadline, unix seconds")
+    slo_ms: float | None = Field(default=None, gt=0, description="latency budget in milliseconds")
+    deadline: float | None = Field(default=None, gt=0, description="absolute deadline, unix seconds")
     priority: int = Field(default=0, ge=-100, le=100)
     min_threshold: float = Field(default=0.0, ge=0.0, le=1.0, description="quality floor for the threshold")
 
@@ -39,7 +44,7 @@ class _Request(BaseModel):
 
 
 class CompletionRequest(_Request):
-    prompt: Union[str, list[str]]
+    prompt: str | list[str]
 
     @field_validator("prompt")
     @classmethod
@@ -93,6 +98,8 @@ def now() -> int:
     return int(time.time())
 
 
-def error_body(message: str, type_: str = "invalid_request_error", param: Optional[str] = None, code: Optional[int] = None) -> dict:
+def error_body(
+    message: str, type_: str = "invalid_request_error", param: str | None = None, code: int | None = None
+) -> dict:
     """An OpenAI-style error object."""
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}

@@ -8,6 +8,7 @@ it is told of every step (to stream committed blocks), migration, plan and
 instance change (for metrics), and resolves each request when the scheduler
 reports its outcome. The scheduler itself is the very object the simulator drives.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -16,7 +17,6 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Optional
 
 import numpy as np
 
@@ -54,8 +54,12 @@ def connect_ray(cfg: ServeConfig) -> bool:
 
 def cluster_config(cfg: ServeConfig) -> ClusterConfig:
     """The cluster the server may plan for: its slots as nodes, its TP degrees and batch limits."""
-    return ClusterConfig(nodes=cfg.nodes, gpus_per_node=cfg.gpus_per_node, tp_degrees=tuple(cfg.tp_degrees),
-                         max_batch_tokens={d: cfg.max_batch_tokens * d for d in cfg.tp_degrees})
+    return ClusterConfig(
+        nodes=cfg.nodes,
+        gpus_per_node=cfg.gpus_per_node,
+        tp_degrees=tuple(cfg.tp_degrees),
+        max_batch_tokens={d: cfg.max_batch_tokens * d for d in cfg.tp_degrees},
+    )
 
 
 def control_plane_spec(cfg: ServeConfig, inputs: ControlInputs) -> ControlPlaneSpec:
@@ -65,8 +69,15 @@ def control_plane_spec(cfg: ServeConfig, inputs: ControlInputs) -> ControlPlaneS
     if cfg.reconfig is not None:
         rc = replace(cfg.reconfig, block_length=cfg.block_length)
         rc = rc.with_step_law(inputs.step_law) if inputs.step_law else rc
-    return ControlPlaneSpec(inputs.profile, replace(cfg.control, step_law=inputs.step_law), cluster_config(cfg),
-                            reconfig=rc, monitor=cfg.monitor, accuracy=inputs.accuracy, scheduler=cfg.scheduler)
+    return ControlPlaneSpec(
+        inputs.profile,
+        replace(cfg.control, step_law=inputs.step_law),
+        cluster_config(cfg),
+        reconfig=rc,
+        monitor=cfg.monitor,
+        accuracy=inputs.accuracy,
+        scheduler=cfg.scheduler,
+    )
 
 
 @dataclass
@@ -95,8 +106,8 @@ class RequestHandle:
     slo_s: float
     arrival: float
     chunks: asyncio.Queue = field(default_factory=asyncio.Queue)
-    done: Optional[asyncio.Future] = None
-    last_state: Optional[RequestState] = None
+    done: asyncio.Future | None = None
+    last_state: RequestState | None = None
     streamed_to: int = 0  # response positions already streamed
     instances: list[str] = field(default_factory=list)
 
@@ -116,15 +127,15 @@ class ServingRuntime(SchedulerObserver):
         self.started = False
         self.notes: list[str] = []
         #: What the control plane runs on, for /health: the step predictor and latency profile.
-        self.predictor_name: Optional[str] = None
-        self.profile_name: Optional[str] = None
+        self.predictor_name: str | None = None
+        self.profile_name: str | None = None
         self._ids = itertools.count()
         self._instance_ids = itertools.count()
         self._owns_ray = False
-        self._tick_task: Optional[asyncio.Task] = None
-        self.scheduler: Optional[GlobalScheduler] = None
-        self.backend: Optional[RayBackend] = None
-        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self._tick_task: asyncio.Task | None = None
+        self.scheduler: GlobalScheduler | None = None
+        self.backend: RayBackend | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     # ================================================================ lifecycle
     async def start(self, ready_timeout_s: float = 300.0) -> None:
@@ -132,8 +143,15 @@ class ServingRuntime(SchedulerObserver):
         self.loop = asyncio.get_running_loop()
         self._owns_ray = connect_ray(cfg)
         usable = tuple(d for d in cfg.tp_degrees if d <= cfg.gpus_per_node)
-        inputs = await asyncio.to_thread(load_control_inputs, cfg.model, cfg.device, cfg.thresholds, cfg.artifacts,
-                                         usable if self.info.supports_cache else (1,), cfg.block_length)
+        inputs = await asyncio.to_thread(
+            load_control_inputs,
+            cfg.model,
+            cfg.device,
+            cfg.thresholds,
+            cfg.artifacts,
+            usable if self.info.supports_cache else (1,),
+            cfg.block_length,
+        )
         self.notes = inputs.notes
         predictor = inputs.oneshot if self.policy.predictor == "oneshot" else inputs.predictor
         self.predictor_name = predictor.name if self.policy.selection != "fixed" else "none (fixed threshold)"
@@ -142,7 +160,9 @@ class ServingRuntime(SchedulerObserver):
         self.backend.on_failure = self._on_instance_failure
         self.backend.on_step_time = lambda spec, s: self.metrics.step_latency.labels(str(spec.tp)).observe(s)
         spec = control_plane_spec(cfg, inputs)
-        self.scheduler = build_control_plane(self.backend, self.policy, spec, predictor, self._on_outcome, observer=self)
+        self.scheduler = build_control_plane(
+            self.backend, self.policy, spec, predictor, self._on_outcome, observer=self
+        )
         reconfigurator = self.scheduler.reconfigurator
         self._bind_gauges()
         self.scheduler.start(self._initial_specs())
@@ -154,15 +174,29 @@ class ServingRuntime(SchedulerObserver):
         if reconfigurator is not None:
             self._tick_task = asyncio.get_running_loop().create_task(self._tick_loop())
         self.accepting = self.started = True
-        log.info("serving %s with policy %s on %d instance(s)", self.model_name, self.policy.name, len(self._ready_instances()))
+        log.info(
+            "serving %s with policy %s on %d instance(s)",
+            self.model_name,
+            self.policy.name,
+            len(self._ready_instances()),
+        )
 
     def _spec(self, tp: int, node: int, first_gpu: int) -> InstanceSpec:
-        return InstanceSpec(f"inst-{next(self._instance_ids)}", tp, node, tuple(range(first_gpu, first_gpu + tp)),
-                            self.cfg.max_batch_tokens * tp)
+        return InstanceSpec(
+            f"inst-{next(self._instance_ids)}",
+            tp,
+            node,
+            tuple(range(first_gpu, first_gpu + tp)),
+            self.cfg.max_batch_tokens * tp,
+        )
 
     def _initial_specs(self) -> list[InstanceSpec]:
         cfg = self.cfg
-        return [self._spec(cfg.initial_tp, n, g) for n in range(cfg.nodes) for g in range(0, cfg.gpus_per_node, cfg.initial_tp)]
+        return [
+            self._spec(cfg.initial_tp, n, g)
+            for n in range(cfg.nodes)
+            for g in range(0, cfg.gpus_per_node, cfg.initial_tp)
+        ]
 
     def _ready_instances(self) -> list[str]:
         pool = self.scheduler.pool if self.scheduler else None
@@ -192,18 +226,29 @@ class ServingRuntime(SchedulerObserver):
             ray_local.disconnect(True)
 
     # ================================================================ requests
-    def submit(self, prompt: str, max_tokens: Optional[int] = None, slo_ms: Optional[float] = None,
-               deadline: Optional[float] = None, priority: int = 0, min_threshold: float = 0.0) -> RequestHandle:
+    def submit(
+        self,
+        prompt: str,
+        max_tokens: int | None = None,
+        slo_ms: float | None = None,
+        deadline: float | None = None,
+        priority: int = 0,
+        min_threshold: float = 0.0,
+    ) -> RequestHandle:
         """Validate and enqueue one request; raises :class:`ServeError` subclasses."""
         if not self.accepting:
             raise Unavailable("the server is not accepting requests (starting up or shutting down)")
         if self.scheduler.in_flight >= self.cfg.max_queue:
             self.metrics.rejected.labels("overloaded").inc()
-            raise Overloaded(f"{self.scheduler.in_flight} requests in flight (limit --max-queue {self.cfg.max_queue}); "
-                             "retry later", retry_after_s=1.0)
+            raise Overloaded(
+                f"{self.scheduler.in_flight} requests in flight (limit --max-queue {self.cfg.max_queue}); retry later",
+                retry_after_s=1.0,
+            )
         if min_threshold > max(self.cfg.thresholds):
-            raise BadRequest(f"min_threshold {min_threshold} is above every candidate threshold {sorted(self.cfg.thresholds)}",
-                             "min_threshold")
+            raise BadRequest(
+                f"min_threshold {min_threshold} is above every candidate threshold {sorted(self.cfg.thresholds)}",
+                "min_threshold",
+            )
         ids = self._tokenize(prompt)
         bl = self.cfg.block_length
         gen_length = bl * math.ceil((max_tokens or self.cfg.default_max_tokens) / bl)
@@ -217,9 +262,17 @@ class ServingRuntime(SchedulerObserver):
             field_ = "deadline" if deadline is not None else "slo_ms"
             raise BadRequest(f"{field_} must be a finite number", field_)
         rid = f"cmpl-{next(self._ids)}-{int(time.time() * 1000) % 10**8}"
-        state = new_request(rid, ids, gen_length, bl, self.info.mask_id, self.info.eos_id,
-                            use_cache=self.info.supports_cache, max_context=self.info.max_context,
-                            max_tokens=max_tokens)
+        state = new_request(
+            rid,
+            ids,
+            gen_length,
+            bl,
+            self.info.mask_id,
+            self.info.eos_id,
+            use_cache=self.info.supports_cache,
+            max_context=self.info.max_context,
+            max_tokens=max_tokens,
+        )
         handle = RequestHandle(rid, len(ids), slo_s, now)
         handle.done = asyncio.get_running_loop().create_future()
         self.handles[rid] = handle
@@ -246,8 +299,11 @@ class ServingRuntime(SchedulerObserver):
         if unk is not None and all(i == unk for i in ids):
             words = [prompt[a:b] for a, b in enc["offset_mapping"]]
             shown = ", ".join(repr(w) for w in words[:10]) + (f" and {len(words) - 10} more" if len(words) > 10 else "")
-            raise BadRequest(f"every word of the prompt is outside the model's vocabulary ({shown}); "
-                             f"use words the model knows (e.g. a task prompt like 'list : c a f b')", "prompt")
+            raise BadRequest(
+                f"every word of the prompt is outside the model's vocabulary ({shown}); "
+                f"use words the model knows (e.g. a task prompt like 'list : c a f b')",
+                "prompt",
+            )
         return ids
 
     def _check_context(self, prompt_tokens: int, gen_length: int) -> None:
@@ -256,12 +312,17 @@ class ServingRuntime(SchedulerObserver):
         if limit is None or prompt_tokens + gen_length <= limit:
             return
         if prompt_tokens + bl > limit:
-            raise BadRequest(f"the prompt has {prompt_tokens} tokens, too many for the model's context of {limit} "
-                             f"tokens with room for one {bl}-token block of answer: shorten the prompt", "prompt")
+            raise BadRequest(
+                f"the prompt has {prompt_tokens} tokens, too many for the model's context of {limit} "
+                f"tokens with room for one {bl}-token block of answer: shorten the prompt",
+                "prompt",
+            )
         most = (limit - prompt_tokens) // bl * bl
-        raise BadRequest(f"max_tokens rounds up to {gen_length} tokens, but with this {prompt_tokens}-token prompt "
-                         f"the model's context of {limit} tokens leaves room for at most {most}: lower max_tokens",
-                         "max_tokens")
+        raise BadRequest(
+            f"max_tokens rounds up to {gen_length} tokens, but with this {prompt_tokens}-token prompt "
+            f"the model's context of {limit} tokens leaves room for at most {most}: lower max_tokens",
+            "max_tokens",
+        )
 
     def cancel(self, handle: RequestHandle) -> None:
         """The client went away: free its slot (its in-flight step is dropped)."""
@@ -317,9 +378,14 @@ class ServingRuntime(SchedulerObserver):
             gen = Generation(
                 request_id=out.request_id,
                 text=self.info.tokenizer.decode(answer.tolist(), skip_special_tokens=True),
-                prompt_tokens=h.prompt_tokens, completion_tokens=int(answer.size), steps=st.steps_done,
-                thresholds=[round(t, 4) for t in st.thresholds_used], latency_s=out.latency, slo_s=h.slo_s,
-                slo_met=out.met_slo, instances=list(h.instances),
+                prompt_tokens=h.prompt_tokens,
+                completion_tokens=int(answer.size),
+                steps=st.steps_done,
+                thresholds=[round(t, 4) for t in st.thresholds_used],
+                latency_s=out.latency,
+                slo_s=h.slo_s,
+                slo_met=out.met_slo,
+                instances=list(h.instances),
                 finish_reason=st.finish_reason,
             )
             self.metrics.record_finish(out.met_slo, st.steps_done, out.latency)
@@ -331,8 +397,10 @@ class ServingRuntime(SchedulerObserver):
             if out.status == "rejected" and out.retry_after_s is not None:
                 # SLO-aware admission: the request is fine, the cluster is too busy for its SLO now.
                 self.metrics.rejected.labels("slo").inc()
-                err = Overloaded(f"request refused: {out.reason}; retry after {out.retry_after_s:.0f} s, or with a "
-                                 "longer slo_ms", retry_after_s=out.retry_after_s)
+                err = Overloaded(
+                    f"request refused: {out.reason}; retry after {out.retry_after_s:.0f} s, or with a longer slo_ms",
+                    retry_after_s=out.retry_after_s,
+                )
             elif out.status == "rejected":
                 err = BadRequest(f"request rejected: {out.reason}")
             else:
@@ -368,10 +436,14 @@ class ServingRuntime(SchedulerObserver):
 
     def status(self) -> dict:
         return {
-            "model": self.model_name, "policy": self.policy.name, "predictor": self.predictor_name,
-            "profile": self.profile_name, "instances": self._ready_instances(),
+            "model": self.model_name,
+            "policy": self.policy.name,
+            "predictor": self.predictor_name,
+            "profile": self.profile_name,
+            "instances": self._ready_instances(),
             "worker_pids": self.backend.worker_pids() if self.backend else {},
-            "running": self.scheduler.in_flight if self.scheduler else 0, "notes": self.notes,
+            "running": self.scheduler.in_flight if self.scheduler else 0,
+            "notes": self.notes,
             # the quality floors a request may ask for (min_threshold) go up to the highest
             "thresholds": sorted(self.cfg.thresholds),
         }
@@ -388,8 +460,10 @@ def reconfigure_to(runtime: ServingRuntime, node_counts: list[dict[int, int]]) -
     sched = runtime.scheduler
     missing = sorted({d for nc in node_counts for d in nc if not sched.profile.has(d)})
     if missing:
-        raise ValueError(f"the latency profile has no TP {missing}: instances of those degrees would get no "
-                         f"requests; measure them first (`make artifacts`) or choose from TP {list(sched.profile.tp_degrees)}")
+        raise ValueError(
+            f"the latency profile has no TP {missing}: instances of those degrees would get no "
+            f"requests; measure them first (`make artifacts`) or choose from TP {list(sched.profile.tp_degrees)}"
+        )
     reconf = sched.reconfigurator or Reconfigurator(cluster_config(cfg), sched.profile)
     plan = reconf.plan_to(node_counts, sched.pool.active_specs())
     return sched.apply_plan(plan)  # the runtime counts it, as the scheduler's observer

@@ -1,8 +1,9 @@
 """Arrival processes: benchmark-style Poisson (optionally bursty) and a shaped real trace."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import numpy as np
 
@@ -28,13 +29,25 @@ def gamma_arrivals(rate: float, duration_s: float, rng: np.random.Generator, bur
     return t[t < duration_s]
 
 
-def poisson_workload(rate: float, duration_s: float, lengths: str = "gsm8k", seed: int = 0,
-                     burstiness: float = 1.0, name: str = "poisson") -> Workload:
+def poisson_workload(
+    rate: float,
+    duration_s: float,
+    lengths: str = "gsm8k",
+    seed: int = 0,
+    burstiness: float = 1.0,
+    name: str = "poisson",
+) -> Workload:
     rng = np.random.default_rng(seed)
     t = gamma_arrivals(rate, duration_s, rng, burstiness)
     prompt, output = sample_lengths(lengths, len(t), rng)
-    return build_workload(name, t, prompt, output, (Phase("all", 0.0, duration_s, rate),),
-                          meta={"rate": rate, "lengths": lengths, "burstiness": burstiness})
+    return build_workload(
+        name,
+        t,
+        prompt,
+        output,
+        (Phase("all", 0.0, duration_s, rate),),
+        meta={"rate": rate, "lengths": lengths, "burstiness": burstiness},
+    )
 
 
 @dataclass(frozen=True)
@@ -47,7 +60,9 @@ class PhaseSpec:
 
     def __post_init__(self) -> None:
         if self.duration_s <= 0 or self.rate <= 0:
-            raise ValueError(f"phase {self.name!r}: duration_s ({self.duration_s}) and rate ({self.rate}) must be positive")
+            raise ValueError(
+                f"phase {self.name!r}: duration_s ({self.duration_s}) and rate ({self.rate}) must be positive"
+            )
 
 
 def shape_trace(trace: Trace, phases: Sequence[PhaseSpec], name: str = "trace") -> Workload:
@@ -80,9 +95,18 @@ def shape_trace(trace: Trace, phases: Sequence[PhaseSpec], name: str = "trace") 
         out_phases.append(Phase(ph.name, start, start + ph.duration_s, ph.rate))
         start += ph.duration_s
     sel = np.concatenate(idx)
-    return build_workload(name, np.concatenate(times), trace.prompt_tokens[sel], trace.output_tokens[sel],
-                          out_phases, meta={"source": trace.source, "trace_rate": trace.mean_rate,
-                                            "phases": [(p.name, p.duration_s, p.rate) for p in phases]})
+    return build_workload(
+        name,
+        np.concatenate(times),
+        trace.prompt_tokens[sel],
+        trace.output_tokens[sel],
+        out_phases,
+        meta={
+            "source": trace.source,
+            "trace_rate": trace.mean_rate,
+            "phases": [(p.name, p.duration_s, p.rate) for p in phases],
+        },
+    )
 
 
 #: ``lengths`` value that keeps a trace's own token counts (the others are length models).
@@ -96,15 +120,19 @@ def with_lengths(trace: Trace, lengths: str, seed: int = 0) -> Trace:
     if lengths == TRACE_LENGTHS:
         return trace
     if lengths not in LENGTH_MODELS:
-        raise ValueError(f"unknown lengths {lengths!r}: use {TRACE_LENGTHS!r} (the trace's own token counts) "
-                         f"or a length model: {', '.join(LENGTH_MODELS)}")
+        raise ValueError(
+            f"unknown lengths {lengths!r}: use {TRACE_LENGTHS!r} (the trace's own token counts) "
+            f"or a length model: {', '.join(LENGTH_MODELS)}"
+        )
     prompt, output = sample_lengths(lengths, len(trace), np.random.default_rng(seed))
-    return replace(trace, source=f"{trace.source} arrivals, {lengths} lengths", prompt_tokens=prompt,
-                   output_tokens=output)
+    return replace(
+        trace, source=f"{trace.source} arrivals, {lengths} lengths", prompt_tokens=prompt, output_tokens=output
+    )
 
 
-def prompt_workload(prompts: Sequence, rate: float, count_tokens, seed: int = 0, burstiness: float = 1.0,
-                    name: str = "prompts") -> Workload:
+def prompt_workload(
+    prompts: Sequence, rate: float, count_tokens, seed: int = 0, burstiness: float = 1.0, name: str = "prompts"
+) -> Workload:
     """Real prompts (``dilaserve.predict.prompts.Prompt``) arriving at ``rate`` requests/s.
 
     Model mode decodes and grades them; replay mode runs the same requests from their token
@@ -119,5 +147,12 @@ def prompt_workload(prompts: Sequence, rate: float, count_tokens, seed: int = 0,
     prompt = np.array([count_tokens(p.text) for p in prompts])
     output = np.array([p.gen_length for p in prompts])
     end = float(t[-1]) + 1.0 / rate
-    return build_workload(name, t, prompt, output, (Phase("all", 0.0, end, rate),), prompts=list(prompts),
-                          meta={"rate": rate, "burstiness": burstiness})
+    return build_workload(
+        name,
+        t,
+        prompt,
+        output,
+        (Phase("all", 0.0, end, rate),),
+        prompts=list(prompts),
+        meta={"rate": rate, "burstiness": burstiness},
+    )

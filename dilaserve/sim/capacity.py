@@ -8,6 +8,7 @@ instance throughput in token-steps per second at its best batch, a block priced 
 to what the cluster can carry, so the same experiment means the same thing on a fast and
 on a slow latency profile.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,9 @@ from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.setting import ClusterSetting
 
 
-def nominal_capacity_rps(setting: ClusterSetting, table: ReplayTable, prompt_tokens: np.ndarray,
-                         output_tokens: np.ndarray, threshold: float) -> float:
+def nominal_capacity_rps(
+    setting: ClusterSetting, table: ReplayTable, prompt_tokens: np.ndarray, output_tokens: np.ndarray, threshold: float
+) -> float:
     """Requests/s the static ``initial_tp`` cluster sustains at ``threshold`` (throughput, not SLO)."""
     b = setting.block_length
     spb = StepLaw.from_replay(table, b, [threshold]).steps(threshold)
@@ -32,6 +34,8 @@ def nominal_capacity_rps(setting: ClusterSetting, table: ReplayTable, prompt_tok
     load = float(np.mean(blocks * ((spb - 1) * b + tokens)))
     model = CapacityModel(setting.profile, setting.control.capacity_batch_grid)
     cache = (b, int(round(tokens.mean() / 16) * 16) or 16)
-    throughput = sum(model.throughput(s.tp, s.max_batch_tokens, cache, spb)
-                     for s in static_layout(setting.cluster, setting.initial_tp))
+    throughput = sum(
+        model.throughput(s.tp, s.max_batch_tokens, cache, spb)
+        for s in static_layout(setting.cluster, setting.initial_tp)
+    )
     return throughput / load

@@ -19,6 +19,7 @@
   lengths: it holds first-turn prompts only (no answers), filtered to short ones (P50 ~25,
   mean ~80 pieces against the paper's 28 / 140), and the paper's tokenizer is not shipped.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,8 +57,9 @@ SHAREGPT_OUTPUT = QuantileLengths(((0.0, 28.0), (0.5, 224.0), (0.9, 544.0), (0.9
 PAPER_OUTPUT_MULTIPLE, PAPER_MAX_TOKENS = 32, 4096
 #: Pre-rounding answer lengths: the output knots less half a block, so that rounding up to
 #: a whole block lands each published quantile (a multiple of 32) on itself.
-SHAREGPT_PAPER_OUTPUT = QuantileLengths(tuple((q, max(1.0, v - PAPER_OUTPUT_MULTIPLE / 2))
-                                              for q, v in SHAREGPT_OUTPUT.knots))
+SHAREGPT_PAPER_OUTPUT = QuantileLengths(
+    tuple((q, max(1.0, v - PAPER_OUTPUT_MULTIPLE / 2)) for q, v in SHAREGPT_OUTPUT.knots)
+)
 
 GSM8K_PROMPT_TOKENS = 1020
 GSM8K_OUTPUT_TOKENS = 256
@@ -77,8 +79,9 @@ def sample_lengths(kind: str, n: int, rng: np.random.Generator) -> tuple[np.ndar
     if kind == "sharegpt-paper":
         return _sharegpt_paper(n, rng)
     if kind == "long-prompt":
-        prompt = np.clip(np.round(LONG_PROMPT_MEDIAN * np.exp(LONG_PROMPT_SIGMA * rng.standard_normal(n))),
-                         *LONG_PROMPT_RANGE).astype(np.int64)
+        prompt = np.clip(
+            np.round(LONG_PROMPT_MEDIAN * np.exp(LONG_PROMPT_SIGMA * rng.standard_normal(n))), *LONG_PROMPT_RANGE
+        ).astype(np.int64)
         return prompt, rng.integers(1, LONG_PROMPT_MAX_OUTPUT + 1, n)
     raise ValueError(f"unknown length model {kind!r}: use one of {LENGTH_MODELS}")
 

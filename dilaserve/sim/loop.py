@@ -2,10 +2,11 @@
 
 Ties run in the order they were scheduled, so a run is deterministic.
 """
+
 from __future__ import annotations
 
 import heapq
-from typing import Callable, Optional
+from collections.abc import Callable
 
 
 class EventLoop:
@@ -27,7 +28,7 @@ class EventLoop:
     def __len__(self) -> int:
         return len(self._heap)
 
-    def run(self, until: Optional[float] = None) -> None:
+    def run(self, until: float | None = None) -> None:
         """Run actions until none is left, :meth:`stop` is called, or time passes ``until``."""
         heap, pop = self._heap, heapq.heappop
         self._stopped = False

@@ -1,37 +1,47 @@
 """Per-policy summary of a simulated run."""
+
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Optional
 
 import numpy as np
 import polars as pl
 
 #: Keys of the per-policy JSON object the eval and bench commands print.
-SUMMARY_KEYS = ("slo_attainment", "slo_attainment_low", "slo_attainment_high", "mean_latency_s",
-                "p99_latency_s", "quality", "mean_threshold", "goodput", "goodput_low", "goodput_high")
+SUMMARY_KEYS = (
+    "slo_attainment",
+    "slo_attainment_low",
+    "slo_attainment_high",
+    "mean_latency_s",
+    "p99_latency_s",
+    "quality",
+    "mean_threshold",
+    "goodput",
+    "goodput_low",
+    "goodput_high",
+)
 
 
 @dataclass(frozen=True)
 class PolicySummary:
     """Attributes:
-        slo_attainment: share of all requests finished within their SLO (rejected and
-            unfinished requests count as misses).
-        slo_attainment_low / _high: the same over requests that arrived in the workload's
-            ``low`` / ``high`` phase; None when it has no such phase.
-        mean_latency_s / p99_latency_s: over finished requests.
-        quality: mean per-request quality of finished requests (see the run's estimator).
-        mean_threshold: mean over finished requests of each one's mean step threshold.
-        goodput: share of all requests that finished within their SLO *and* were correct:
-            the mean over all requests of ``met_slo x quality`` (quality in [0, 1] per
-            request; rejected and unfinished requests count 0). What a user receives.
-        goodput_low / _high: the same over the ``low`` / ``high`` phase; None without one.
+    slo_attainment: share of all requests finished within their SLO (rejected and
+        unfinished requests count as misses).
+    slo_attainment_low / _high: the same over requests that arrived in the workload's
+        ``low`` / ``high`` phase; None when it has no such phase.
+    mean_latency_s / p99_latency_s: over finished requests.
+    quality: mean per-request quality of finished requests (see the run's estimator).
+    mean_threshold: mean over finished requests of each one's mean step threshold.
+    goodput: share of all requests that finished within their SLO *and* were correct:
+        the mean over all requests of ``met_slo x quality`` (quality in [0, 1] per
+        request; rejected and unfinished requests count 0). What a user receives.
+    goodput_low / _high: the same over the ``low`` / ``high`` phase; None without one.
     """
 
     slo_attainment: float
-    slo_attainment_low: Optional[float]
-    slo_attainment_high: Optional[float]
+    slo_attainment_low: float | None
+    slo_attainment_high: float | None
     mean_latency_s: float
     p99_latency_s: float
     quality: float
@@ -40,15 +50,15 @@ class PolicySummary:
     finished: int
     rejected: int
     goodput: float
-    goodput_low: Optional[float]
-    goodput_high: Optional[float]
+    goodput_low: float | None
+    goodput_high: float | None
 
     def as_json(self) -> dict:
         d = asdict(self)
         return {k: (None if isinstance(d[k], float) and math.isnan(d[k]) else d[k]) for k in SUMMARY_KEYS}
 
 
-def _share(met: pl.Series) -> Optional[float]:
+def _share(met: pl.Series) -> float | None:
     return float(met.mean()) if met.len() else None
 
 
@@ -58,7 +68,7 @@ def good(requests: pl.DataFrame) -> pl.Series:
     return (requests["met_slo"].cast(pl.Float64) * requests["quality"].fill_null(0.0)).fill_null(0.0)
 
 
-def _phase_shares(requests: pl.DataFrame, column: pl.Series) -> tuple[Optional[float], Optional[float]]:
+def _phase_shares(requests: pl.DataFrame, column: pl.Series) -> tuple[float | None, float | None]:
     """Mean of ``column`` over the ``low`` and over the ``high`` phase's requests."""
     phase = requests["phase"]
     return _share(column.filter(phase == "low")), _share(column.filter(phase == "high"))

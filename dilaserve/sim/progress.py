@@ -9,12 +9,13 @@ advance and step kinds follow the same bookkeeping as in serving.
   estimates quality from the measured threshold-quality table.
 * :class:`ModelProgress` runs the embedded model and grades the answers for real.
 """
+
 from __future__ import annotations
 
 import abc
 import random
 import zlib
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -78,14 +79,22 @@ class ReplayProgress(ProgressModel):
 
     def new_state(self, req: WorkloadRequest, block_length: int) -> RequestState:
         if req.prompt_tokens > len(_PROMPT_IDS):
-            raise ValueError(f"request {req.request_id}: {req.prompt_tokens} prompt tokens exceed the "
-                             f"replay limit of {len(_PROMPT_IDS)}")
+            raise ValueError(
+                f"request {req.request_id}: {req.prompt_tokens} prompt tokens exceed the "
+                f"replay limit of {len(_PROMPT_IDS)}"
+            )
         # One RNG per request, seeded by its id: a request draws the same outcomes under
         # every policy that steps it at the same thresholds (common random numbers).
         self._rngs[req.request_id] = random.Random(zlib.crc32(req.request_id.encode()) ^ self.seed)
-        return RequestState(req.request_id, _PROMPT_IDS[: req.prompt_tokens],
-                            canvas_length(req.output_tokens, block_length), block_length,
-                            MASK_ID, EOS_ID, use_cache=True)
+        return RequestState(
+            req.request_id,
+            _PROMPT_IDS[: req.prompt_tokens],
+            canvas_length(req.output_tokens, block_length),
+            block_length,
+            MASK_ID,
+            EOS_ID,
+            use_cache=True,
+        )
 
     def step(self, batch: Sequence[StepAssignment]) -> None:
         draw, rngs = self.table.draw, self._rngs
@@ -117,10 +126,13 @@ class ModelProgress(ProgressModel):
 
     def new_state(self, req: WorkloadRequest, block_length: int) -> RequestState:
         if req.prompt is None:
-            raise ValueError(f"request {req.request_id} has no prompt: model mode needs a prompt workload "
-                             "(see dilaserve.sim.arrivals.prompt_workload)")
-        return self.engine.new_request(req.prompt.text, req.prompt.gen_length, block_length,
-                                       use_cache=True, request_id=req.request_id)
+            raise ValueError(
+                f"request {req.request_id} has no prompt: model mode needs a prompt workload "
+                "(see dilaserve.sim.arrivals.prompt_workload)"
+            )
+        return self.engine.new_request(
+            req.prompt.text, req.prompt.gen_length, block_length, use_cache=True, request_id=req.request_id
+        )
 
     def step(self, batch: Sequence[StepAssignment]) -> None:
         results = self.engine.step([a.state for a in batch], [a.threshold for a in batch])

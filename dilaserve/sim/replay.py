@@ -12,6 +12,7 @@ which gives the exact expected remaining steps of a request at any fixed thresho
 (:meth:`ReplayTable.expected_remaining`): the oracle's truth and the isolated latency the
 SLO is derived from.
 """
+
 from __future__ import annotations
 
 import random
@@ -26,8 +27,8 @@ from dilaserve.predict.rollouts import STEP_CONF_COLUMNS
 
 @dataclass(frozen=True)
 class _Pool:
-    tokens: np.ndarray   # (n,) tokens committed
-    conf: np.ndarray     # (n, 5) confidence statistics the step computed
+    tokens: np.ndarray  # (n,) tokens committed
+    conf: np.ndarray  # (n, 5) confidence statistics the step computed
 
     def __post_init__(self) -> None:
         # What draw() hands out, prepared once: plain ints and one read-only row view per
@@ -72,8 +73,9 @@ class ReplayTable:
             self._index[threshold] = i
         return i
 
-    def draw(self, threshold: float, unmasked_in_block: int, block_length: int,
-             rng: random.Random) -> tuple[int, np.ndarray]:
+    def draw(
+        self, threshold: float, unmasked_in_block: int, block_length: int, rng: random.Random
+    ) -> tuple[int, np.ndarray]:
         """(tokens committed, confidence statistics) of one replayed step."""
         b = min(unmasked_in_block * self.n_buckets // block_length, self.n_buckets - 1)
         pool = self._pools[self.index_of(threshold)][b]

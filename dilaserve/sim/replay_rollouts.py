@@ -8,9 +8,10 @@ simulator does, and record the same rows as :func:`dilaserve.predict.rollouts.ru
 steps left), so the step table, the predictor and the step dynamics built from them go
 through the same code as the embedded model's.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import polars as pl
 
@@ -25,15 +26,31 @@ from dilaserve.sim.workload import WorkloadRequest
 PROMPT_TOKENS = 16
 
 
-def replay_rollouts(dynamics: StepDynamics, output_lengths: Sequence[int], thresholds: Sequence[float],
-                    block_length: int = 32, repeats: int = 1, seed: int = 0, prefix: str = "replay"
-                    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+def replay_rollouts(
+    dynamics: StepDynamics,
+    output_lengths: Sequence[int],
+    thresholds: Sequence[float],
+    block_length: int = 32,
+    repeats: int = 1,
+    seed: int = 0,
+    prefix: str = "replay",
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(step table, requests): every output length decoded ``repeats`` times at every
     threshold. Request ids are ``{prefix}-{i}-{r}`` (one per length and repeat, shared by
     its thresholds, as a prompt's are in model rollouts)."""
     progress = ReplayProgress(ReplayTable(dynamics), quality=None, seed=seed)
-    cols = ("request_id", "threshold", "block_length", "output_length", "step", "label", *PROGRESS_COLUMNS,
-            "step_kind", "tokens_committed", *STEP_CONF_COLUMNS)
+    cols = (
+        "request_id",
+        "threshold",
+        "block_length",
+        "output_length",
+        "step",
+        "label",
+        *PROGRESS_COLUMNS,
+        "step_kind",
+        "tokens_committed",
+        *STEP_CONF_COLUMNS,
+    )
     data: dict[str, list] = {c: [] for c in cols}
     reqs: dict[str, list] = {"request_id": [], "threshold": [], "output_length": [], "steps": [], "recompute_steps": []}
     for i, length in enumerate(output_lengths):

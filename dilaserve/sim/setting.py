@@ -1,9 +1,9 @@
 """A simulated cluster setting: the hardware (profile, nodes, TP degrees) and the control
 plane's configuration, plus the offline pieces the policies need (predictors)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Optional
 
 from dilaserve.control.config import ControlConfig
 from dilaserve.control.step_law import StepLaw
@@ -21,11 +21,11 @@ class Predictors:
     threshold-quality table ``quality`` (policies with a quality budget). The oracle is
     built per run by the simulator, which alone knows the truth."""
 
-    learned: Optional[StepPredictor] = None
-    oneshot: Optional[OneShotPredictor] = None
-    quality: Optional[ThresholdQuality] = None
+    learned: StepPredictor | None = None
+    oneshot: OneShotPredictor | None = None
+    quality: ThresholdQuality | None = None
 
-    def accuracy(self, thresholds) -> Optional[dict[float, float]]:
+    def accuracy(self, thresholds) -> dict[float, float] | None:
         """Measured accuracy at each candidate threshold (None without a quality table)."""
         return None if self.quality is None else {float(t): self.quality.accuracy(t) for t in thresholds}
 
@@ -33,17 +33,17 @@ class Predictors:
 @dataclass(frozen=True)
 class ClusterSetting:
     """Attributes:
-        name: label in tables and plots (e.g. ``paper``, ``embedded``).
-        profile: step latency per TP degree.
-        cluster: nodes, GPUs per node, allowed TP degrees, batch limits.
-        control: candidate thresholds, the baselines' fixed threshold and the step law
-            load control prices capacity with (see :func:`with_dynamics`).
-        reconfig: reconfiguration settings (``tokens_per_step`` should come from the
-            replayed dynamics' step law: see :func:`with_dynamics`).
-        monitor: workload monitor settings.
-        initial_tp: every policy starts from a static cluster of this TP degree (the
-            baselines stay on it).
-        block_length: denoising block length of the served model.
+    name: label in tables and plots (e.g. ``paper``, ``embedded``).
+    profile: step latency per TP degree.
+    cluster: nodes, GPUs per node, allowed TP degrees, batch limits.
+    control: candidate thresholds, the baselines' fixed threshold and the step law
+        load control prices capacity with (see :func:`with_dynamics`).
+    reconfig: reconfiguration settings (``tokens_per_step`` should come from the
+        replayed dynamics' step law: see :func:`with_dynamics`).
+    monitor: workload monitor settings.
+    initial_tp: every policy starts from a static cluster of this TP degree (the
+        baselines stay on it).
+    block_length: denoising block length of the served model.
     """
 
     name: str
@@ -63,8 +63,10 @@ class ClusterSetting:
                 f"drop them from ClusterConfig.tp_degrees or use a profile that covers them"
             )
         if self.initial_tp not in self.cluster.tp_degrees:
-            raise ValueError(f"setting {self.name!r}: initial_tp {self.initial_tp} is not an allowed TP "
-                             f"degree {self.cluster.tp_degrees}")
+            raise ValueError(
+                f"setting {self.name!r}: initial_tp {self.initial_tp} is not an allowed TP "
+                f"degree {self.cluster.tp_degrees}"
+            )
 
 
 def with_dynamics(setting: ClusterSetting, dynamics: StepDynamics) -> ClusterSetting:
@@ -72,5 +74,6 @@ def with_dynamics(setting: ClusterSetting, dynamics: StepDynamics) -> ClusterSet
     load control's capacity and the reconfigurator's ``T_c``."""
     # The exact expected steps per block of the replayed Markov chain (the simulator replays the same pools).
     law = StepLaw.from_dynamics(dynamics, setting.block_length, setting.control.thresholds)
-    return replace(setting, control=replace(setting.control, step_law=law),
-                   reconfig=setting.reconfig.with_step_law(law))
+    return replace(
+        setting, control=replace(setting.control, step_law=law), reconfig=setting.reconfig.with_step_law(law)
+    )

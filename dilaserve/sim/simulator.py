@@ -5,12 +5,12 @@ events (arrivals, reconfiguration ticks, and whatever :class:`SimBackend` report
 :class:`~dilaserve.schedule.scheduler.GlobalScheduler` and records what happens; every
 decision is the scheduler's.
 """
+
 from __future__ import annotations
 
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Optional
 
 import numpy as np
 import polars as pl
@@ -20,9 +20,9 @@ from dilaserve.control.request import TrackedRequest
 from dilaserve.predict.base import OraclePredictor, StepPredictor
 from dilaserve.reconfig.plan import static_layout
 from dilaserve.schedule.config import SchedulerConfig
+from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_plane
 from dilaserve.schedule.events import ReconfigTick, RequestArrived, RequestOutcome
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
-from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_plane
 from dilaserve.sim.loop import EventLoop
 from dilaserve.sim.metrics import PolicySummary, summarize
 from dilaserve.sim.progress import ProgressModel
@@ -36,12 +36,12 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class SimConfig:
     """Attributes:
-        backend: simulated instance timing (launch, migration, latency noise).
-        reconfig_interval_s: seconds between reconfiguration ticks (policies with
-            reconfiguration only).
-        telemetry_bin_s: time bin of the threshold-over-time series.
-        drain_limit_s: after the last arrival, give up on requests still unfinished this
-            much later (they count as SLO misses); guards against a stuck cluster.
+    backend: simulated instance timing (launch, migration, latency noise).
+    reconfig_interval_s: seconds between reconfiguration ticks (policies with
+        reconfiguration only).
+    telemetry_bin_s: time bin of the threshold-over-time series.
+    drain_limit_s: after the last arrival, give up on requests still unfinished this
+        much later (they count as SLO misses); guards against a stuck cluster.
     """
 
     backend: SimBackendConfig = field(default_factory=SimBackendConfig)
@@ -80,19 +80,33 @@ class SimResult:
 
 
 REQUEST_COLUMNS = {
-    "request_id": pl.Utf8, "phase": pl.Utf8, "status": pl.Utf8, "arrival_s": pl.Float64,
-    "finish_s": pl.Float64, "latency_s": pl.Float64, "deadline_s": pl.Float64, "met_slo": pl.Boolean,
-    "prompt_tokens": pl.Int64, "output_tokens": pl.Int64, "steps": pl.Int64, "mean_threshold": pl.Float64,
+    "request_id": pl.Utf8,
+    "phase": pl.Utf8,
+    "status": pl.Utf8,
+    "arrival_s": pl.Float64,
+    "finish_s": pl.Float64,
+    "latency_s": pl.Float64,
+    "deadline_s": pl.Float64,
+    "met_slo": pl.Boolean,
+    "prompt_tokens": pl.Int64,
+    "output_tokens": pl.Int64,
+    "steps": pl.Int64,
+    "mean_threshold": pl.Float64,
     "quality": pl.Float64,
 }
 
 
 class Simulator:
-    def __init__(self, setting: ClusterSetting, progress: ProgressModel, predictors: Predictors = Predictors(),
-                 config: SimConfig = SimConfig()):
+    def __init__(
+        self,
+        setting: ClusterSetting,
+        progress: ProgressModel,
+        predictors: Predictors = Predictors(),
+        config: SimConfig = SimConfig(),
+    ):
         self.setting, self.progress, self.predictors, self.config = setting, progress, predictors, config
 
-    def _predictor(self, policy: SchedulerPolicy, live: dict) -> Optional[StepPredictor]:
+    def _predictor(self, policy: SchedulerPolicy, live: dict) -> StepPredictor | None:
         kind = policy.predictor
         if kind is None:
             return None
@@ -101,8 +115,10 @@ class Simulator:
             return OraclePredictor(lambda rid, thr: truth(live[rid][1], thr))
         pred = self.predictors.oneshot if kind == "oneshot" else self.predictors.learned
         if pred is None:
-            raise ValueError(f"policy {policy.name!r} needs a {kind} step predictor: pass "
-                             f"Predictors({'oneshot' if kind == 'oneshot' else 'learned'}=...)")
+            raise ValueError(
+                f"policy {policy.name!r} needs a {kind} step predictor: pass "
+                f"Predictors({'oneshot' if kind == 'oneshot' else 'learned'}=...)"
+            )
         return pred
 
     def run(self, policy: str | SchedulerPolicy, workload: Workload, slo_s: float) -> SimResult:
@@ -126,9 +142,12 @@ class Simulator:
                 loop.stop()
 
         spec = ControlPlaneSpec(
-            st.profile, st.control, st.cluster,
+            st.profile,
+            st.control,
+            st.cluster,
             # The planner prices a launch at what the simulated instances take to start.
-            reconfig=replace(st.reconfig, launch_time_s=cfg.backend.launch_time_s), monitor=st.monitor,
+            reconfig=replace(st.reconfig, launch_time_s=cfg.backend.launch_time_s),
+            monitor=st.monitor,
             accuracy=self.predictors.accuracy(st.control.thresholds),
             scheduler=SchedulerConfig(warn_interval_s=300.0),
         )
@@ -142,7 +161,9 @@ class Simulator:
             wr = reqs[i]
             state = self.progress.new_state(wr, st.block_length)
             live[wr.request_id] = (wr, state)
-            sched.handle(RequestArrived(loop.now, TrackedRequest(state, arrival=wr.arrival, deadline=wr.arrival + slo_s)))
+            sched.handle(
+                RequestArrived(loop.now, TrackedRequest(state, arrival=wr.arrival, deadline=wr.arrival + slo_s))
+            )
             if i + 1 < len(reqs):
                 loop.at(reqs[i + 1].arrival, lambda: arrive(i + 1))
 
@@ -159,28 +180,50 @@ class Simulator:
         loop.run(until=(reqs[-1].arrival if reqs else 0.0) + cfg.drain_limit_s)
         wall = time.perf_counter() - t0
         if live:
-            log.warning("%s on %s: %d request(s) unfinished %.0fs after the last arrival; counted as misses",
-                        pol.name, st.name, len(live), cfg.drain_limit_s)
+            log.warning(
+                "%s on %s: %d request(s) unfinished %.0fs after the last arrival; counted as misses",
+                pol.name,
+                st.name,
+                len(live),
+                cfg.drain_limit_s,
+            )
             for rid in sorted(live):
                 wr, state = live[rid]
                 rows.append(self._row(wr, state, None))
         frame = pl.DataFrame(rows, schema=REQUEST_COLUMNS, orient="row").sort("arrival_s")
         return SimResult(
-            policy=pol.name, setting=st.name, mode=self.progress.name, slo_s=slo_s, requests=frame,
-            summary=summarize(frame), threshold_series=telemetry.threshold_series(), tp_series=telemetry.tp_series(),
-            events=loop.events, wall_s=wall, sim_s=loop.now, migrations=sched.migrations,
-            reconfig_launches=backend.launches - len(initial), quality_estimator=self.progress.quality_estimator,
+            policy=pol.name,
+            setting=st.name,
+            mode=self.progress.name,
+            slo_s=slo_s,
+            requests=frame,
+            summary=summarize(frame),
+            threshold_series=telemetry.threshold_series(),
+            tp_series=telemetry.tp_series(),
+            events=loop.events,
+            wall_s=wall,
+            sim_s=loop.now,
+            migrations=sched.migrations,
+            reconfig_launches=backend.launches - len(initial),
+            quality_estimator=self.progress.quality_estimator,
         )
 
-    def _row(self, wr: WorkloadRequest, state, o: Optional[RequestOutcome]) -> tuple:
+    def _row(self, wr: WorkloadRequest, state, o: RequestOutcome | None) -> tuple:
         finished = o is not None and o.status == "finished"
         status = o.status if o is not None else "unfinished"
         used = state.thresholds_used
         return (
-            wr.request_id, wr.phase, status, wr.arrival,
-            o.time if finished else None, o.latency if finished else None,
-            o.deadline if o is not None else None, bool(o is not None and o.met_slo),
-            wr.prompt_tokens, wr.output_tokens, state.steps_done,
+            wr.request_id,
+            wr.phase,
+            status,
+            wr.arrival,
+            o.time if finished else None,
+            o.latency if finished else None,
+            o.deadline if o is not None else None,
+            bool(o is not None and o.met_slo),
+            wr.prompt_tokens,
+            wr.output_tokens,
+            state.steps_done,
             float(np.mean(used)) if used else None,
             self.progress.quality(wr, state) if finished else None,
         )

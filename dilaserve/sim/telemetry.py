@@ -1,8 +1,9 @@
 """What a simulated cluster did over time: thresholds of the steps it ran, TP mix, busy time."""
+
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Sequence
+from collections.abc import Sequence
 
 import polars as pl
 
@@ -51,12 +52,20 @@ class Telemetry:
     def threshold_series(self) -> pl.DataFrame:
         """Mean threshold of the request-steps run in each bin, and instance-busy seconds."""
         bins = sorted(self._thr_n)
-        return pl.DataFrame({
-            "time_s": [b * self.bin_s for b in bins],
-            "mean_threshold": [self._thr_sum[b] / self._thr_n[b] for b in bins],
-            "request_steps": [self._thr_n[b] for b in bins],
-            "busy_s": [self._busy[b] for b in bins],
-        }, schema={"time_s": pl.Float64, "mean_threshold": pl.Float64, "request_steps": pl.Int64, "busy_s": pl.Float64})
+        return pl.DataFrame(
+            {
+                "time_s": [b * self.bin_s for b in bins],
+                "mean_threshold": [self._thr_sum[b] / self._thr_n[b] for b in bins],
+                "request_steps": [self._thr_n[b] for b in bins],
+                "busy_s": [self._busy[b] for b in bins],
+            },
+            schema={
+                "time_s": pl.Float64,
+                "mean_threshold": pl.Float64,
+                "request_steps": pl.Int64,
+                "busy_s": pl.Float64,
+            },
+        )
 
     def tp_series(self) -> pl.DataFrame:
         """Ready instances per TP degree after every change (long format)."""

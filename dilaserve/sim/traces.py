@@ -10,12 +10,12 @@ what the file should look like.
   v3 files add ``Session ID, Elapsed time``): ``Timestamp`` is seconds. Rows with zero
   response tokens are failed requests in BurstGPT's log and are dropped.
 """
+
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
 
 import numpy as np
 import polars as pl
@@ -36,7 +36,7 @@ class TraceFormatError(ValueError):
 @dataclass(frozen=True)
 class Trace:
     source: str
-    arrival_s: np.ndarray     # sorted, first request at 0
+    arrival_s: np.ndarray  # sorted, first request at 0
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
 
@@ -78,8 +78,10 @@ def _format_of(columns: list[str], path: Path) -> str:
 def _tokens(frame: pl.DataFrame, column: str, path: Path) -> np.ndarray:
     col = frame[column]
     if col.null_count():
-        raise TraceFormatError(f"trace file {path}: column {column!r} has {col.null_count()} empty value(s); "
-                               "every request needs a token count")
+        raise TraceFormatError(
+            f"trace file {path}: column {column!r} has {col.null_count()} empty value(s); "
+            "every request needs a token count"
+        )
     if not col.dtype.is_numeric():
         bad = col.cast(pl.Float64, strict=False)
         first = col.filter(bad.is_null()).head(1).to_list()
@@ -114,7 +116,7 @@ def _seconds(frame: pl.DataFrame, column: str, path: Path) -> np.ndarray:
     return t
 
 
-def load_trace(path: Union[str, Path] = AZURE_CONV) -> Trace:
+def load_trace(path: str | Path = AZURE_CONV) -> Trace:
     """Read an Azure-format or BurstGPT CSV (detected from its columns)."""
     path = Path(path)
     frame = _read_csv(path)

@@ -1,8 +1,9 @@
 """Workloads: timed requests with token counts, split into named load phases."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
 
 import numpy as np
 
@@ -23,7 +24,7 @@ class WorkloadRequest:
     prompt_tokens: int
     output_tokens: int
     phase: str = ""
-    prompt: Optional[Prompt] = None
+    prompt: Prompt | None = None
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,13 @@ class Workload:
 
 
 def build_workload(
-    name: str, arrivals: np.ndarray, prompt_tokens: np.ndarray, output_tokens: np.ndarray,
-    phases: Sequence[Phase] = (), prompts: Optional[Sequence[Prompt]] = None, meta: Optional[dict] = None,
+    name: str,
+    arrivals: np.ndarray,
+    prompt_tokens: np.ndarray,
+    output_tokens: np.ndarray,
+    phases: Sequence[Phase] = (),
+    prompts: Sequence[Prompt] | None = None,
+    meta: dict | None = None,
 ) -> Workload:
     """Zip arrays into a workload; each request's phase is the phase its arrival falls in."""
     n = len(arrivals)
@@ -78,8 +84,14 @@ def build_workload(
     for j, i in enumerate(order.tolist()):
         t = float(arrivals[i])
         phase = phases[max(0, int(np.searchsorted(starts, t, side="right")) - 1)].name if phases else ""
-        reqs.append(WorkloadRequest(
-            f"{name}-{j:06d}", t, max(1, int(prompt_tokens[i])), max(1, int(output_tokens[i])), phase,
-            prompts[i] if prompts is not None else None,
-        ))
+        reqs.append(
+            WorkloadRequest(
+                f"{name}-{j:06d}",
+                t,
+                max(1, int(prompt_tokens[i])),
+                max(1, int(output_tokens[i])),
+                phase,
+                prompts[i] if prompts is not None else None,
+            )
+        )
     return Workload(name, reqs, tuple(phases), dict(meta or {}))

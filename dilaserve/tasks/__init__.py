@@ -1,4 +1,5 @@
 """Registry of synthetic tasks."""
+
 from __future__ import annotations
 
 import random

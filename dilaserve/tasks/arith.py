@@ -25,6 +25,7 @@ Why this shape, for a model of under a million parameters:
 The free order of items and the two forms of a step keep the speed-quality
 trade-off of parallel commits.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -93,7 +94,10 @@ class Arith(Task):
             probs.append(tuple(p for _, p in forms))
         numbers = " ".join(NUMBER_WORDS[a] for a in picks)
         return TaskInstance(
-            task=self.name, prompt=f"arith : {op1} {b} {op2} {c} : {numbers}", items=tuple(f[0] for f in alts),
-            alternatives=tuple(alts), form_probs=tuple(probs),
+            task=self.name,
+            prompt=f"arith : {op1} {b} {op2} {c} : {numbers}",
+            items=tuple(f[0] for f in alts),
+            alternatives=tuple(alts),
+            form_probs=tuple(probs),
             gen_length=gen_length_for(14 * n),
         )

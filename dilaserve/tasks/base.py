@@ -7,6 +7,7 @@ uncertain positions in one step can mix incompatible answers (an item twice,
 another missing, half of one form and half of another), while a
 one-token-per-step decode never does. Graders accept every valid answer.
 """
+
 from __future__ import annotations
 
 import abc
@@ -68,7 +69,7 @@ class Task(abc.ABC):
         """True iff ``answer`` is some order of the items, each in a valid form."""
         return self.verdict(inst, answer).correct
 
-    def verdict(self, inst: TaskInstance, answer: str | list[str]) -> "Verdict":
+    def verdict(self, inst: TaskInstance, answer: str | list[str]) -> Verdict:
         """The grade with its reasons: the expected answer, the first item that matches no
         remaining item, and the items the answer leaves out."""
         toks = answer.split() if isinstance(answer, str) else list(answer)
@@ -84,8 +85,12 @@ class Task(abc.ABC):
             else:
                 # Every form of an instance has the same length: show one item's worth of tokens.
                 width = len(inst.items[remaining[0]]) if remaining else len(inst.items[0])
-                return Verdict(False, _words(inst.items), " ".join(toks[pos : pos + width]),
-                               _words(inst.items[i] for i in remaining))
+                return Verdict(
+                    False,
+                    _words(inst.items),
+                    " ".join(toks[pos : pos + width]),
+                    _words(inst.items[i] for i in remaining),
+                )
         return Verdict(not remaining, _words(inst.items), None, _words(inst.items[i] for i in remaining))
 
 

@@ -1,4 +1,5 @@
 """``list``: write the given letters back, in any order."""
+
 from __future__ import annotations
 
 import random
@@ -19,7 +20,10 @@ class ListLetters(Task):
         letters = rng.sample(string.ascii_lowercase, n)
         items = tuple((c,) for c in letters)
         return TaskInstance(
-            task=self.name, prompt="list : " + " ".join(letters), items=items,
+            task=self.name,
+            prompt="list : " + " ".join(letters),
+            items=items,
             alternatives=tuple((i,) for i in items),
-            form_probs=((1.0,),) * n, gen_length=gen_length_for(n),
+            form_probs=((1.0,),) * n,
+            gen_length=gen_length_for(n),
         )

@@ -4,6 +4,7 @@ Each item is ``c > d`` (canonical) or ``d < c``: two forms of one fact. The
 form is a per-item choice, so parallel commits can mix the forms inside one
 item and break it.
 """
+
 from __future__ import annotations
 
 import random
@@ -31,7 +32,10 @@ class Pairs(Task):
             d = LETTERS[(LETTERS.index(c) + 1) % 26]
             alts.append(((c, ">", d, ","), (d, "<", c, ",")))
         return TaskInstance(
-            task=self.name, prompt="pairs : " + " ".join(letters), items=tuple(a[0] for a in alts),
-            alternatives=tuple(alts), form_probs=((CANONICAL, 1 - CANONICAL),) * n,
+            task=self.name,
+            prompt="pairs : " + " ".join(letters),
+            items=tuple(a[0] for a in alts),
+            alternatives=tuple(alts),
+            form_probs=((CANONICAL, 1 - CANONICAL),) * n,
             gen_length=gen_length_for(4 * n),
         )

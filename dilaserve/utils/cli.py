@@ -21,6 +21,7 @@ Validation stays in the dataclasses (``__post_init__``), so CLI and Python users
 same errors; :func:`parse_dataclass` turns them into a usage error that names the flag
 (``ControlConfig.quality_budget=2`` reads ``--quality-budget=2``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,9 @@ import inspect
 import re
 import types
 import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Type, TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -55,7 +57,7 @@ class Nested:
     prefix: str = ""
     exclude: tuple[str, ...] = ()
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    build: Optional[Callable[..., Any]] = None
+    build: Callable[..., Any] | None = None
 
     def make(self, **values: Any) -> Any:
         kwargs = {**self.defaults, **values}
@@ -65,8 +67,15 @@ class Nested:
         return f"{self.prefix}_{name}" if self.prefix else name
 
 
-def nested(cls: type, *, prefix: str = "", exclude: tuple[str, ...] = (), defaults: Optional[Mapping[str, Any]] = None,
-           build: Optional[Callable[..., Any]] = None, help: str = ""):
+def nested(
+    cls: type,
+    *,
+    prefix: str = "",
+    exclude: tuple[str, ...] = (),
+    defaults: Mapping[str, Any] | None = None,
+    build: Callable[..., Any] | None = None,
+    help: str = "",
+):
     """A field holding a per-concern config whose fields become flags.
 
     Args:
@@ -93,9 +102,9 @@ def field_docs(cls: type) -> dict[str, str]:
     except StopIteration:
         return {}
     out: dict[str, list[str]] = {}
-    indent: Optional[int] = None
-    current: Optional[str] = None
-    for line in lines[start + 1:]:
+    indent: int | None = None
+    current: str | None = None
+    for line in lines[start + 1 :]:
         if not line.strip():
             continue
         depth = len(line) - len(line.lstrip())
@@ -156,12 +165,15 @@ def _default_of(f: dataclasses.Field) -> Any:
     return dataclasses.MISSING
 
 
-def _add_field(parser, f: dataclasses.Field, tp: Any, dest: str, default: Any, help_text: str,
-               overrides_only: bool = False) -> None:
+def _add_field(
+    parser, f: dataclasses.Field, tp: Any, dest: str, default: Any, help_text: str, overrides_only: bool = False
+) -> None:
     elem, is_list, optional = _base_type(tp)
     if elem not in _SCALARS:
-        raise TypeError(f"field {f.name!r} has type {tp!r}, which has no flag: exclude it (cli=False, or "
-                        "nested(..., exclude=...)) and set it at run time")
+        raise TypeError(
+            f"field {f.name!r} has type {tp!r}, which has no flag: exclude it (cli=False, or "
+            "nested(..., exclude=...)) and set it at run time"
+        )
     flag = "--" + dest.replace("_", "-")
     if flag in parser._option_string_actions:  # declared by hand: the program's own flag wins
         return
@@ -183,7 +195,7 @@ def _add_field(parser, f: dataclasses.Field, tp: Any, dest: str, default: Any, h
     parser.add_argument(flag, **kwargs)
 
 
-def _walk(cls: type, spec: Optional[Nested] = None):
+def _walk(cls: type, spec: Nested | None = None):
     """(field, type, dest, default, help) of every flag of ``cls``, and (field, spec) of its
     nested configs, in declaration order."""
     hints = typing.get_type_hints(cls)
@@ -201,7 +213,7 @@ def _walk(cls: type, spec: Optional[Nested] = None):
         yield f, hints[f.name], spec.dest(f.name) if spec else f.name, default, _help(f, docs)
 
 
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: Type, overrides_only: bool = False) -> None:
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, overrides_only: bool = False) -> None:
     """Add a flag for every field of ``cls`` and of its :func:`nested` configs (each in its
     own argument group), except those the parser already has.
 
@@ -212,8 +224,10 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: Type, override
 
     def claim(dest: str, owner: str) -> None:
         if dest in seen:
-            raise TypeError(f"flag --{dest.replace('_', '-')} is declared by both {seen[dest]} and {owner}: "
-                            "give one of the nested configs a prefix")
+            raise TypeError(
+                f"flag --{dest.replace('_', '-')} is declared by both {seen[dest]} and {owner}: "
+                "give one of the nested configs a prefix"
+            )
         seen[dest] = owner
 
     for f, tp, dest, default, help_text in _walk(cls):
@@ -228,7 +242,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: Type, override
             _add_field(parser, f, tp, dest, default, help_text, overrides_only)
 
 
-def build_dataclass(cls: Type[T], values: Mapping[str, Any]) -> T:
+def build_dataclass(cls: type[T], values: Mapping[str, Any]) -> T:
     """``cls`` from flat values keyed by flag destination (``reconfig_interval_s``,
     ``thresholds``): what the parser produces, and a handy way to override a few settings
     in Python by their flag names. Fields not given keep their defaults; a nested
@@ -240,8 +254,11 @@ def build_dataclass(cls: Type[T], values: Mapping[str, Any]) -> T:
             if f.name in values:
                 kwargs[f.name] = values.pop(f.name)
                 continue
-            sub = {sf.name: _coerce(stp, values.pop(sdest)) for sf, stp, sdest, _, _ in _walk(tp.cls, tp)
-                   if sdest in values}
+            sub = {
+                sf.name: _coerce(stp, values.pop(sdest))
+                for sf, stp, sdest, _, _ in _walk(tp.cls, tp)
+                if sdest in values
+            }
             kwargs[f.name] = tp.make(**sub)
         elif dest in values:
             kwargs[f.name] = _coerce(tp, values.pop(dest))
@@ -284,8 +301,10 @@ def flag_error(cls: type, exc: Exception) -> str:
     return text
 
 
-def parse_dataclass(cls: Type[T], argv: Optional[list[str]] = None, description: str = "", prog: Optional[str] = None) -> T:
-    parser = argparse.ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_dataclass(cls: type[T], argv: list[str] | None = None, description: str = "", prog: str | None = None) -> T:
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_dataclass_arguments(parser, cls)
     ns = vars(parser.parse_args(argv))
     try:

@@ -1,5 +1,6 @@
 """Numbers as a person reads them: rounded to a few significant digits, and tables without
 columns that hold nothing (the notebooks, the serving app and the pipeline's asset metadata)."""
+
 from __future__ import annotations
 
 import math
@@ -39,8 +40,13 @@ def rounded_frame(frame, digits: int = DIGITS):
     import polars as pl
 
     floats = [c for c, t in frame.schema.items() if t in (pl.Float32, pl.Float64)]
-    empty = [c for c in frame.columns
-             if frame[c].null_count() == frame.height or (c in floats and frame[c].is_nan().fill_null(True).all())]
+    empty = [
+        c
+        for c in frame.columns
+        if frame[c].null_count() == frame.height or (c in floats and frame[c].is_nan().fill_null(True).all())
+    ]
     return frame.drop(empty).with_columns(
         pl.when(pl.col(c).abs() < NOISE).then(0.0).otherwise(pl.col(c).round_sig_figs(digits)).alias(c)
-        for c in floats if c not in empty)
+        for c in floats
+        if c not in empty
+    )

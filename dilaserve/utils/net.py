@@ -1,4 +1,5 @@
 """Loopback networking helpers shared by the server launcher, the TP process groups and tests."""
+
 from __future__ import annotations
 
 import socket

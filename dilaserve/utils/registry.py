@@ -1,7 +1,9 @@
 """A name -> object registry, so policies and their pieces are picked by name from configuration."""
+
 from __future__ import annotations
 
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 

@@ -18,18 +18,30 @@ _MEASURE = MeasureConfig()
 
 
 class MeasuredProfileConfig(dg.Config):
-    tp_degrees: list[int] = Field(default_factory=lambda: list(_MEASURE.tp_degrees), description="TP degrees (ranks) to time")
-    recompute_tokens: list[int] = Field(default_factory=lambda: list(_MEASURE.recompute_tokens),
-                                        description="recompute-step batch sizes in tokens")
-    cache_tokens: list[int] = Field(default_factory=lambda: list(_MEASURE.cache_tokens),
-                                    description="cache-step fed tokens (multiples of block_length)")
+    tp_degrees: list[int] = Field(
+        default_factory=lambda: list(_MEASURE.tp_degrees), description="TP degrees (ranks) to time"
+    )
+    recompute_tokens: list[int] = Field(
+        default_factory=lambda: list(_MEASURE.recompute_tokens), description="recompute-step batch sizes in tokens"
+    )
+    cache_tokens: list[int] = Field(
+        default_factory=lambda: list(_MEASURE.cache_tokens),
+        description="cache-step fed tokens (multiples of block_length)",
+    )
     seq_len: int = Field(_MEASURE.seq_len, ge=1, description="tokens per request")
     repeats: int = Field(_MEASURE.repeats, ge=1, description="timed steps per point (median kept)")
     threads_per_rank: int = Field(_MEASURE.threads_per_rank, ge=1, description="CPU threads per rank")
 
     def measure(self) -> MeasureConfig:
-        return MeasureConfig(tuple(self.tp_degrees), tuple(self.recompute_tokens), tuple(self.cache_tokens),
-                             self.seq_len, _MEASURE.block_length, self.repeats, self.threads_per_rank)
+        return MeasureConfig(
+            tuple(self.tp_degrees),
+            tuple(self.recompute_tokens),
+            tuple(self.cache_tokens),
+            self.seq_len,
+            _MEASURE.block_length,
+            self.repeats,
+            self.threads_per_rank,
+        )
 
 
 def _is_measurable(checkpoint: str) -> bool:
@@ -39,39 +51,55 @@ def _is_measurable(checkpoint: str) -> bool:
 
 
 @dg.asset(group_name="profiles")
-def measured_profile(context: dg.AssetExecutionContext, config: MeasuredProfileConfig, model_checkpoint: str,
-                             model: ModelResource, artifacts: ArtifactsResource) -> dict:
+def measured_profile(
+    context: dg.AssetExecutionContext,
+    config: MeasuredProfileConfig,
+    model_checkpoint: str,
+    model: ModelResource,
+    artifacts: ArtifactsResource,
+) -> dict:
     """Recompute- and cache-step latency vs tokens of the served model (embedded, LLaDA or Dream),
     with real TP ranks."""
     if not _is_measurable(model_checkpoint):
         # Other masked LMs are decoded recompute-only and not sharded: profile them analytically.
-        context.log.warning(f"{model_checkpoint} is neither the embedded architecture nor LLaDA / Dream: "
-                            "measured profile skipped")
+        context.log.warning(
+            f"{model_checkpoint} is neither the embedded architecture nor LLaDA / Dream: measured profile skipped"
+        )
         context.add_output_metadata({"skipped": True})
         return {}
-    prof = measure_profile(model_checkpoint, config.measure(), device=model.device, name="measured",
-                           log=context.log.info)
+    prof = measure_profile(
+        model_checkpoint, config.measure(), device=model.device, name="measured", log=context.log.info
+    )
     path = artifacts.paths().measured_profile
     path.parent.mkdir(parents=True, exist_ok=True)
     prof.save(path)
     plot = latency_profile_plot({"measured": prof}, path.with_suffix(".png"))
     n = max(config.recompute_tokens)
-    context.add_output_metadata(tidy({
-        "path": str(path), "plot": image(plot, "measured step latency"), "plot_path": str(plot),
-        **{f"tp{d}_recompute_ms_at_{n}": prof.latency(d, n) * 1e3 for d in prof.tp_degrees},
-    }))
+    context.add_output_metadata(
+        tidy(
+            {
+                "path": str(path),
+                "plot": image(plot, "measured step latency"),
+                "plot_path": str(plot),
+                **{f"tp{d}_recompute_ms_at_{n}": prof.latency(d, n) * 1e3 for d in prof.tp_degrees},
+            }
+        )
+    )
     return prof.to_dict()
 
 
 class AnalyticProfileConfig(dg.Config):
     models: list[str] = Field(default_factory=lambda: sorted(MODELS), description=f"of {sorted(MODELS)}")
     gpus: list[str] = Field(default_factory=lambda: sorted(GPUS), description=f"of {sorted(GPUS)}")
-    tp_degrees: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="TP degrees (1, 2, 4, 8 calibrated)")
+    tp_degrees: list[int] = Field(
+        default_factory=lambda: [1, 2, 4, 8], description="TP degrees (1, 2, 4, 8 calibrated)"
+    )
 
 
 @dg.asset(group_name="profiles")
-def analytic_profiles(context: dg.AssetExecutionContext, config: AnalyticProfileConfig,
-                              artifacts: ArtifactsResource) -> dict:
+def analytic_profiles(
+    context: dg.AssetExecutionContext, config: AnalyticProfileConfig, artifacts: ArtifactsResource
+) -> dict:
     """Calibrated roofline profiles of real checkpoints on real GPUs, one file per (model, GPU)."""
     paths = artifacts.paths()
     profiles = {}
@@ -85,8 +113,16 @@ def analytic_profiles(context: dg.AssetExecutionContext, config: AnalyticProfile
     plot = latency_profile_plot(profiles, paths.profiles_dir / "analytic" / "analytic.png")
     n = ROOFLINE.calibration_tokens
     ratios = {name: {f"tp{d}": p.latency(d, n) / p.latency(1, n) for d in p.tp_degrees} for name, p in profiles.items()}
-    context.add_output_metadata(tidy({"profiles": sorted(profiles), "plot": image(plot, "analytic step latency"),
-                                      "plot_path": str(plot), "latency_vs_tp1_at_calibration": ratios}))
+    context.add_output_metadata(
+        tidy(
+            {
+                "profiles": sorted(profiles),
+                "plot": image(plot, "analytic step latency"),
+                "plot_path": str(plot),
+                "latency_vs_tp1_at_calibration": ratios,
+            }
+        )
+    )
     return {name: p.to_dict() for name, p in profiles.items()}
 
 
@@ -102,4 +138,6 @@ def analytic_profiles_calibrated(artifacts: ArtifactsResource) -> dg.AssetCheckR
             got = p.latency(tp, n, StepKind.RECOMPUTE) / p.latency(1, n, StepKind.RECOMPUTE)
             if p.has(tp) and abs(got - target) > 0.01:
                 misses[f"{p.name} TP-{tp}"] = got
-    return dg.AssetCheckResult(passed=bool(files) and not misses, metadata=tidy({"files": len(files), "misses": misses}))
+    return dg.AssetCheckResult(
+        passed=bool(files) and not misses, metadata=tidy({"files": len(files), "misses": misses})
+    )

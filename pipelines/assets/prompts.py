@@ -12,10 +12,15 @@ from pipelines.resources import ModelResource
 
 class PromptSetConfig(dg.Config):
     prompt_set: Literal["synthetic", "gsm8k"] = Field(
-        "synthetic", description="'synthetic' task prompts (embedded model) or 'gsm8k' (real LLaDA / Dream checkpoints)")
-    n_requests: int = Field(100, ge=2, description="requests to roll out (each at every threshold); at least 2 for a request split")
+        "synthetic", description="'synthetic' task prompts (embedded model) or 'gsm8k' (real LLaDA / Dream checkpoints)"
+    )
+    n_requests: int = Field(
+        100, ge=2, description="requests to roll out (each at every threshold); at least 2 for a request split"
+    )
     seed: int = Field(0, description="seeds which prompts are drawn")
-    gen_length: int = Field(256, ge=32, description="generation length of GSM8K requests (synthetic tasks size their own)")
+    gen_length: int = Field(
+        256, ge=32, description="generation length of GSM8K requests (synthetic tasks size their own)"
+    )
 
 
 @dg.asset(group_name="rollouts")
@@ -25,15 +30,18 @@ def prompt_set(context: dg.AssetExecutionContext, config: PromptSetConfig) -> li
     by_source: dict[str, int] = {}
     for p in prompts:
         by_source[p.source] = by_source.get(p.source, 0) + 1
-    context.add_output_metadata({"n": len(prompts), "by_source": by_source,
-                                 "gen_lengths": sorted({p.gen_length for p in prompts})})
+    context.add_output_metadata(
+        {"n": len(prompts), "by_source": by_source, "gen_lengths": sorted({p.gen_length for p in prompts})}
+    )
     return prompts
 
 
 class CheckpointConfig(dg.Config):
     source: Literal["default", "train"] = Field(
-        "default", description="'default': the model resource's checkpoint (the committed embedded model unless set); "
-                               "'train': train the embedded model first")
+        "default",
+        description="'default': the model resource's checkpoint (the committed embedded model unless set); "
+        "'train': train the embedded model first",
+    )
     train_out: str = Field("data/checkpoints/pipeline", description="where a trained checkpoint is written")
     train_minutes: float = Field(30.0, gt=0, description="wall-clock budget of training")
     train_steps: int = Field(8000, ge=1, description="optimizer steps at most")
@@ -46,7 +54,9 @@ def model_checkpoint(context: dg.AssetExecutionContext, config: CheckpointConfig
         from dilaserve.model.train import TrainConfig, train
 
         context.log.info(f"training the embedded model for up to {config.train_minutes} min into {config.train_out}")
-        _, log = train(TrainConfig(out=config.train_out, max_minutes=config.train_minutes, max_steps=config.train_steps))
+        _, log = train(
+            TrainConfig(out=config.train_out, max_minutes=config.train_minutes, max_steps=config.train_steps)
+        )
         path = Path(config.train_out)
         context.add_output_metadata({"trained_steps": log["steps"], "minutes": log["minutes"]})
     else:

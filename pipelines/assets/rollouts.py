@@ -17,8 +17,10 @@ DEFAULT_THRESHOLDS = list(CANDIDATE_THRESHOLDS)
 
 
 class RolloutConfig(dg.Config):
-    thresholds: list[float] = Field(default_factory=lambda: list(DEFAULT_THRESHOLDS),
-                                    description="candidate thresholds; every request is decoded at each")
+    thresholds: list[float] = Field(
+        default_factory=lambda: list(DEFAULT_THRESHOLDS),
+        description="candidate thresholds; every request is decoded at each",
+    )
     block_length: int = Field(32, ge=1, description="tokens per block (real checkpoints: 32)")
     batch_size: int = Field(64, ge=1, description="requests per engine step")
     use_cache: bool = Field(True, description="dual KV cache (cache and recompute steps)")
@@ -43,34 +45,57 @@ class RolloutSet:
 
 
 @dg.asset(group_name="rollouts")
-def rollouts(context: dg.AssetExecutionContext, config: RolloutConfig, prompt_set: list[Prompt],
-             model_checkpoint: str, model: ModelResource, artifacts: ArtifactsResource) -> RolloutSet:
+def rollouts(
+    context: dg.AssetExecutionContext,
+    config: RolloutConfig,
+    prompt_set: list[Prompt],
+    model_checkpoint: str,
+    model: ModelResource,
+    artifacts: ArtifactsResource,
+) -> RolloutSet:
     """Every prompt decoded at every threshold, step by step."""
     engine = model.engine(model_checkpoint)
     jobs = fixed_threshold_jobs(prompt_set, config.thresholds)
     context.log.info(f"decoding {len(prompt_set)} requests x {len(config.thresholds)} thresholds on {model.device}")
-    result = run_rollouts(engine, jobs, config.block_length, config.batch_size, config.use_cache,
-                          progress=progress_logger(context, "rollouts"))
+    result = run_rollouts(
+        engine,
+        jobs,
+        config.block_length,
+        config.batch_size,
+        config.use_cache,
+        progress=progress_logger(context, "rollouts"),
+    )
     path = artifacts.paths().rollout_requests
     path.parent.mkdir(parents=True, exist_ok=True)
     result.requests.write_parquet(path)
-    context.add_output_metadata({"steps": result.steps.height, "rollouts": result.requests.height,
-                                 "requests_path": str(path)})
+    context.add_output_metadata(
+        {"steps": result.steps.height, "rollouts": result.requests.height, "requests_path": str(path)}
+    )
     return RolloutSet(result, config.thresholds, config.block_length, config.batch_size, config.use_cache)
 
 
 @dg.asset(group_name="rollouts")
-def step_features(context: dg.AssetExecutionContext, rollouts: RolloutSet, artifacts: ArtifactsResource) -> pl.DataFrame:
+def step_features(
+    context: dg.AssetExecutionContext, rollouts: RolloutSet, artifacts: ArtifactsResource
+) -> pl.DataFrame:
     """One row per step: progress and confidence features before it, its outcome, steps left."""
     table = validate_step_table(rollouts.result.steps)  # never write a table that breaks the contract
     path = artifacts.paths().step_table
     path.parent.mkdir(parents=True, exist_ok=True)
     table.write_parquet(path)
-    per_thr = table.group_by("threshold").agg(pl.col("label").max().alias("max_steps"), pl.len().alias("rows")).sort("threshold")
-    context.add_output_metadata({
-        "path": str(path), "rows": table.height, "requests": table["request_id"].n_unique(),
-        "per_threshold": dg.MetadataValue.json(per_thr.to_dicts()),
-    })
+    per_thr = (
+        table.group_by("threshold")
+        .agg(pl.col("label").max().alias("max_steps"), pl.len().alias("rows"))
+        .sort("threshold")
+    )
+    context.add_output_metadata(
+        {
+            "path": str(path),
+            "rows": table.height,
+            "requests": table["request_id"].n_unique(),
+            "per_threshold": dg.MetadataValue.json(per_thr.to_dicts()),
+        }
+    )
     return table
 
 

@@ -1,4 +1,5 @@
 """The capacity bench: the capacity model's prediction against the simulator's saturation."""
+
 import json
 
 import pytest

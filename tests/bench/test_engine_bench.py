@@ -10,7 +10,6 @@ def test_step_costs_measure_each_kind_and_leave_no_cache(tiny_engine):
     assert set(tiny_engine._kv) == before  # every measured request released its cache
 
 
-
 def test_continuous_batching_decodes_every_request_as_generate_does(tiny_engine):
     prompts = ["list : c a f", "pairs : k q", "list : z", "list : b d", "pairs : m n"]
     lengths = [64, 32, 32, 32, 64]
@@ -45,8 +44,9 @@ def test_accuracy_by_canvas_scales_each_tasks_canvas_and_caps_it_at_the_context(
     room = (tiny_engine.lm.max_context - len(tiny_engine.encode(long.prompt))) // 32 * 32
     assert scaled_canvas(tiny_engine, long, 1) == 128 and scaled_canvas(tiny_engine, long, 3) == room < 384
     out = accuracy_by_canvas(tiny_engine, [short], factors=(1, 2))  # a random model: it decodes every position
-    assert set(out) == {"1", "2"} and all(v["accuracy"] in (0.0, 1.0) and set(v["by_task"]) == {"list"}
-                                          for v in out.values())
+    assert set(out) == {"1", "2"} and all(
+        v["accuracy"] in (0.0, 1.0) and set(v["by_task"]) == {"list"} for v in out.values()
+    )
 
 
 def test_a_gen_length_off_the_block_grid_is_a_clear_usage_error(capsys):

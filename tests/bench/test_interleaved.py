@@ -1,4 +1,5 @@
 """Ratios from interleaved repetitions: a slow spell on the machine hits both sides."""
+
 import pytest
 
 from dilaserve.bench.capacity import QUICK, run
@@ -32,7 +33,14 @@ def test_capacity_repeats_each_shape_over_seeds_in_turn_and_reports_the_spread(m
 
     monkeypatch.setattr(capacity, "measure", fake_measure)
     out = run(QUICK.__class__(**{**QUICK.__dict__, "repeats": 3}), ("gsm8k", "long-prompt"))
-    assert calls == [(0, "gsm8k"), (0, "long-prompt"), (1, "gsm8k"), (1, "long-prompt"), (2, "gsm8k"), (2, "long-prompt")]
+    assert calls == [
+        (0, "gsm8k"),
+        (0, "long-prompt"),
+        (1, "gsm8k"),
+        (1, "long-prompt"),
+        (2, "gsm8k"),
+        (2, "long-prompt"),
+    ]
     for w in out["workloads"].values():
         assert w["ratio"] == 1.0 and w["ratio_spread"] == pytest.approx(0.2) and w["repetitions"] == 3
         assert w["measured_rps"] == 10.0

@@ -1,4 +1,5 @@
 """``python -m dilaserve.bench quality --quick``: structure and sanity of the comparison."""
+
 import json
 
 import pytest

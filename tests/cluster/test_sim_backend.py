@@ -1,4 +1,5 @@
 """SimBackend and the simulator on scenarios small enough to work out by hand."""
+
 import pytest
 
 from dilaserve.cluster.base import InstanceReady, InstanceSpec, StepAssignment, StepFinished
@@ -19,7 +20,9 @@ PROFILE = linear_profile({1: 1e-3}, base=0.1, cache_base=0.05)
 def simulator(tokens_per_step: int, gpus: int = 2) -> tuple[Simulator, ReplayTable]:
     dyn = dynamics({t: [tokens_per_step] for t in (0.5, 0.9)})
     table = ReplayTable(dyn)
-    setting = with_dynamics(ClusterSetting("hand", PROFILE, ClusterConfig(nodes=1, gpus_per_node=gpus, tp_degrees=(1,))), dyn)
+    setting = with_dynamics(
+        ClusterSetting("hand", PROFILE, ClusterConfig(nodes=1, gpus_per_node=gpus, tp_degrees=(1,))), dyn
+    )
     return Simulator(setting, ReplayProgress(table, quality()), config=SimConfig()), table
 
 

@@ -1,4 +1,5 @@
 """Small builders shared by the control-plane tests."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -10,13 +11,22 @@ from dilaserve.profile.types import LatencyProfile, StepCurve
 MASK, EOS = 1, 2
 
 
-def make_request(rid: str, prompt: int = 36, gen: int = 64, block: int = 32, *, arrival: float = 0.0,
-                 slo: float = 10.0, priority: int = 0, use_cache: bool = True,
-                 min_threshold: float = 0.0) -> TrackedRequest:
-    st = RequestState(rid, np.full(prompt, 5), gen_length=gen, block_length=block, mask_id=MASK,
-                      eos_id=EOS, use_cache=use_cache)
-    return TrackedRequest(st, arrival=arrival, deadline=arrival + slo, priority=priority,
-                          min_threshold=min_threshold)
+def make_request(
+    rid: str,
+    prompt: int = 36,
+    gen: int = 64,
+    block: int = 32,
+    *,
+    arrival: float = 0.0,
+    slo: float = 10.0,
+    priority: int = 0,
+    use_cache: bool = True,
+    min_threshold: float = 0.0,
+) -> TrackedRequest:
+    st = RequestState(
+        rid, np.full(prompt, 5), gen_length=gen, block_length=block, mask_id=MASK, eos_id=EOS, use_cache=use_cache
+    )
+    return TrackedRequest(st, arrival=arrival, deadline=arrival + slo, priority=priority, min_threshold=min_threshold)
 
 
 def commit(req: TrackedRequest, k: int, threshold: float = 0.9) -> None:

@@ -2,11 +2,20 @@ import logging
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as hst
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 
 from dilaserve.control import (
-    CapacityModel, ControlConfig, PredictionCache, RequestShape, ThresholdController,
-    cap_thresholds, remaining_time, request_load, split_cost, walk_thresholds,
+    CapacityModel,
+    ControlConfig,
+    PredictionCache,
+    RequestShape,
+    ThresholdController,
+    cap_thresholds,
+    remaining_time,
+    request_load,
+    split_cost,
+    walk_thresholds,
 )
 from dilaserve.control.load import split_cost_one
 from dilaserve.predict.base import OneShotPredictor, StepPredictor
@@ -34,7 +43,7 @@ def flat_profile(rec=0.1, cache=0.01) -> LatencyProfile:
 def test_threshold_walk_hand_case():
     allowed = np.ones((4, 3), dtype=bool)
     allowed[3, 0] = False
-    remaining = np.tile([1.0, 2.0, 4.0], (4, 1))   # seconds at 0.5 / 0.7 / 0.9
+    remaining = np.tile([1.0, 2.0, 4.0], (4, 1))  # seconds at 0.5 / 0.7 / 0.9
     slo_left = np.array([5.0, 2.5, 0.5, 0.5])
     # 4 <= 5 -> 0.9; 2 <= 2.5 -> 0.7; nothing fits -> lowest allowed (0.5, then 0.7 for row 3)
     np.testing.assert_array_equal(walk_thresholds(allowed, remaining, slo_left), [2, 1, 0, 1])
@@ -46,7 +55,9 @@ def test_threshold_walk_matches_its_array_form(data):
     # The walk as array operations: highest fitting allowed index, else the lowest allowed.
     m, t = data.draw(hst.integers(1, 6)), data.draw(hst.integers(1, 5))
     allowed = np.array(data.draw(hst.lists(hst.lists(hst.booleans(), min_size=t, max_size=t), min_size=m, max_size=m)))
-    remaining = np.array(data.draw(hst.lists(hst.lists(hst.floats(0, 10), min_size=t, max_size=t), min_size=m, max_size=m)))
+    remaining = np.array(
+        data.draw(hst.lists(hst.lists(hst.floats(0, 10), min_size=t, max_size=t), min_size=m, max_size=m))
+    )
     slo_left = np.array(data.draw(hst.lists(hst.floats(-1, 10), min_size=m, max_size=m)))
     fits = allowed & (remaining <= slo_left[:, None])
     expect = np.where(fits.any(axis=1), t - 1 - np.argmax(fits[:, ::-1], axis=1), np.argmax(allowed, axis=1))
@@ -54,8 +65,13 @@ def test_threshold_walk_matches_its_array_form(data):
 
 
 @settings(max_examples=200, deadline=None)
-@given(hst.lists(hst.floats(1, 500), min_size=1, max_size=5), hst.integers(0, 8), hst.booleans(),
-       hst.floats(1e-4, 1), hst.floats(1e-4, 1))
+@given(
+    hst.lists(hst.floats(1, 500), min_size=1, max_size=5),
+    hst.integers(0, 8),
+    hst.booleans(),
+    hst.floats(1e-4, 1),
+    hst.floats(1e-4, 1),
+)
 def test_split_cost_one_equals_array_form_exactly(steps, rl, use_cache, cu, ru):
     # Threshold selection uses the scalar form; load control the array form: same numbers.
     one = [split_cost_one(x, rl, use_cache, cu, ru) for x in steps]
@@ -67,8 +83,9 @@ def test_select_uses_cache_aware_remaining_time():
     # gen 64 / block 32 => 2 recompute steps certain; 10 steps => 8 cache + 2 recompute
     # = 8 * 0.01 + 2 * 0.1 = 0.28 s at every threshold of this table.
     cfg = ControlConfig(thresholds=(0.5, 0.9), fixed_threshold=0.9)
-    ctl = ThresholdController(cfg, flat_profile(), TablePredictor([10, 10]), selection="paper",
-                              load_control="none", step_pricing="paper")
+    ctl = ThresholdController(
+        cfg, flat_profile(), TablePredictor([10, 10]), selection="paper", load_control="none", step_pricing="paper"
+    )
     tight, loose = make_request("a", slo=0.27), make_request("b", slo=0.29)
     for r in (tight, loose):
         ctl.admit(r, now=0.0)
@@ -120,7 +137,9 @@ def test_load_capping_with_suffix_sums_hand_case():
 def test_after_load_control_worst_case_fits_unless_all_lowest(data):
     n = data.draw(hst.integers(1, 12))
     t = data.draw(hst.integers(1, 5))
-    load = np.array(data.draw(hst.lists(hst.lists(hst.floats(0.1, 100), min_size=t, max_size=t), min_size=n, max_size=n)))
+    load = np.array(
+        data.draw(hst.lists(hst.lists(hst.floats(0.1, 100), min_size=t, max_size=t), min_size=n, max_size=n))
+    )
     allowed = np.array(data.draw(hst.lists(hst.lists(hst.booleans(), min_size=t, max_size=t), min_size=n, max_size=n)))
     allowed[np.arange(n), data.draw(hst.lists(hst.integers(0, t - 1), min_size=n, max_size=n))] = True
     capacity = data.draw(hst.floats(0, 600))
@@ -190,11 +209,14 @@ def test_predictions_refresh_every_k_steps_and_scale_between():
     assert cache.refresh_due([r]) == 1 and cache.calls == 2
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(thresholds=()), "at least one threshold"),
-    (dict(fixed_threshold=0.95), "not a candidate"),
-    (dict(refresh_every_steps=0), "use 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(thresholds=()), "at least one threshold"),
+        (dict(fixed_threshold=0.95), "not a candidate"),
+        (dict(refresh_every_steps=0), "use 1"),
+    ],
+)
 def test_config_errors_say_how_to_fix(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ControlConfig(**kwargs)

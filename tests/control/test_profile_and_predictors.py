@@ -10,8 +10,8 @@ def test_curve_interpolates_extrapolates_and_clamps():
     c = StepCurve.from_points([(100, 1.0), (200, 2.0), (400, 3.0)])
     assert c(150) == pytest.approx(1.5)
     assert c(300) == pytest.approx(2.5)
-    assert c(600) == pytest.approx(4.0)   # last slope 1/200 per token
-    assert c(10) == pytest.approx(1.0)    # below the first point: clamped
+    assert c(600) == pytest.approx(4.0)  # last slope 1/200 per token
+    assert c(10) == pytest.approx(1.0)  # below the first point: clamped
     np.testing.assert_allclose(c.many(np.array([10, 150, 300, 600])), [1.0, 1.5, 2.5, 4.0])
 
 

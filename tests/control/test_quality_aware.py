@@ -1,4 +1,5 @@
 """The quality-aware threshold-policy pieces, each against the paper's counterpart."""
+
 import numpy as np
 import pytest
 
@@ -23,9 +24,9 @@ CFG = ControlConfig()
 def test_a_request_that_fits_nowhere_is_degraded_only_by_the_paper(name, hopeless):
     sel = selection_policies.get(name)(CFG)
     allowed = [True] * 5
-    remaining = [1.0, 2.0, 3.0, 4.0, 5.0].__getitem__     # seconds at 0.5 .. 0.9
-    assert sel.choose(allowed, 4, remaining, 10.0) == 4    # fits at its cap: no drop
-    assert sel.choose(allowed, 4, remaining, 2.5) == 1     # the highest that fits, both walks
+    remaining = [1.0, 2.0, 3.0, 4.0, 5.0].__getitem__  # seconds at 0.5 .. 0.9
+    assert sel.choose(allowed, 4, remaining, 10.0) == 4  # fits at its cap: no drop
+    assert sel.choose(allowed, 4, remaining, 2.5) == 1  # the highest that fits, both walks
     assert sel.choose(allowed, 4, remaining, 0.5) == hopeless
 
 
@@ -42,19 +43,26 @@ def test_feasible_prefix_caps_only_requests_that_can_still_fit():
     # Even at the lowest threshold only three requests fit a capacity of 3.5.
     paper = load_controls.get("paper")(CFG).caps(load, allowed, 3.5)
     prefix = load_controls.get("feasible_prefix")(CFG).caps(load, allowed, 3.5)
-    np.testing.assert_array_equal(paper, [0, 0, 0, 0])            # all degraded, one misses anyway
+    np.testing.assert_array_equal(paper, [0, 0, 0, 0])  # all degraded, one misses anyway
     np.testing.assert_array_equal(prefix[:3], cap_thresholds(load[:3], allowed[:3], 3.5))
-    assert prefix[3] == 2                                         # the one over capacity keeps 0.9
+    assert prefix[3] == 2  # the one over capacity keeps 0.9
     # When everything fits at the lowest, the two walks agree.
-    np.testing.assert_array_equal(load_controls.get("feasible_prefix")(CFG).caps(load, allowed, 7.0),
-                                  cap_thresholds(load, allowed, 7.0))
+    np.testing.assert_array_equal(
+        load_controls.get("feasible_prefix")(CFG).caps(load, allowed, 7.0), cap_thresholds(load, allowed, 7.0)
+    )
     np.testing.assert_array_equal(load_controls.get("none")(CFG).caps(load, allowed, 0.0), [2, 2, 2, 2])
 
 
 # ----------------------------------------------------------- quality budget
-@pytest.mark.parametrize("budget, allowed", [
-    (0.1, [0.8, 0.9]), (0.25, [0.7, 0.8, 0.9]), (0.0, [0.9]), (None, [0.5, 0.6, 0.7, 0.8, 0.9]),
-])
+@pytest.mark.parametrize(
+    "budget, allowed",
+    [
+        (0.1, [0.8, 0.9]),
+        (0.25, [0.7, 0.8, 0.9]),
+        (0.0, [0.9]),
+        (None, [0.5, 0.6, 0.7, 0.8, 0.9]),
+    ],
+)
 def test_quality_budget_allows_thresholds_from_the_measured_table(budget, allowed):
     thr = CFG.thresholds
     mask = quality_allowed(thr, ACCURACY, budget)
@@ -77,8 +85,9 @@ def test_controller_applies_budget_and_client_floor():
     strict = make_request("s", min_threshold=0.9)
     ctl.admit(strict, 0.0)
     assert strict.allowed.tolist() == [False, False, False, False, True]
-    paper = ThresholdController(CFG, flat_profile(), TablePredictor([1] * 5), accuracy=ACCURACY,
-                                apply_quality_budget=False)
+    paper = ThresholdController(
+        CFG, flat_profile(), TablePredictor([1] * 5), accuracy=ACCURACY, apply_quality_budget=False
+    )
     paper.admit(r, 0.0)
     assert r.allowed.all()
 
@@ -92,7 +101,7 @@ def test_quality_budget_without_a_table_allows_everything_and_says_so(caplog):
 def test_slo_admission_refuses_predicted_misses_with_a_retry_hint():
     adm = admission_policies.get("slo")(CFG)
     assert adm.check(0.9, 1.0) is None
-    assert adm.check(None, 1.0) is None          # would wait for room: not predicted, admitted
+    assert adm.check(None, 1.0) is None  # would wait for room: not predicted, admitted
     no = adm.check(3.4, 1.0)
     assert no is not None and "predicted 3.40 s" in no.reason and no.retry_after_s == 3.0
     # Harming one request in flight is a wash (one hit for one miss); two is a net loss.
@@ -129,8 +138,9 @@ def test_scheduler_refuses_an_arrival_that_cannot_make_its_slo_and_keeps_the_res
 # --------------------------------------------------------------- calibration
 def test_calibration_corrects_a_predictor_that_is_off_by_a_factor():
     # The predictor says 4 steps; every request really takes 8 (4 tokens a step over 32).
-    ctl = ThresholdController(ControlConfig(thresholds=(0.9,), quality_budget=None), flat_profile(),
-                              TablePredictor([4.0]))
+    ctl = ThresholdController(
+        ControlConfig(thresholds=(0.9,), quality_budget=None), flat_profile(), TablePredictor([4.0])
+    )
     for i in range(300):
         r = make_request(f"r{i}", gen=32)
         ctl.admit(r, 0.0)
@@ -141,8 +151,9 @@ def test_calibration_corrects_a_predictor_that_is_off_by_a_factor():
     fresh = make_request("new", gen=32)
     ctl.admit(fresh, 0.0)
     assert fresh.steps_pred[0] == pytest.approx(8.0, rel=0.02)
-    off = ThresholdController(ControlConfig(thresholds=(0.9,), quality_budget=None), flat_profile(),
-                              TablePredictor([4.0]), calibrate=False)
+    off = ThresholdController(
+        ControlConfig(thresholds=(0.9,), quality_budget=None), flat_profile(), TablePredictor([4.0]), calibrate=False
+    )
     off.admit(fresh, 0.0)
     assert off.predictions.scale == 1.0
 
@@ -162,14 +173,15 @@ def test_mixed_step_prices_charge_the_pass_batch_mates_trigger():
     # Nearly every step of a 40-request batch carries a recompute pass over ~5 canvases.
     assert busy.cache > paper_cache + 0.9 * p.latency(1, 5 * 400, StepKind.RECOMPUTE) - 1e-12
     assert mixed_step_prices(p, 1, 80, 80 * 400, 400, 32, 0.125).cache > busy.cache
-    never = mixed_step_prices(p, 1, 40, 40 * 400, 400, 32, 0.0)   # nobody else recomputes
+    never = mixed_step_prices(p, 1, 40, 40 * 400, 400, 32, 0.0)  # nobody else recomputes
     assert never.cache == pytest.approx(p.latency(1, 32 * 40, StepKind.CACHE))
 
 
 def test_admission_refuses_a_newcomer_that_would_push_two_requests_in_flight_past_their_slo():
     cfg = ControlConfig(quality_budget=None)
-    ctl = ThresholdController(cfg, default_profile(), OneShotPredictor({t: 0.7 for t in cfg.thresholds}),
-                              admission="slo")
+    ctl = ThresholdController(
+        cfg, default_profile(), OneShotPredictor({t: 0.7 for t in cfg.thresholds}), admission="slo"
+    )
     probe, big = make_request("probe"), make_request("big", prompt=3000, slo=1e6)
     ctl.admit(probe, 0.0)
     ctl.admit(big, 0.0)

@@ -1,4 +1,5 @@
 """The step law and the capacity model that prices blocks with it."""
+
 import pytest
 
 from dilaserve.control.load import CapacityModel
@@ -13,9 +14,9 @@ from tests.sim.builders import dynamics, linear_profile
 def test_step_law_from_tokens_per_step_interpolates_and_clips():
     law = StepLaw.from_tokens_per_step({0.5: 8.0, 0.9: 4.0, 1.0: 0.5}, 32)
     assert law.steps(0.5) == 4.0 and law.steps(0.9) == 8.0
-    assert law.steps(0.7) == pytest.approx(6.0)           # linear between recorded thresholds
-    assert law.steps(1.0) == 32.0                          # at most one step per token
-    assert law.steps(0.1) == 4.0                           # the end value outside the table
+    assert law.steps(0.7) == pytest.approx(6.0)  # linear between recorded thresholds
+    assert law.steps(1.0) == 32.0  # at most one step per token
+    assert law.steps(0.1) == 4.0  # the end value outside the table
     assert law.tokens_per_step(0.9) == 4.0 and law.cache_steps(0.9) == 7.0
     assert law.request_steps(128, 0.9) == 32.0
 
@@ -34,11 +35,14 @@ def test_step_law_from_replay_is_the_exact_expected_steps_per_block():
     assert law.steps(0.9) == pytest.approx(table.block_steps(0.9, 32)[0])
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(block_length=0, thresholds=(0.9,), steps_per_block=(8.0,)), "block length"),
-    (dict(block_length=32, thresholds=(0.9, 0.5), steps_per_block=(8.0, 4.0)), "strictly increasing"),
-    (dict(block_length=32, thresholds=(0.9,), steps_per_block=(40.0,)), "outside"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(block_length=0, thresholds=(0.9,), steps_per_block=(8.0,)), "block length"),
+        (dict(block_length=32, thresholds=(0.9, 0.5), steps_per_block=(8.0, 4.0)), "strictly increasing"),
+        (dict(block_length=32, thresholds=(0.9,), steps_per_block=(40.0,)), "outside"),
+    ],
+)
 def test_step_law_errors_say_how_to_fix(kwargs, match):
     with pytest.raises(ValueError, match=match):
         StepLaw(**kwargs)

@@ -64,7 +64,10 @@ def test_request_in_mixed_batch_decodes_as_alone(default_engine):
     suite = task_suite(2, seed=7)
     thresholds = [0.9, 0.5, 0.7, 0.6, 0.8, 0.95]
     together = _decode(default_engine, [default_engine.new_request(x.prompt, x.gen_length) for x in suite], thresholds)
-    alone = [_decode(default_engine, [default_engine.new_request(x.prompt, x.gen_length)], [t])[0] for x, t in zip(suite, thresholds)]
+    alone = [
+        _decode(default_engine, [default_engine.new_request(x.prompt, x.gen_length)], [t])[0]
+        for x, t in zip(suite, thresholds)
+    ]
     assert together == alone
 
 
@@ -161,7 +164,9 @@ def test_default_checkpoint_answers_the_list_task_and_pays_for_low_thresholds(de
 
 
 @torch.no_grad()
-def plain_decode(model, prompt_ids: list[int], gen_length: int, block_length: int, mask_id: int, eos_id: int) -> list[int]:
+def plain_decode(
+    model, prompt_ids: list[int], gen_length: int, block_length: int, mask_id: int, eos_id: int
+) -> list[int]:
     """LLaDA's reference decode loop, written against the HF model alone: a full forward per
     step, the most confident masked token of the current block committed (top-k with k = 1),
     no cache; the answer ends at the first EOS, and decoding stops once everything before it
@@ -178,10 +183,10 @@ def plain_decode(model, prompt_ids: list[int], gen_length: int, block_length: in
             conf[x[0] != mask_id] = -1.0
             i = int(conf.argmax())
             x[0, i] = tok[i]
-            answer = x[0, len(prompt_ids):].tolist()
+            answer = x[0, len(prompt_ids) :].tolist()
             if eos_id in answer and mask_id not in answer[: answer.index(eos_id)]:
                 return answer[: answer.index(eos_id)]
-    return x[0, len(prompt_ids):].tolist()
+    return x[0, len(prompt_ids) :].tolist()
 
 
 def test_a_plain_decode_loop_gives_the_engines_one_token_per_step_answers(default_engine):

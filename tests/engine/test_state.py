@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as hst
+from hypothesis import given, settings
+from hypothesis import strategies as hst
 
 from dilaserve.engine.state import RequestState, StepKind, new_request
 
@@ -72,9 +73,7 @@ def test_features_and_serialisation_roundtrip():
     assert (r.progress_features() == f).all()
 
 
-@pytest.mark.parametrize(
-    "gen,bl,match", [(50, 32, "does not divide"), (0, 32, "must be positive")]
-)
+@pytest.mark.parametrize("gen,bl,match", [(50, 32, "does not divide"), (0, 32, "must be positive")])
 def test_bad_lengths_explain_the_fix(gen, bl, match):
     with pytest.raises(ValueError, match=match):
         make(gen, bl)

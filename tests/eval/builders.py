@@ -1,4 +1,5 @@
 """Tiny trace experiments, shared by the eval tests and the notebook inputs."""
+
 from __future__ import annotations
 
 from dilaserve.eval.context import EvalContext, EvalOptions
@@ -22,8 +23,9 @@ def tiny_trace_runs(policies) -> tuple[ExperimentOutput, object]:
     sim = Simulator(setting, ReplayProgress(table, quality()), predictors(table), SimConfig(reconfig_interval_s=2.0))
     out = ExperimentOutput("trace", notes=["tiny"])
     for policy in policies:
-        out.runs.append(Run("trace", setting.name, sim.run(policy, wl, 2.0), "trace", wl.mean_rate, 5.0,
-                            phases=wl.phases))
+        out.runs.append(
+            Run("trace", setting.name, sim.run(policy, wl, 2.0), "trace", wl.mean_rate, 5.0, phases=wl.phases)
+        )
     return out, dyn
 
 

@@ -1,4 +1,5 @@
 """The eval harness: tables, plots, the JSON line, and clean failures."""
+
 import json
 
 import numpy as np
@@ -25,8 +26,16 @@ def test_report_writes_tables_plots_and_summary(tmp_path, tiny_runs):
     ctx = EvalContext(EvalOptions(out=tmp_path, settings=("paper",)))
     ctx.__dict__.update(dynamics=dyn, quality=quality())  # artifacts injected, nothing loaded
     text, folder = write(out, ctx)
-    for name in ("summary.parquet", "requests.parquet", "threshold_series.parquet", "tp_series.parquet",
-                 "latency_cdf.png", "threshold_over_time.png", "tp_mix_over_time.png", "summary.md"):
+    for name in (
+        "summary.parquet",
+        "requests.parquet",
+        "threshold_series.parquet",
+        "tp_series.parquet",
+        "latency_cdf.png",
+        "threshold_over_time.png",
+        "tp_mix_over_time.png",
+        "summary.md",
+    ):
         assert (folder / name).stat().st_size > 0, name
     summary = pl.read_parquet(folder / "summary.parquet")
     assert summary["policy"].to_list() == ["infaas", "dilaserve", "oracle"]
@@ -47,8 +56,9 @@ def test_plots_draw_the_runs_numbers(tmp_path, tiny_runs, monkeypatch):
     drawn, save = {}, plots._save
 
     def keep(fig, path):
-        drawn[path.name] = {line.get_label(): (line.get_xdata(), line.get_ydata())
-                            for ax in fig.axes for line in ax.get_lines()}
+        drawn[path.name] = {
+            line.get_label(): (line.get_xdata(), line.get_ydata()) for ax in fig.axes for line in ax.get_lines()
+        }
         return save(fig, path)
 
     monkeypatch.setattr(plots, "_save", keep)
@@ -87,7 +97,9 @@ def test_cli_rejects_a_malformed_trace_and_missing_artifacts(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("time,prompt,output\n1,2,3\n")
     _artifacts(tmp_path)
-    assert main(["trace", "--quick", "--trace", str(bad), "--artifacts", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
+    assert (
+        main(["trace", "--quick", "--trace", str(bad), "--artifacts", str(tmp_path), "--out", str(tmp_path / "r")]) == 2
+    )
     assert "expected the Azure LLM trace columns" in capsys.readouterr().err
     assert main(["trace", "--quick", "--artifacts", str(tmp_path / "none"), "--out", str(tmp_path / "r")]) == 2
     assert "build it with" in capsys.readouterr().err
@@ -185,14 +197,16 @@ def test_frontier_experiment_on_a_tiny_cluster(tmp_path):
     pol = policies_json(out)  # the compatible section pools every load's requests
     assert set(pol) == set(TRACE_POLICIES)
     assert pol["infaas"]["goodput"] == pytest.approx(
-        np.mean([front[f"{x:g}"]["infaas"]["goodput"] for x in loads]), abs=0.2)
+        np.mean([front[f"{x:g}"]["infaas"]["goodput"] for x in loads]), abs=0.2
+    )
 
 
 def test_trace_sweeps_the_high_phase_and_headlines_the_setting_load(tmp_path):
     from dilaserve.eval.experiments import TRACE_LOADS, trace
 
-    ctx = TinyContext(EvalOptions(quick=True, settings=("paper",), phase_s=4.0, out=tmp_path,
-                                  policies=("infaas", "dilaserve")))
+    ctx = TinyContext(
+        EvalOptions(quick=True, settings=("paper",), phase_s=4.0, out=tmp_path, policies=("infaas", "dilaserve"))
+    )
     out = trace(ctx)
     assert sorted({r.x for r in out.runs}) == list(TRACE_LOADS)
     head = [r for r in out.runs if r.headline]
@@ -206,8 +220,11 @@ def test_trace_sweeps_the_high_phase_and_headlines_the_setting_load(tmp_path):
     assert pol["dilaserve"] == next(r.result.summary.as_json() for r in head if r.result.policy == "dilaserve")
     assert sweep["1.4"]["infaas"]["high_rate"] > sweep["0.8"]["infaas"]["high_rate"]
     # --high-load given: that load alone.
-    one = trace(TinyContext(EvalOptions(quick=True, settings=("paper",), phase_s=4.0, out=tmp_path,
-                                        policies=("infaas",), high_load=1.2)))
+    one = trace(
+        TinyContext(
+            EvalOptions(quick=True, settings=("paper",), phase_s=4.0, out=tmp_path, policies=("infaas",), high_load=1.2)
+        )
+    )
     assert [r.x for r in one.runs] == [1.2] and "load_sweep" not in extra_json(one)
 
 
@@ -219,7 +236,20 @@ def test_published_setting_and_dynamics_option(tmp_path, capsys):
     with pytest.raises(ValueError, match="--dynamics 'llada' is unknown"):
         EvalOptions(dynamics="llada")
     _artifacts(tmp_path)  # no published law built there
-    assert main(["trace", "--quick", "--settings", "paper-published", "--artifacts", str(tmp_path),
-                 "--out", str(tmp_path / "r")]) == 2
+    assert (
+        main(
+            [
+                "trace",
+                "--quick",
+                "--settings",
+                "paper-published",
+                "--artifacts",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "laws/llada-8b-published" in err and "+published_step_dynamics" in err

@@ -1,5 +1,6 @@
 """The fidelity table's pieces: reasons only where ours is far off, the feature-group
 refits, and the published law's tokens per step read back from its artifacts."""
+
 import math
 
 import pytest
@@ -17,8 +18,11 @@ def test_a_reason_is_given_only_where_ours_is_over_20_percent_off():
     assert with_why(Claim(name, 91.1, 95.0, 80.0, "%")).why == ""
     assert with_why(Claim(name, 91.1, 95.0, 70.0, "%")).why == WHY[name]
     assert with_why(Claim(name, 91.1, math.nan, 90.0, "%")).why == WHY[name]  # not measured: say why
-    text = markdown([with_why(Claim(name, 91.1, 95.0, 70.0, "%"))],
-                    {"0.9": {"published": 3.25, "law": 3.2, "rollouts": 3.1, "relative_error": -0.015}}, True)
+    text = markdown(
+        [with_why(Claim(name, 91.1, 95.0, 70.0, "%"))],
+        {"0.9": {"published": 3.25, "law": 3.2, "rollouts": 3.1, "relative_error": -0.015}},
+        True,
+    )
     assert "| Table 4: SLO attainment, DiLaServe | 91.1 | 95 | 70 | % |" in text and "-1.5%" in text
 
 
@@ -43,7 +47,7 @@ def test_published_tokens_per_step_reads_the_law_folder(tmp_path):
     steps.write_parquet(law / "rollouts" / "step_table.parquet")
     got = published_tokens_per_step(EvalContext(EvalOptions(artifacts=tmp_path)))
     assert set(got) == {"0.5", "0.9"}
-    for t, v in got.items():
+    for v in got.values():
         # A pool this small resamples coarsely; the pipeline's asset check holds the real one to 3%.
         assert v["law"] == pytest.approx(v["published"], rel=0.1)
         assert v["within_tolerance"] == (abs(v["relative_error"]) <= 0.03)

@@ -1,4 +1,5 @@
 """Which saved run the evaluation notebook shows first, and how it names it."""
+
 import datetime as dt
 from pathlib import Path
 
@@ -6,8 +7,16 @@ from dilaserve.eval.saved_runs import SavedRun, find_runs, preferred
 
 
 def _run(experiment, quick, hour):
-    return SavedRun(Path(f"results/{experiment}"), experiment, quick, dt.datetime(2026, 12, 1, hour, tzinfo=dt.timezone.utc),
-                    ("paper",), ("dilaserve",), 3372, ())
+    return SavedRun(
+        Path(f"results/{experiment}"),
+        experiment,
+        quick,
+        dt.datetime(2026, 12, 1, hour, tzinfo=dt.timezone.utc),
+        ("paper",),
+        ("dilaserve",),
+        3372,
+        (),
+    )
 
 
 def test_a_full_run_is_preferred_to_a_newer_quick_one():

@@ -1,4 +1,5 @@
 """The real-checkpoint path, exercised with a tiny random transformers masked LM."""
+
 import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM
@@ -13,8 +14,15 @@ def bert_checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny-bert")
     tok = build_tokenizer()
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128, pad_token_id=tok.pad_token_id)
+    cfg = BertConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        pad_token_id=tok.pad_token_id,
+    )
     BertForMaskedLM(cfg).save_pretrained(path)
     tok.save_pretrained(path)
     return path

@@ -1,4 +1,5 @@
 """The model card lists every training run behind a checkpoint and flags an under-trained one."""
+
 import math
 from pathlib import Path
 
@@ -7,8 +8,11 @@ from dilaserve.suite_decoding import QualityRow
 
 
 def _log(steps, minutes, lr, parent=None):
-    log = {"steps": steps, "minutes": minutes, "config": {"tasks": ["list"], "task_stages": ["1:list"], "lr": lr,
-                                                           "curriculum_steps": 0, "threads": 1}}
+    log = {
+        "steps": steps,
+        "minutes": minutes,
+        "config": {"tasks": ["list"], "task_stages": ["1:list"], "lr": lr, "curriculum_steps": 0, "threads": 1},
+    }
     if parent:
         log["init_from_log"] = parent
     return log
@@ -32,12 +36,20 @@ def test_a_weak_checkpoint_is_called_under_trained():
 
 
 def test_the_card_splits_accuracy_by_task():
-    rows = [QualityRow(0.9, 0.9, 10.0, 30, {"arith": 0.8, "list": 1.0}), QualityRow(0.5, 0.3, 6.0, 30, {"arith": 0.1, "list": 0.5})]
+    rows = [
+        QualityRow(0.9, 0.9, 10.0, 30, {"arith": 0.8, "list": 1.0}),
+        QualityRow(0.5, 0.3, 6.0, 30, {"arith": 0.1, "list": 0.5}),
+    ]
     rows[0].tokens_per_step, rows[1].tokens_per_step = 3.5, 7.0
-    canvas = {"1": {"accuracy": 0.9, "by_task": {"arith": 0.8, "list": 1.0}}, "3": {"accuracy": 0.85, "by_task": {"arith": 0.7, "list": 1.0}}}
+    canvas = {
+        "1": {"accuracy": 0.9, "by_task": {"arith": 0.8, "list": 1.0}},
+        "3": {"accuracy": 0.85, "by_task": {"arith": 0.7, "list": 1.0}},
+    }
     card = render(Path("dila-tiny"), rows, 10, _log(50, 1.0, 1e-3), canvas)
     assert "| threshold | accuracy | mean steps | tokens per step | `arith` | `list` |" in card
-    assert "| 0.9 | 0.900 | 10.00 | 3.50 | 0.80 | 1.00 |" in card and "| 0.5 | 0.300 | 6.00 | 7.00 | 0.10 | 0.50 |" in card
+    assert (
+        "| 0.9 | 0.900 | 10.00 | 3.50 | 0.80 | 1.00 |" in card and "| 0.5 | 0.300 | 6.00 | 7.00 | 0.10 | 0.50 |" in card
+    )
     assert "| canvas | accuracy | `arith` | `list` |" in card and "| 3x | 0.850 | 0.70 | 1.00 |" in card
 
 
@@ -56,12 +68,26 @@ def test_the_model_package_imports_nothing_above_it():
 
     import dilaserve.model
 
-    above = ("dilaserve.engine", "dilaserve.suite_decoding", "dilaserve.model_card", "dilaserve.predict",
-             "dilaserve.control", "dilaserve.schedule", "dilaserve.serve", "dilaserve.sim", "dilaserve.eval")
+    above = (
+        "dilaserve.engine",
+        "dilaserve.suite_decoding",
+        "dilaserve.model_card",
+        "dilaserve.predict",
+        "dilaserve.control",
+        "dilaserve.schedule",
+        "dilaserve.serve",
+        "dilaserve.sim",
+        "dilaserve.eval",
+    )
     offenders = []
     for path in Path(dilaserve.model.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             offenders += [f"{path.name}: {n}" for n in names if n.startswith(above)]
     assert not offenders

@@ -34,8 +34,9 @@ def test_attention_is_bidirectional(tiny_checkpoint):
     ids, plen = torch.randint(4, 40, (1, 12)), torch.tensor([4])
     changed = ids.clone()
     changed[0, -1] = (ids[0, -1] + 1) % 40 + 4
-    assert not torch.allclose(m(ids, prompt_lengths=plen).logits[0, 5], m(changed, prompt_lengths=plen).logits[0, 5]), \
+    assert not torch.allclose(m(ids, prompt_lengths=plen).logits[0, 5], m(changed, prompt_lengths=plen).logits[0, 5]), (
         "response positions see later tokens"
+    )
 
 
 def test_a_forward_without_prompt_lengths_raises_rather_than_return_wrong_logits(tiny_checkpoint):
@@ -57,16 +58,35 @@ def test_a_forward_without_prompt_lengths_raises_rather_than_return_wrong_logits
 
 
 def test_short_training_lowers_the_loss(tmp_path):
-    cfg = TrainConfig(out=str(tmp_path / "ck"), max_steps=40, batch_size=16, hidden_size=32, num_layers=2,
-                      num_heads=2, intermediate_size=64, warmup_steps=5, lr=3e-3, max_minutes=2, curriculum_steps=10)
+    cfg = TrainConfig(
+        out=str(tmp_path / "ck"),
+        max_steps=40,
+        batch_size=16,
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        intermediate_size=64,
+        warmup_steps=5,
+        lr=3e-3,
+        max_minutes=2,
+        curriculum_steps=10,
+    )
     tok = build_tokenizer()
     gen = torch.Generator().manual_seed(5)
     batches = [make_batch([TASKS["list"]], tok, 32, random.Random(i), gen, 1e-3) for i in range(3)]
 
     def held_out_loss(model):
         with torch.no_grad():
-            return sum(masked_diffusion_loss(model(b.noisy, attention_mask=b.attention, prompt_lengths=b.prompt_lengths).logits,
-                                             b.targets, b.masked, b.t, b.gen_length).item() for b in batches)
+            return sum(
+                masked_diffusion_loss(
+                    model(b.noisy, attention_mask=b.attention, prompt_lengths=b.prompt_lengths).logits,
+                    b.targets,
+                    b.masked,
+                    b.t,
+                    b.gen_length,
+                ).item()
+                for b in batches
+            )
 
     torch.manual_seed(cfg.seed)
     before = held_out_loss(build_model(cfg, tok))  # the same initial weights train() starts from
@@ -86,7 +106,7 @@ def test_extra_eos_blocks_grow_the_canvas_and_keep_the_answer_and_the_loss_scale
     assert grown.noisy.shape[1] <= 256 and grown.noisy.shape[0] < 32  # fewer rows: about the same tokens
     eos = tok.eos_token_id
     for row, plen in zip(grown.targets, grown.prompt_lengths):
-        resp = row[int(plen): int(plen) + grown.gen_length].tolist()
+        resp = row[int(plen) : int(plen) + grown.gen_length].tolist()
         first = resp.index(eos)
         assert first <= 10 and set(resp[first:]) == {eos}  # answer, then EOS to the end of the canvas
 
@@ -103,8 +123,11 @@ def test_bad_task_stages_say_how_to_write_them():
 
     import pytest
 
-    for stages, needle in ((["x:list"], "STEP:task+task"), (["10:sort"], "STEP:task+task"),
-                           (["20:list", "10:list+pairs"], "must increase")):
+    for stages, needle in (
+        (["x:list"], "STEP:task+task"),
+        (["10:sort"], "STEP:task+task"),
+        (["20:list", "10:list+pairs"], "must increase"),
+    ):
         with pytest.raises(ValueError, match=re.escape(needle)):
             TrainConfig(task_stages=stages)
 

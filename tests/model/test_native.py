@@ -1,19 +1,22 @@
 """Native LLaDA and Dream modules, checked on tiny random checkpoints in the published layout."""
+
 import json
 
 import pytest
 import torch
 import torch.nn.functional as F
+from safetensors import safe_open
 
 from dilaserve.engine import DenoisingEngine
 from dilaserve.model.adapters import CheckpointError, load_diffusion_lm
 from dilaserve.model.make_tiny import TinyShape, make_tiny
 from dilaserve.model.native import NativeDiffusionLM
 from dilaserve.model.tensor_parallel import run_tp, shard_model
-from safetensors import safe_open
 
-SHAPES = {"llada": TinyShape(layers=2, hidden=32, heads=4, kv_heads=4, intermediate=64),
-          "dream": TinyShape(layers=2, hidden=32, heads=4, kv_heads=2, intermediate=64)}
+SHAPES = {
+    "llada": TinyShape(layers=2, hidden=32, heads=4, kv_heads=4, intermediate=64),
+    "dream": TinyShape(layers=2, hidden=32, heads=4, kv_heads=2, intermediate=64),
+}
 
 
 @pytest.fixture(scope="module", params=["llada", "dream"])
@@ -36,22 +39,34 @@ def reference(arch: str, path):
     from transformers import LlamaConfig, LlamaModel, Qwen2Config, Qwen2Model
 
     cfg, w, s = json.loads((path / "config.json").read_text()), published(path), SHAPES[arch]
-    sizes = dict(hidden_size=s.hidden, intermediate_size=s.intermediate, num_hidden_layers=s.layers,
-                 num_attention_heads=s.heads, num_key_value_heads=s.kv_heads, vocab_size=cfg["vocab_size"],
-                 rope_theta=cfg["rope_theta"], rms_norm_eps=cfg["rms_norm_eps"], attn_implementation="sdpa")
+    sizes = dict(
+        hidden_size=s.hidden,
+        intermediate_size=s.intermediate,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        num_key_value_heads=s.kv_heads,
+        vocab_size=cfg["vocab_size"],
+        rope_theta=cfg["rope_theta"],
+        rms_norm_eps=cfg["rms_norm_eps"],
+        attn_implementation="sdpa",
+    )
     if arch == "llada":
         model = LlamaModel(LlamaConfig(attention_bias=False, **sizes))
         p = "model.transformer."
         names = {"embed_tokens.weight": p + "wte.weight", "norm.weight": p + "ln_f.weight"}
         for i in range(s.layers):
             b = f"{p}blocks.{i}."
-            names.update({f"layers.{i}.input_layernorm.weight": b + "attn_norm.weight",
-                          f"layers.{i}.post_attention_layernorm.weight": b + "ff_norm.weight",
-                          f"layers.{i}.self_attn.o_proj.weight": b + "attn_out.weight",
-                          f"layers.{i}.mlp.gate_proj.weight": b + "ff_proj.weight",
-                          f"layers.{i}.mlp.up_proj.weight": b + "up_proj.weight",
-                          f"layers.{i}.mlp.down_proj.weight": b + "ff_out.weight",
-                          **{f"layers.{i}.self_attn.{x}_proj.weight": f"{b}{x}_proj.weight" for x in "qkv"}})
+            names.update(
+                {
+                    f"layers.{i}.input_layernorm.weight": b + "attn_norm.weight",
+                    f"layers.{i}.post_attention_layernorm.weight": b + "ff_norm.weight",
+                    f"layers.{i}.self_attn.o_proj.weight": b + "attn_out.weight",
+                    f"layers.{i}.mlp.gate_proj.weight": b + "ff_proj.weight",
+                    f"layers.{i}.mlp.up_proj.weight": b + "up_proj.weight",
+                    f"layers.{i}.mlp.down_proj.weight": b + "ff_out.weight",
+                    **{f"layers.{i}.self_attn.{x}_proj.weight": f"{b}{x}_proj.weight" for x in "qkv"},
+                }
+            )
         head = w[p + "ff_out.weight"].float()
     else:
         model = Qwen2Model(Qwen2Config(**sizes))
@@ -168,7 +183,9 @@ def _variant(src, dst, **changes):
 def test_a_folder_that_does_not_match_its_config_names_the_tensors(tiny, tmp_path):
     arch, path = tiny
     key = "n_layers" if arch == "llada" else "num_hidden_layers"
-    with pytest.raises(CheckpointError, match=r"missing \d+ tensor\(s\): .*blocks\.2\.|missing \d+ tensor\(s\): .*layers\.2\."):
+    with pytest.raises(
+        CheckpointError, match=r"missing \d+ tensor\(s\): .*blocks\.2\.|missing \d+ tensor\(s\): .*layers\.2\."
+    ):
         load_diffusion_lm(_variant(path, tmp_path / "more", **{key: 3}))
     with pytest.raises(CheckpointError, match=r"unexpected \d+ tensor\(s\): .*\.1\."):
         load_diffusion_lm(_variant(path, tmp_path / "fewer", **{key: 1}))

@@ -1,5 +1,6 @@
 """Every notebook runs headless on tiny inputs and passes `marimo check`. The three report
 notebooks are run by `marimo export html`, and the page they export shows no long float."""
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,14 @@ def run_notebook(name: str, *args: str, artifacts: Path | None = None, timeout: 
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
     if artifacts is not None:
         env["DILASERVE_ARTIFACTS"] = str(artifacts)
-    proc = subprocess.run([sys.executable, str(NOTEBOOKS / f"{name}.py"), *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, str(NOTEBOOKS / f"{name}.py"), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "Traceback" not in out, out[-4000:]
@@ -39,8 +46,9 @@ def run_notebook(name: str, *args: str, artifacts: Path | None = None, timeout: 
 LONG_DECIMAL = re.compile(r"\d\.\d{12,}|(?<![\w.\-])\d+(?:\.\d+)?e-(?:1[2-9]|[2-9]\d)(?![\w\-])", re.IGNORECASE)
 
 
-def export_notebook(name: str, out_dir: Path, *args: str, artifacts: Path | None = None,
-                    timeout: float = 180) -> tuple[str, str]:
+def export_notebook(
+    name: str, out_dir: Path, *args: str, artifacts: Path | None = None, timeout: float = 180
+) -> tuple[str, str]:
     """``marimo export html notebooks/NAME.py -- ARGS``: runs every cell as a browser would.
     Returns (stdout + stderr, the page); asserts a clean export and no long decimal on the page."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
@@ -51,8 +59,14 @@ def export_notebook(name: str, out_dir: Path, *args: str, artifacts: Path | None
     # committed snapshots under notebooks/__marimo__/ must not change when the tests run.
     copy = out_dir / f"{name}.py"
     shutil.copyfile(NOTEBOOKS / f"{name}.py", copy)
-    proc = subprocess.run([sys.executable, "-m", "marimo", "export", "html", str(copy), "-o", str(page), "--", *args],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "marimo", "export", "html", str(copy), "-o", str(page), "--", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]  # a failing cell makes the export exit 1
     assert "Traceback" not in out, out[-4000:]
@@ -69,8 +83,13 @@ def tiny_artifacts(tmp_path_factory):
 
 def test_marimo_check_passes():
     files = [str(NOTEBOOKS / f"{n}.py") for n in NAMES]
-    proc = subprocess.run([sys.executable, "-m", "marimo", "check", "--strict", *files], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "marimo", "check", "--strict", *files],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -122,11 +141,19 @@ def _gone(pid: int) -> bool:
 @pytest.mark.timeout(300)
 def test_serve_app_starts_answers_and_stops(tmp_path):
     # An empty artifacts folder: the server's documented fallbacks, not whatever data/ holds.
-    out = run_notebook("serve_app", "--start", "--reconfig-interval-s=0", f"--artifacts={tmp_path}",
-                       "--prompt=list : c a f b", timeout=280)
+    out = run_notebook(
+        "serve_app",
+        "--start",
+        "--reconfig-interval-s=0",
+        f"--artifacts={tmp_path}",
+        "--prompt=list : c a f b",
+        timeout=280,
+    )
     m = re.search(r"server pid (\d+) healthy at (\S+)", out)
     assert m, out[-4000:]
-    assert re.search(r"answer: .* steps: [1-9]\d* thresholds: \[[0-9., ]+\].* finish_reason: (stop|length)", out), out[-4000:]
+    assert re.search(r"answer: .* steps: [1-9]\d* thresholds: \[[0-9., ]+\].* finish_reason: (stop|length)", out), out[
+        -4000:
+    ]
     assert "metrics: " in out
     # The app leaves nothing behind: the server exits once the notebook has.
     pid = int(m.group(1))

@@ -1,5 +1,6 @@
 """Tiny inputs for the notebooks, built with the library itself: pipeline artifacts from a
 few rollouts of the embedded model, and an evaluation results folder from a short simulation."""
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,9 @@ def build_threshold_artifacts(root: Path, n_prompts: int = 4) -> Path:
     paths.step_table.parent.mkdir(parents=True, exist_ok=True)
     table.write_parquet(paths.step_table)
     ThresholdQuality.from_rollouts(fixed.requests, mixed.requests, mixed.steps).save(paths.threshold_quality)
-    trained = train_predictor(table, TuningConfig(n_trials=1, timeout_s=10, max_trees=5, test_fraction=0.3,
-                                                  val_fraction=0.4))
+    trained = train_predictor(
+        table, TuningConfig(n_trials=1, timeout_s=10, max_trees=5, test_fraction=0.3, val_fraction=0.4)
+    )
     held_out = table.filter(table["request_id"].is_in(trained.test_requests))
     ev = evaluate({"lightgbm": trained.predictor, "oneshot": trained.oneshot}, held_out)
     paths.predictor_evaluation.parent.mkdir(parents=True, exist_ok=True)

@@ -7,16 +7,34 @@ import yaml
 from pipelines.__main__ import command
 from pipelines.definitions import defs
 
-ASSETS = {"prompt_set", "model_checkpoint", "rollouts", "step_features", "step_predictor", "measured_profile",
-          "analytic_profiles", "threshold_quality", "step_dynamics", "published_step_dynamics",
-          "published_rollouts", "published_step_features", "published_step_predictor", "published_threshold_quality"}
+ASSETS = {
+    "prompt_set",
+    "model_checkpoint",
+    "rollouts",
+    "step_features",
+    "step_predictor",
+    "measured_profile",
+    "analytic_profiles",
+    "threshold_quality",
+    "step_dynamics",
+    "published_step_dynamics",
+    "published_rollouts",
+    "published_step_features",
+    "published_step_predictor",
+    "published_threshold_quality",
+}
 
 
 def test_definitions_load_with_the_whole_graph():
     graph = defs.resolve_asset_graph()
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} == ASSETS
-    assert {c.name for c in graph.asset_check_keys} == {"step_features_schema", "predictor_beats_oneshot", "analytic_profiles_calibrated",
-                                                         "published_tokens_per_step_match", "published_predictor_beats_oneshot"}
+    assert {c.name for c in graph.asset_check_keys} == {
+        "step_features_schema",
+        "predictor_beats_oneshot",
+        "analytic_profiles_calibrated",
+        "published_tokens_per_step_match",
+        "published_predictor_beats_oneshot",
+    }
     upstream = {k.to_user_string() for k in graph.get(dg.AssetKey("step_predictor")).parent_keys}
     assert upstream == {"step_features"}
     # The published law's predictor is trained on rollouts of that law, not on the model's.

@@ -1,4 +1,5 @@
 """The whole graph on a micro configuration, into a temp folder."""
+
 import numpy as np
 import pytest
 
@@ -23,8 +24,13 @@ def test_every_asset_materialises_and_every_check_passes(built):
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert len(materialized) == 14
     checks = result.get_asset_check_evaluations()
-    assert {c.check_name for c in checks} == {"step_features_schema", "predictor_beats_oneshot", "analytic_profiles_calibrated",
-                                              "published_tokens_per_step_match", "published_predictor_beats_oneshot"}
+    assert {c.check_name for c in checks} == {
+        "step_features_schema",
+        "predictor_beats_oneshot",
+        "analytic_profiles_calibrated",
+        "published_tokens_per_step_match",
+        "published_predictor_beats_oneshot",
+    }
     assert all(c.passed for c in checks), [(c.check_name, c.metadata) for c in checks]
 
 
@@ -81,8 +87,10 @@ def test_asset_pages_show_plots_as_images_and_rounded_numbers(built):
     import dagster as dg
 
     result, _ = built
-    metadata = {e.asset_key.to_user_string(): e.event_specific_data.materialization.metadata
-                for e in result.get_asset_materialization_events()}
+    metadata = {
+        e.asset_key.to_user_string(): e.event_specific_data.materialization.metadata
+        for e in result.get_asset_materialization_events()
+    }
     for asset in ("step_predictor", "measured_profile", "analytic_profiles"):
         plot = metadata[asset]["plot"]
         assert isinstance(plot, dg.MarkdownMetadataValue) and "](data:image/png;base64," in plot.value, asset
@@ -94,6 +102,10 @@ def test_asset_pages_show_plots_as_images_and_rounded_numbers(built):
             return [f for v in value for f in floats(v)]
         return [value] if isinstance(value, float) else []
 
-    shown = [(asset, f) for asset, md in metadata.items() for v in md.values()
-             for f in floats(getattr(v, "value", getattr(v, "data", None)))]
+    shown = [
+        (asset, f)
+        for asset, md in metadata.items()
+        for v in md.values()
+        for f in floats(getattr(v, "value", getattr(v, "data", None)))
+    ]
     assert shown and all(f == float(f"{f:.4g}") for _, f in shown), [s for s in shown if s[1] != float(f"{s[1]:.4g}")]

@@ -33,8 +33,9 @@ def test_threshold_quality_from_fixed_and_mixed_rollouts(rollout, tmp_path):
     used = mixed.steps["step_threshold"].unique().to_list()
     assert set(used) == {0.5, 0.9}, "a random mix uses both thresholds"
     switched = run_rollouts(engine, switched_threshold_jobs(synthetic_prompts(24, seed=5), [0.5, 0.9]), seed=2)
-    table = ThresholdQuality.from_rollouts(rollout.requests, mixed.requests, mixed.steps,
-                                           varied=[(switched.requests, switched.steps)])
+    table = ThresholdQuality.from_rollouts(
+        rollout.requests, mixed.requests, mixed.steps, varied=[(switched.requests, switched.steps)]
+    )
     assert [r.threshold for r in table.fixed] == [0.5, 0.9]
     assert table.fixed[0].mean_steps < table.fixed[1].mean_steps
     lo, hi = table.fixed[0].mean_steps, table.fixed[1].mean_steps

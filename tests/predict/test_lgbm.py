@@ -8,7 +8,14 @@ from dilaserve.predict.base import PredictionBatch
 from dilaserve.predict.booster_call import BoosterCall
 from dilaserve.predict.evaluate import evaluate
 from dilaserve.predict.features import FEATURE_NAMES
-from dilaserve.predict.lgbm import LightGBMPredictor, TuningConfig, features_of, oneshot_rates, split_by_request, train_predictor
+from dilaserve.predict.lgbm import (
+    LightGBMPredictor,
+    TuningConfig,
+    features_of,
+    oneshot_rates,
+    split_by_request,
+    train_predictor,
+)
 
 FAST = TuningConfig(n_trials=3, timeout_s=20, max_trees=25)
 
@@ -58,7 +65,7 @@ def test_direct_booster_call_predicts_as_booster_predict(trained, step_table):
     call = BoosterCall(booster)
     x = features_of(step_table)
     # Row by row (few rows) and batched (many rows): the numbers of Booster.predict.
-    for rows in (x[:1], x[:BoosterCall.ROW_BY_ROW_MAX], x[:BoosterCall.ROW_BY_ROW_MAX + 1], x[::3]):
+    for rows in (x[:1], x[: BoosterCall.ROW_BY_ROW_MAX], x[: BoosterCall.ROW_BY_ROW_MAX + 1], x[::3]):
         np.testing.assert_array_equal(call(rows), booster.predict(rows, num_threads=1))
     np.testing.assert_array_equal(call(x[:7:2]), booster.predict(np.ascontiguousarray(x[:7:2])))  # strided
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(call))(x[:3]), booster.predict(x[:3]))
@@ -100,6 +107,7 @@ def test_predictions_scale_with_masked_tokens_beyond_the_rollout_lengths(trained
 
 def test_load_rejects_a_booster_with_another_target(tmp_path, trained):
     import json
+
     trained.predictor.save(tmp_path)
     meta = json.loads((tmp_path / "meta.json").read_text())
     (tmp_path / "meta.json").write_text(json.dumps({**meta, "target": "log(remaining steps)"}))

@@ -1,12 +1,20 @@
 """The varying-threshold estimate: late-weighted step means, their fit, and old tables."""
+
 import json
 import logging
 
 import numpy as np
 import pytest
 
-from dilaserve.predict.quality import (FORMAT, FixedRow, LateWeight, MixedRow, ThresholdQuality,
-                                       late_weighted_mean, position_weights)
+from dilaserve.predict.quality import (
+    FORMAT,
+    FixedRow,
+    LateWeight,
+    MixedRow,
+    ThresholdQuality,
+    late_weighted_mean,
+    position_weights,
+)
 
 THRESHOLDS = (0.5, 0.7, 0.9)
 

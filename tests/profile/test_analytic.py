@@ -29,7 +29,9 @@ def test_curves_are_monotone_and_cache_steps_cheaper(model, gpu):
         lat = prof.recompute[tp].latency_s
         assert all(b >= a for a, b in zip(lat, lat[1:]))
         reqs = 8  # the same 8 requests: a cache step feeds one block each, a recompute step everything
-        assert prof.latency(tp, reqs * ROOFLINE.block_length, StepKind.CACHE) < prof.latency(tp, reqs * ROOFLINE.context)
+        assert prof.latency(tp, reqs * ROOFLINE.block_length, StepKind.CACHE) < prof.latency(
+            tp, reqs * ROOFLINE.context
+        )
 
 
 def test_a100_is_slower_than_h100():

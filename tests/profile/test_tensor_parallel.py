@@ -22,8 +22,13 @@ def _run(model, vocab: int):
     out = model(ids, attention_mask=attn, return_kv=True, prompt_lengths=torch.tensor([6, 6]))
     past_mask = attn.clone()
     pos = torch.arange(BLOCK.start, BLOCK.stop).expand(2, -1)
-    block = model(ids[:, BLOCK], attention_mask=torch.ones(2, 8, dtype=torch.bool), position_ids=pos,
-                  past_kv=out.kv, past_mask=past_mask).logits
+    block = model(
+        ids[:, BLOCK],
+        attention_mask=torch.ones(2, 8, dtype=torch.bool),
+        position_ids=pos,
+        past_kv=out.kv,
+        past_mask=past_mask,
+    ).logits
     return out.logits, block
 
 

@@ -1,7 +1,9 @@
 """Regression tests: stage 1 prices the real step mix, and a plan is applied only when it
 cannot hurt (current configuration scored fairly, tie-break never worsens the plan,
 capacity and payback checks)."""
+
 import logging
+from dataclasses import replace
 
 import pytest
 
@@ -9,11 +11,9 @@ from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.step_law import StepLaw
 from dilaserve.engine.state import StepKind
 from dilaserve.profile.analytic import analytic_profile
-from dilaserve.reconfig import ClusterConfig, ReconfigConfig, Reconfigurator, RequestClass, solve_capacity
-from dilaserve.reconfig import stage1
-from dataclasses import replace
+from dilaserve.reconfig import ClusterConfig, ReconfigConfig, Reconfigurator, RequestClass, solve_capacity, stage1
 from dilaserve.reconfig.solver import NO_SOLUTION, SolveResult
-from dilaserve.reconfig.stage1 import capacity_rps, class_latency, check_capacity_plan
+from dilaserve.reconfig.stage1 import capacity_rps, check_capacity_plan, class_latency
 from tests.control.builders import linear_profile
 
 H100 = analytic_profile("llada-8b", "h100", (1, 2, 4))
@@ -31,8 +31,11 @@ def tp1(n: int, node: int = 0) -> list[InstanceSpec]:
 def test_stage1_latency_is_the_engine_step_mix():
     # 1 GPU, prompt 1500, output 128 (4 blocks), T_0.9 = 4, B = 32: each block is one
     # recompute step over 1628 tokens and 7 cache steps over 32 (the paper's pattern gave 0.303 s).
-    rec = Reconfigurator(ClusterConfig(nodes=1, gpus_per_node=1, tp_degrees=(1,)), H100,
-                         ReconfigConfig().with_step_law(StepLaw.from_tokens_per_step({0.9: 4.0}, 32)))
+    rec = Reconfigurator(
+        ClusterConfig(nodes=1, gpus_per_node=1, tp_degrees=(1,)),
+        H100,
+        ReconfigConfig().with_step_law(StepLaw.from_tokens_per_step({0.9: 4.0}, 32)),
+    )
     pb = rec.problem([RequestClass((0, 0), 0.01, 1500.0, 128.0, 100.0)])
     plan = solve_capacity(pb, 5)
     assert plan is not None and check_capacity_plan(pb, plan) == []
@@ -66,13 +69,13 @@ def test_tiebreak_that_finds_nothing_keeps_the_first_solution(monkeypatch):
         calls.append(time_limit_s)
         if len(calls) == 1:
             return real(prob, time_limit_s, rel_gap)
-        return SolveResult(NO_SOLUTION, "CBC", time_limit_s)   # the tie-break ran out
+        return SolveResult(NO_SOLUTION, "CBC", time_limit_s)  # the tie-break ran out
 
     monkeypatch.setattr(stage1, "solve", flaky)
     plan = solve_capacity(pb, 5, 0.3)
     assert len(calls) == 2 and calls[1] == pytest.approx(0.3)
     assert plan is not None and check_capacity_plan(pb, plan) == []
-    assert plan.quality == pytest.approx(first.quality, abs=1e-5)   # the first solve's plan, not None
+    assert plan.quality == pytest.approx(first.quality, abs=1e-5)  # the first solve's plan, not None
 
 
 def test_tiebreak_budget_default_is_seconds_not_a_fraction():
@@ -114,17 +117,22 @@ def test_capacity_counts_recompute_steps_over_the_whole_canvas():
     pb = rec.problem([RequestClass((0, 0), 1.0, 2000.0, 32.0, 30.0)])
     one_block = capacity_rps(pb, {1: 1})
     # One block at T_0.5 = 6: one recompute step + 32/6 - 1 cache steps, at the best batch.
-    best = max(b / (H100.latency(1, b * 2032, StepKind.RECOMPUTE)
-                    + (32 / 6 - 1) * H100.latency(1, b * 32, StepKind.CACHE)) for b in pb.batches(1))
+    best = max(
+        b / (H100.latency(1, b * 2032, StepKind.RECOMPUTE) + (32 / 6 - 1) * H100.latency(1, b * 32, StepKind.CACHE))
+        for b in pb.batches(1)
+    )
     assert one_block == pytest.approx(best, rel=1e-6)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(capacity_headroom=-0.1), "extra arrival rate"),
-    (dict(launch_time_s=-1), "load its weights"),
-    (dict(drain_time_s=-1), "drain_time_s"),
-    (dict(tokens_per_step={0.9: 40.0}, block_length=32), "at least one step"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(capacity_headroom=-0.1), "extra arrival rate"),
+        (dict(launch_time_s=-1), "load its weights"),
+        (dict(drain_time_s=-1), "drain_time_s"),
+        (dict(tokens_per_step={0.9: 40.0}, block_length=32), "at least one step"),
+    ],
+)
 def test_reconfig_config_errors_say_how_to_fix(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ReconfigConfig(**kwargs)

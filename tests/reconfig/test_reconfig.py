@@ -2,14 +2,30 @@ import logging
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as hst
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hst
 
 from dilaserve.cluster.base import InstanceReady, InstanceSpec, InstanceStopped, StepFinished
 from dilaserve.predict.base import OneShotPredictor
 from dilaserve.reconfig import (
-    CapacityProblem, ClusterConfig, Drain, Launch, MonitorConfig, PlanExecutor, ReconfigConfig,
-    Reconfigurator, RequestClass, Stop, WorkloadMonitor, build_plan, check_capacity_plan,
-    check_placement, greedy_placement, solve_capacity, solve_placement, static_layout,
+    CapacityProblem,
+    ClusterConfig,
+    Drain,
+    Launch,
+    MonitorConfig,
+    PlanExecutor,
+    ReconfigConfig,
+    Reconfigurator,
+    RequestClass,
+    Stop,
+    WorkloadMonitor,
+    build_plan,
+    check_capacity_plan,
+    check_placement,
+    greedy_placement,
+    solve_capacity,
+    solve_placement,
+    static_layout,
 )
 from dilaserve.reconfig.stage1 import node_patterns
 from dilaserve.schedule import GlobalScheduler, ReconfigTick, RequestArrived
@@ -20,8 +36,9 @@ THR, TPS = (0.5, 0.7, 0.9), (3.0, 2.0, 1.25)
 
 
 def problem(classes, nodes=2, gpus=4, degrees=(1, 2, 4), latency=None, **kw):
-    latency = latency or {(d, b): (0.02 + 0.002 * b) * f
-                          for d, f in zip((1, 2, 4), (1.0, 0.75, 0.45)) for b in (1, 4, 16) if d in degrees}
+    latency = latency or {
+        (d, b): (0.02 + 0.002 * b) * f for d, f in zip((1, 2, 4), (1.0, 0.75, 0.45)) for b in (1, 4, 16) if d in degrees
+    }
     return CapacityProblem(tuple(classes), THR, TPS, tuple(degrees), nodes, gpus, latency, **kw)
 
 
@@ -88,8 +105,11 @@ def test_every_stage1_solution_satisfies_all_constraints(rates, outs, slo, nodes
 
 # ---------------------------------------------------------------------------- stage 2
 def test_stage2_keeps_what_it_can():
-    existing = [InstanceSpec("t1a", 1, 0, (0,), 1), InstanceSpec("t1b", 1, 0, (1,), 1),
-                InstanceSpec("t2", 2, 0, (2, 3), 1)]
+    existing = [
+        InstanceSpec("t1a", 1, 0, (0,), 1),
+        InstanceSpec("t1b", 1, 0, (1,), 1),
+        InstanceSpec("t2", 2, 0, (2, 3), 1),
+    ]
     # Target: one TP-2 and two TP-1 -> everything survives.
     p = solve_placement(1, 4, [{1: 2, 2: 1}], existing, 5)
     assert sorted(p.keep) == ["t1a", "t1b", "t2"] and not p.launch
@@ -106,8 +126,8 @@ def _layout(draw, nodes, g):
         free = [True] * g
         for d in draw(hst.lists(hst.sampled_from([1, 2, 4]), max_size=4)):
             for start in range(0, g - d + 1, d):
-                if all(free[start:start + d]):
-                    free[start:start + d] = [False] * d
+                if all(free[start : start + d]):
+                    free[start : start + d] = [False] * d
                     specs.append(InstanceSpec(f"e{len(specs)}", d, n, tuple(range(start, start + d)), 1))
                     break
     return specs
@@ -119,8 +139,10 @@ def test_stage2_never_keeps_fewer_than_greedy(data):
     nodes, g = data.draw(hst.integers(1, 3)), 4
     existing = _layout(data.draw, nodes, g)
     pats = node_patterns((1, 2, 4), g)
-    node_counts = [{d: p.count(d) for d in (1, 2, 4) if p.count(d)} for p in
-                   (data.draw(hst.sampled_from(pats)) for _ in range(nodes))]
+    node_counts = [
+        {d: p.count(d) for d in (1, 2, 4) if p.count(d)}
+        for p in (data.draw(hst.sampled_from(pats)) for _ in range(nodes))
+    ]
     targets = {}
     for nc in node_counts:
         for d, k in nc.items():
@@ -136,9 +158,9 @@ def test_stage2_never_keeps_fewer_than_greedy(data):
 def test_monitor_buckets_and_rates_with_margin():
     mon = WorkloadMonitor(MonitorConfig(input_edges=(100,), output_edges=(200,), window_s=10, safety_margin=0.5))
     for t in range(10):
-        mon.observe(float(t), 50, 300, 5.0)        # class (0, 1)
-    mon.observe(9.0, 500, 100, 2.0)                # class (1, 0)
-    mon.observe(-50.0, 500, 100, 2.0)              # outside the window
+        mon.observe(float(t), 50, 300, 5.0)  # class (0, 1)
+    mon.observe(9.0, 500, 100, 2.0)  # class (1, 0)
+    mon.observe(-50.0, 500, 100, 2.0)  # outside the window
     classes = {c.key: c for c in mon.classes(10.0)}
     assert set(classes) == {(0, 1), (1, 0)}
     assert classes[(0, 1)].rate == pytest.approx(10 / 10 * 1.5)
@@ -153,9 +175,9 @@ def test_plan_launches_on_free_gpus_first_and_executor_waits():
     ex = PlanExecutor(plan)
     first = plan.steps[0].launch.instance_id
     assert ex.poll(lambda i: True) == [Launch(plan.steps[0].launch)]
-    assert ex.poll(lambda i: True) == []                     # waits for ready
+    assert ex.poll(lambda i: True) == []  # waits for ready
     ex.on_ready(first)
-    assert ex.poll(lambda i: False) == [Drain("old")]         # busy: not stopped yet
+    assert ex.poll(lambda i: False) == [Drain("old")]  # busy: not stopped yet
     assert ex.poll(lambda i: True) == [Stop("old")]
     ex.on_stopped("old")
     assert ex.poll(lambda i: True) == [Launch(plan.steps[1].launch)]
@@ -164,10 +186,13 @@ def test_plan_launches_on_free_gpus_first_and_executor_waits():
     assert ex.done
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(tp_degrees=(3,)), "power of two"),
-    (dict(tp_degrees=(1, 2), max_batch_tokens={1: 10}), "lacks TP degrees"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(tp_degrees=(3,)), "power of two"),
+        (dict(tp_degrees=(1, 2), max_batch_tokens={1: 10}), "lacks TP degrees"),
+    ],
+)
 def test_cluster_config_errors_say_how_to_fix(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ClusterConfig(**kwargs)
@@ -180,9 +205,9 @@ def test_reconfiguration_tick_reshapes_the_cluster_without_dropping_requests():
     profile = linear_profile({1: 4e-4, 2: 3e-4, 4: 1.8e-4}, base=0.001)
     rec = Reconfigurator(cluster, profile, ReconfigConfig(min_improvement=0.1))
     be = RecordingBackend()
-    sched = GlobalScheduler(be, profile, "dilaserve",
-                            predictor=OneShotPredictor({0.5: 0.3, 0.7: 0.45, 0.9: 0.7}),
-                            reconfigurator=rec)
+    sched = GlobalScheduler(
+        be, profile, "dilaserve", predictor=OneShotPredictor({0.5: 0.3, 0.7: 0.45, 0.9: 0.7}), reconfigurator=rec
+    )
     sched.start(static_layout(cluster, 1))
     for s in static_layout(cluster, 1):
         sched.handle(InstanceReady(0.0, s.instance_id))
@@ -210,14 +235,19 @@ def test_reconfiguration_tick_reshapes_the_cluster_without_dropping_requests():
             batch = be.last_batch(iid)
             for a in batch:
                 st = a.state
-                st.apply_step(np.flatnonzero(st.response == 1)[:32], np.full(min(32, int((st.response == 1).sum())), 7),
-                              a.threshold, st.next_kind, np.zeros(5))
+                st.apply_step(
+                    np.flatnonzero(st.response == 1)[:32],
+                    np.full(min(32, int((st.response == 1).sum())), 7),
+                    a.threshold,
+                    st.next_kind,
+                    np.zeros(5),
+                )
             sched.handle(StepFinished(3.0, iid, tuple(a.state for a in batch)))
         if sched.executor.done:
             break
     assert sched.executor.done and sorted(be.stopped) == sorted(plan.stops)
     finished = {o.request_id for o in sched.outcomes if o.status == "finished"}
-    assert finished | set(sched.requests) == set(reqs)   # nothing dropped
+    assert finished | set(sched.requests) == set(reqs)  # nothing dropped
     counts = {}
     for s in sched.pool.active_specs():
         counts[s.tp] = counts.get(s.tp, 0) + 1
@@ -229,12 +259,14 @@ def test_solving_prints_nothing_on_stdout():
     import subprocess
     import sys
 
-    code = ("import pulp\n"
-            "from dilaserve.reconfig.solver import solve\n"
-            "p = pulp.LpProblem('t', pulp.LpMinimize)\n"
-            "x = pulp.LpVariable('x', 0, 10, cat='Integer')\n"
-            "p += x\n"
-            "p += x >= 2\n"
-            "print(solve(p, 5.0).status, int(x.value()))\n")
+    code = (
+        "import pulp\n"
+        "from dilaserve.reconfig.solver import solve\n"
+        "p = pulp.LpProblem('t', pulp.LpMinimize)\n"
+        "x = pulp.LpVariable('x', 0, 10, cat='Integer')\n"
+        "p += x\n"
+        "p += x >= 2\n"
+        "print(solve(p, 5.0).status, int(x.value()))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "optimal 2\n"

@@ -1,4 +1,5 @@
 """An in-memory backend that only records what the scheduler asks of it."""
+
 from __future__ import annotations
 
 from dilaserve.cluster.base import Backend

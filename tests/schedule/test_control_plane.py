@@ -1,4 +1,5 @@
 """The control plane is built in one place for serving and simulation."""
+
 from dilaserve.control import ControlConfig
 from dilaserve.predict.base import OneShotPredictor
 from dilaserve.reconfig.config import ClusterConfig, ReconfigConfig
@@ -18,8 +19,12 @@ def test_the_policy_and_the_spec_both_decide_on_reconfiguration():
     on = build_control_plane(RecordingBackend(), "dilaserve", spec(reconfig=ReconfigConfig()), pred)
     assert on.reconfigurator is not None
     assert build_control_plane(RecordingBackend(), "dilaserve", spec(), pred).reconfigurator is None
-    assert build_control_plane(RecordingBackend(), "dilaserve-no-reconfig", spec(reconfig=ReconfigConfig()),
-                               pred).reconfigurator is None
+    assert (
+        build_control_plane(
+            RecordingBackend(), "dilaserve-no-reconfig", spec(reconfig=ReconfigConfig()), pred
+        ).reconfigurator
+        is None
+    )
 
 
 def test_the_spec_accuracies_reach_the_quality_budget_and_fixed_policies_need_no_predictor():

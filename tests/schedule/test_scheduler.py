@@ -56,11 +56,11 @@ def test_instance_selection_minimises_predicted_step_latency():
 
 def test_deferral_when_no_instance_has_room_then_placement():
     sched, be = cluster(specs=[spec("a", max_batch=300)])
-    arrive(sched, make_request("r0", prompt=168, gen=32))      # 200 tokens, one block
-    r1 = arrive(sched, make_request("r1", prompt=168, gen=32))      # 400 > 300: deferred
+    arrive(sched, make_request("r0", prompt=168, gen=32))  # 200 tokens, one block
+    r1 = arrive(sched, make_request("r1", prompt=168, gen=32))  # 400 > 300: deferred
     assert r1.instance is None and sched.deferred == [r1]
     assert [a.state.request_id for a in be.last_batch("a")] == ["r0"]
-    finish_step(sched, be, "a", 1.0, k=32)                  # r0 commits everything
+    finish_step(sched, be, "a", 1.0, k=32)  # r0 commits everything
     assert sched.outcomes[-1].request_id == "r0" and sched.outcomes[-1].status == "finished"
     assert r1.instance == "a" and not sched.deferred
     assert [a.state.request_id for a in be.last_batch("a")] == ["r1"]
@@ -69,10 +69,10 @@ def test_deferral_when_no_instance_has_room_then_placement():
 def _one_loaded(policy, use_cache, k=1):
     sched, be = cluster(policy, specs=[spec("a")])
     r0 = arrive(sched, make_request("r0", use_cache=use_cache))
-    arrive(sched, make_request("r1", use_cache=use_cache))     # joins a while it steps r0
+    arrive(sched, make_request("r1", use_cache=use_cache))  # joins a while it steps r0
     sched.start([spec("b")])
     sched.handle(InstanceReady(0.0, "b"))
-    finish_step(sched, be, "a", 0.1, k=k)                      # r0 has stepped: a 200 tokens, b 0
+    finish_step(sched, be, "a", 0.1, k=k)  # r0 has stepped: a 200 tokens, b 0
     return sched, be, r0
 
 
@@ -82,7 +82,7 @@ def test_with_caching_no_migration_before_a_cache_step():
 
 
 def test_with_caching_migration_right_before_a_recompute_step():
-    sched, be, r0 = _one_loaded("dilaserve-no-reconfig", use_cache=True, k=32)   # block 0 done
+    sched, be, r0 = _one_loaded("dilaserve-no-reconfig", use_cache=True, k=32)  # block 0 done
     assert r0.instance == "b" and be.migrations == [("r0", "a", "b")]
     assert [a.state.request_id for a in be.last_batch("b")] == ["r0"]
 
@@ -124,7 +124,7 @@ def test_empty_cluster_defers_then_places(caplog):
         r = arrive(sched, make_request("r0"))
     assert "no instances" in caplog.text and sched.deferred == [r]
     sched.start([spec("a")])
-    assert r.instance is None                      # launched but not ready yet
+    assert r.instance is None  # launched but not ready yet
     sched.handle(InstanceReady(1.0, "a"))
     assert r.instance == "a" and be.last_batch("a")[0].state.request_id == "r0"
 
@@ -132,7 +132,7 @@ def test_empty_cluster_defers_then_places(caplog):
 def test_request_larger_than_any_batch_is_rejected(caplog):
     sched, be = cluster(specs=[spec("a", max_batch=300), spec("b", 2, max_batch=350)])
     with caplog.at_level(logging.WARNING):
-        arrive(sched, make_request("big", prompt=336))   # 400 tokens
+        arrive(sched, make_request("big", prompt=336))  # 400 tokens
     out = sched.outcomes[-1]
     assert (out.request_id, out.status) == ("big", "rejected") and "batch limit 350" in out.reason
     assert "big" not in sched.requests and "exceed the largest instance batch" in caplog.text
@@ -175,16 +175,24 @@ def test_a_step_from_an_unknown_instance_is_logged_and_ignored(caplog):
 
 def test_policy_registry():
     assert set(policies.names()) >= {
-        "infaas", "llumnix", "dilaserve", "dilaserve-paper", "dilaserve-paper-no-load-control",
-        "dilaserve-paper-no-reconfig", "dilaserve-paper-oneshot", "dilaserve-paper-migrate-any-step", "oracle",
-        "dilaserve-no-admission", "dilaserve-paper+admission", "fixed@0.7",
+        "infaas",
+        "llumnix",
+        "dilaserve",
+        "dilaserve-paper",
+        "dilaserve-paper-no-load-control",
+        "dilaserve-paper-no-reconfig",
+        "dilaserve-paper-oneshot",
+        "dilaserve-paper-migrate-any-step",
+        "oracle",
+        "dilaserve-no-admission",
+        "dilaserve-paper+admission",
+        "fixed@0.7",
     }
     with pytest.raises(ValueError, match="choose one of"):
         policies.get("nope")
     with pytest.raises(ValueError, match="needs a oracle predictor"):
         GlobalScheduler(RecordingBackend(), default_profile(), "oracle", predictor=OneShotPredictor(SPT))
-    custom = SchedulerPolicy("custom", dispatch="least_tokens", selection="fixed", load_control="none",
-                             predictor=None)
+    custom = SchedulerPolicy("custom", dispatch="least_tokens", selection="fixed", load_control="none", predictor=None)
     sched = GlobalScheduler(RecordingBackend(), default_profile(), custom)
     assert sched.policy.name == "custom"
 
@@ -192,7 +200,7 @@ def test_policy_registry():
 def test_cancel_frees_the_slot_and_drops_the_in_flight_result():
     sched, be = cluster(specs=[spec("a", max_batch=300)])
     arrive(sched, make_request("r0", prompt=168, gen=32))
-    r1 = arrive(sched, make_request("r1", prompt=168, gen=32))      # deferred: no room
+    r1 = arrive(sched, make_request("r1", prompt=168, gen=32))  # deferred: no room
     assert sched.cancel("r0")
     assert be.released == [("a", ["r0"])]
     assert sched.outcomes[-1].status == "cancelled" and not sched.outcomes[-1].met_slo
@@ -240,7 +248,8 @@ def test_observer_is_told_of_steps_migrations_instances_and_plans():
     assert ("step", "a", 0) in w.calls and migrated == [("migration", m[0], "a", "b") for m in be.migrations]
     assert migrated, "one of the two requests on a moves to the empty instance b"
     plan = Reconfigurator(ClusterConfig(nodes=1, gpus_per_node=2, tp_degrees=(1, 2)), default_profile()).plan_to(
-        [{2: 1}], sched.pool.active_specs())
+        [{2: 1}], sched.pool.active_specs()
+    )
     assert sched.apply_plan(plan) and w.calls[-1] == ("plan", plan)
     sched.handle(InstanceStopped(0.2, "a"))
     assert ("instance", "a", False) in w.calls

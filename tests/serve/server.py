@@ -1,4 +1,5 @@
 """Run the real server (uvicorn + runtime + Ray instances) on loopback in a thread."""
+
 from __future__ import annotations
 
 import asyncio
@@ -29,7 +30,7 @@ class LiveServer:
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 240) -> "LiveServer":
+    def start(self, timeout_s: float = 240) -> LiveServer:
         self.thread.start()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -45,8 +46,10 @@ class LiveServer:
 
     def on_loop(self, fn, *args):
         """Run ``fn(*args)`` on the server's event loop and return its result."""
+
         async def call():
             return fn(*args)
+
         return asyncio.run_coroutine_threadsafe(call(), self.runtime.loop).result(timeout=30)
 
     def stop(self) -> None:

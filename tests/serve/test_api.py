@@ -1,4 +1,5 @@
 """The HTTP API over loopback against real Ray instances of the embedded model."""
+
 import asyncio
 import json
 
@@ -33,8 +34,11 @@ def test_completions_are_real_decodes_graded_by_the_tasks(server, engine):
     suite = task_suite(2, seed=99)
     graded = []
     for inst in suite:
-        r = post(server, "/v1/completions", {"model": server.runtime.model_name, "prompt": inst.prompt,
-                                              "max_tokens": inst.gen_length, "slo_ms": 60000})
+        r = post(
+            server,
+            "/v1/completions",
+            {"model": server.runtime.model_name, "prompt": inst.prompt, "max_tokens": inst.gen_length, "slo_ms": 60000},
+        )
         assert r.status_code == 200, r.text
         body = r.json()
         text, info = body["choices"][0]["text"], body["dilaserve"]
@@ -43,7 +47,9 @@ def test_completions_are_real_decodes_graded_by_the_tasks(server, engine):
         assert info["steps"] == len(info["thresholds"]) >= 1
         # The SLO sent is the one judged, and "met" means the answer came within it.
         assert info["slo_ms"] == 60000 and info["slo_met"] == (info["latency_ms"] <= info["slo_ms"])
-        assert info["instances"] and set(info["instances"]) <= set(server.on_loop(lambda: server.runtime.scheduler.pool.ids))
+        assert info["instances"] and set(info["instances"]) <= set(
+            server.on_loop(lambda: server.runtime.scheduler.pool.ids)
+        )
         assert all(t in server.cfg.thresholds for t in info["thresholds"])
         # The same checkpoint decoding with the same per-step thresholds gives the same answer.
         assert text == replay(engine, inst.prompt, inst.gen_length, info["thresholds"])
@@ -56,10 +62,15 @@ def test_completions_are_real_decodes_graded_by_the_tasks(server, engine):
 def test_chat_completions_and_models(server, engine):
     models = httpx.get(server.url + "/v1/models").json()
     assert [m["id"] for m in models["data"]] == [server.runtime.model_name]
-    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "pairs : a b"},
-                {"role": "assistant", "content": "b a"}, {"role": "user", "content": "list : c a f"}]
-    r = post(server, "/v1/chat/completions", {"model": server.runtime.model_name, "max_tokens": 32,
-                                                "messages": messages})
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "pairs : a b"},
+        {"role": "assistant", "content": "b a"},
+        {"role": "user", "content": "list : c a f"},
+    ]
+    r = post(
+        server, "/v1/chat/completions", {"model": server.runtime.model_name, "max_tokens": 32, "messages": messages}
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     msg = body["choices"][0]["message"]
@@ -87,25 +98,33 @@ def test_concurrent_requests_all_complete(server):
     async def run():
         async with httpx.AsyncClient(base_url=server.url, timeout=180) as c:
             prompts = [i.prompt for i in task_suite(3, seed=5)]
-            rs = await asyncio.gather(*(c.post("/v1/completions", json={"model": server.runtime.model_name, "prompt": p, "max_tokens": 32})
-                                        for p in prompts))
+            rs = await asyncio.gather(
+                *(
+                    c.post("/v1/completions", json={"model": server.runtime.model_name, "prompt": p, "max_tokens": 32})
+                    for p in prompts
+                )
+            )
             return rs
+
     rs = asyncio.run(run())
     assert [r.status_code for r in rs] == [200] * len(rs)
     assert len({r.json()["id"] for r in rs}) == len(rs)
 
 
-@pytest.mark.parametrize("body,param", [
-    ({"prompt": "list : a"}, "model"),
-    ({"model": "MODEL", "max_tokens": "lots", "prompt": "list : a"}, "max_tokens"),
-    ({"model": "MODEL"}, "prompt"),
-    ({"model": "other-model", "prompt": "list : a"}, "model"),
-    ({"model": "MODEL", "prompt": "list " * 400, "max_tokens": 32}, "prompt"),
-    ({"model": "MODEL", "prompt": "list : a", "slo_ms": -5}, "slo_ms"),
-    ({"model": "MODEL", "prompt": "list : a", "slo_ms": "fast"}, "slo_ms"),
-    ({"model": "MODEL", "prompt": "list : a", "min_threshold": 2}, "min_threshold"),
-    ({"model": "MODEL", "prompt": ["a", "b"]}, "prompt"),
-])
+@pytest.mark.parametrize(
+    "body,param",
+    [
+        ({"prompt": "list : a"}, "model"),
+        ({"model": "MODEL", "max_tokens": "lots", "prompt": "list : a"}, "max_tokens"),
+        ({"model": "MODEL"}, "prompt"),
+        ({"model": "other-model", "prompt": "list : a"}, "model"),
+        ({"model": "MODEL", "prompt": "list " * 400, "max_tokens": 32}, "prompt"),
+        ({"model": "MODEL", "prompt": "list : a", "slo_ms": -5}, "slo_ms"),
+        ({"model": "MODEL", "prompt": "list : a", "slo_ms": "fast"}, "slo_ms"),
+        ({"model": "MODEL", "prompt": "list : a", "min_threshold": 2}, "min_threshold"),
+        ({"model": "MODEL", "prompt": ["a", "b"]}, "prompt"),
+    ],
+)
 def test_bad_requests_get_openai_style_400(server, body, param):
     body = {k: (server.runtime.model_name if v == "MODEL" else v) for k, v in body.items()}
     r = post(server, "/v1/completions", body)
@@ -127,8 +146,15 @@ def test_overload_past_the_queue_gets_429_and_the_server_survives(server):
 
     async def burst():
         async with httpx.AsyncClient(base_url=server.url, timeout=180) as c:
-            return await asyncio.gather(*(c.post("/v1/completions", json={"model": rt.model_name, "prompt": "list : a b c d", "max_tokens": 32})
-                                          for _ in range(8)))
+            return await asyncio.gather(
+                *(
+                    c.post(
+                        "/v1/completions", json={"model": rt.model_name, "prompt": "list : a b c d", "max_tokens": 32}
+                    )
+                    for _ in range(8)
+                )
+            )
+
     try:
         codes = [r.status_code for r in asyncio.run(burst())]
     finally:
@@ -140,23 +166,40 @@ def test_overload_past_the_queue_gets_429_and_the_server_survives(server):
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_request_that_cannot_meet_its_slo_gets_an_early_429_with_retry_after(server, stream):
     # A 128-token answer needs several steps of several ms each: no threshold makes 1 ms.
-    r = post(server, "/v1/completions", {"model": server.runtime.model_name, "prompt": "list : a b c d",
-                                         "max_tokens": 128, "slo_ms": 1, "stream": stream})
+    r = post(
+        server,
+        "/v1/completions",
+        {
+            "model": server.runtime.model_name,
+            "prompt": "list : a b c d",
+            "max_tokens": 128,
+            "slo_ms": 1,
+            "stream": stream,
+        },
+    )
     assert r.status_code == 429, r.text
     assert int(r.headers["retry-after"]) >= 1
     err = r.json()["error"]
     assert err["type"] == "rate_limit_error" and "cannot meet its SLO" in err["message"]
     # The refusal is counted, and the next request with a feasible SLO is served.
     assert 'dilaserve:rejected_requests_total{reason="slo"}' in httpx.get(server.url + "/metrics").text
-    ok = post(server, "/v1/completions", {"model": server.runtime.model_name, "prompt": "list : a b",
-                                          "max_tokens": 32, "slo_ms": 60000})
+    ok = post(
+        server,
+        "/v1/completions",
+        {"model": server.runtime.model_name, "prompt": "list : a b", "max_tokens": 32, "slo_ms": 60000},
+    )
     assert ok.status_code == 200
 
 
 def test_disconnected_client_frees_its_slot(server):
     rt = server.runtime
-    body = {"model": rt.model_name, "prompt": "arith : + 2 - 1 : zero one two three four five",
-            "max_tokens": 128, "stream": True, "slo_ms": 60000}
+    body = {
+        "model": rt.model_name,
+        "prompt": "arith : + 2 - 1 : zero one two three four five",
+        "max_tokens": 128,
+        "stream": True,
+        "slo_ms": 60000,
+    }
     with httpx.stream("POST", server.url + "/v1/completions", json=body, timeout=120) as r:
         assert r.status_code == 200
         next(r.iter_lines())  # the request is in flight; now hang up
@@ -172,7 +215,15 @@ def test_disconnected_client_frees_its_slot(server):
 
 def test_metrics_are_prometheus_text(server):
     text = httpx.get(server.url + "/metrics").text
-    for name in ("dilaserve:num_requests_running", "dilaserve:num_requests_waiting", "dilaserve:slo_attainment",
-                 "dilaserve:request_steps_bucket", "dilaserve:step_threshold_bucket", "dilaserve:step_latency_seconds_bucket",
-                 'dilaserve:instances{tp="1"}', "dilaserve:migrations_total", "dilaserve:reconfigurations_total"):
+    for name in (
+        "dilaserve:num_requests_running",
+        "dilaserve:num_requests_waiting",
+        "dilaserve:slo_attainment",
+        "dilaserve:request_steps_bucket",
+        "dilaserve:step_threshold_bucket",
+        "dilaserve:step_latency_seconds_bucket",
+        'dilaserve:instances{tp="1"}',
+        "dilaserve:migrations_total",
+        "dilaserve:reconfigurations_total",
+    ):
         assert name in text, name

@@ -1,6 +1,7 @@
 """The serving app's logic (``dilaserve.serve.app_logic``) against a real server over loopback:
 the floor bound by the server's candidates, finish_reason, one send per submission (none on a
 restart), the empty-answer text and the rounded live metrics."""
+
 import re
 
 import pytest
@@ -15,8 +16,16 @@ pytestmark = pytest.mark.timeout(600)
 
 def send(server):
     def _send(url, r):
-        return client.complete(url, r.prompt, max_tokens=r.max_tokens, slo_ms=r.slo_ms, priority=r.priority,
-                               min_threshold=r.min_threshold, model=server.runtime.model_name)
+        return client.complete(
+            url,
+            r.prompt,
+            max_tokens=r.max_tokens,
+            slo_ms=r.slo_ms,
+            priority=r.priority,
+            min_threshold=r.min_threshold,
+            model=server.runtime.model_name,
+        )
+
     return _send
 
 
@@ -68,8 +77,17 @@ def test_finish_reason_and_a_short_canvas_are_shown(server):
     assert full.finish_reason in ("stop", "length") and app_logic.canvas_note(fits, arith) is None
     assert "Cut off" in app_logic.finish_note("length", 32) and "ended" in app_logic.finish_note("stop", 32)
     # A body without finish_reason (an older server) reads as None and shows no note.
-    body = {"choices": [{"text": "a b"}], "dilaserve": {"steps": 1, "thresholds": [0.9], "latency_ms": 1.0,
-                                                        "slo_ms": 10.0, "slo_met": True, "instances": []}}
+    body = {
+        "choices": [{"text": "a b"}],
+        "dilaserve": {
+            "steps": 1,
+            "thresholds": [0.9],
+            "latency_ms": 1.0,
+            "slo_ms": 10.0,
+            "slo_met": True,
+            "instances": [],
+        },
+    }
     assert client.parse_completion(body).finish_reason is None and app_logic.finish_note(None, 32) is None
 
 

@@ -1,4 +1,5 @@
 """Faults and live changes: a killed instance actor and a live reconfiguration."""
+
 import asyncio
 import threading
 import time
@@ -30,8 +31,15 @@ def send_many(server, n, prompt=LONG, max_tokens=128):
 
     async def run():
         async with httpx.AsyncClient(base_url=server.url, timeout=300) as c:
-            rs = await asyncio.gather(*(c.post("/v1/completions", json={"model": server.runtime.model_name, "prompt": prompt,
-                                                                        "max_tokens": max_tokens}) for _ in range(n)))
+            rs = await asyncio.gather(
+                *(
+                    c.post(
+                        "/v1/completions",
+                        json={"model": server.runtime.model_name, "prompt": prompt, "max_tokens": max_tokens},
+                    )
+                    for _ in range(n)
+                )
+            )
             results.extend(rs)
 
     t = threading.Thread(target=lambda: asyncio.run(run()))
@@ -50,8 +58,13 @@ def wait_until(fn, timeout_s=120, every=0.05):
 
 def instances(server):
     rt = server.runtime
-    return server.on_loop(lambda: {rt.scheduler.pool.ids[s]: (int(rt.scheduler.pool.tp[s]), len(rt.scheduler.pool.members[s]))
-                                   for s in range(len(rt.scheduler.pool.ids)) if rt.scheduler.pool.ids[s] and rt.scheduler.pool.ready[s]})
+    return server.on_loop(
+        lambda: {
+            rt.scheduler.pool.ids[s]: (int(rt.scheduler.pool.tp[s]), len(rt.scheduler.pool.members[s]))
+            for s in range(len(rt.scheduler.pool.ids))
+            if rt.scheduler.pool.ids[s] and rt.scheduler.pool.ready[s]
+        }
+    )
 
 
 def test_killed_instance_actor_loses_no_request(cluster_server):
@@ -60,8 +73,12 @@ def test_killed_instance_actor_loses_no_request(cluster_server):
     assert len(before) == 2
     thread, results = send_many(server, 6)
     # wait until requests are mid-decode on some instance, then kill its actor
-    assert wait_until(lambda: any(n for _, n in instances(server).values()) and
-                      server.on_loop(lambda: sum(1 for h in rt.handles.values() if h.last_state is not None)) >= 2)
+    assert wait_until(
+        lambda: (
+            any(n for _, n in instances(server).values())
+            and server.on_loop(lambda: sum(1 for h in rt.handles.values() if h.last_state is not None)) >= 2
+        )
+    )
     # the instance that has already stepped the most of them
     stepped_on = server.on_loop(lambda: [h.instances[-1] for h in rt.handles.values() if h.instances])
     victim = max(set(stepped_on), key=stepped_on.count)
@@ -89,7 +106,9 @@ def test_live_reconfiguration_two_tp1_to_one_tp2(cluster_server):
     assert [r.status_code for r in results] == [200] * 4, [r.text for r in results if r.status_code != 200]
     assert wait_until(lambda: sorted(tp for tp, _ in instances(server).values()) == [2], 180)
     # the TP-2 instance (two gloo ranks) serves a new request end to end
-    r = httpx.post(server.url + "/v1/completions", json={"model": rt.model_name, "prompt": LONG, "max_tokens": 128}, timeout=300)
+    r = httpx.post(
+        server.url + "/v1/completions", json={"model": rt.model_name, "prompt": LONG, "max_tokens": 128}, timeout=300
+    )
     assert r.status_code == 200 and r.json()["dilaserve"]["instances"] == list(instances(server))
     info = r.json()["dilaserve"]
     assert info["steps"] == len(info["thresholds"]) >= 1

@@ -1,4 +1,5 @@
 """The app-side server handle: dropping it or stopping it ends the server process."""
+
 import gc
 import subprocess
 import sys
@@ -30,5 +31,13 @@ def test_stop_is_idempotent_and_reports_the_exit_code(tmp_path):
 
 def test_serve_command_passes_flags_through():
     cmd = serve_command(8123, "some/artifacts", ["--reconfig-interval-s", 0])
-    assert cmd[1:] == ["-m", "dilaserve.serve", "--port", "8123", "--artifacts", "some/artifacts",
-                       "--reconfig-interval-s", "0"]
+    assert cmd[1:] == [
+        "-m",
+        "dilaserve.serve",
+        "--port",
+        "8123",
+        "--artifacts",
+        "some/artifacts",
+        "--reconfig-interval-s",
+        "0",
+    ]

@@ -1,4 +1,5 @@
 """Serving tiny LLaDA and Dream folders end to end: one TP-2 instance on two CPU slots."""
+
 import httpx
 import pytest
 
@@ -12,15 +13,21 @@ pytestmark = pytest.mark.timeout(900)
 
 @pytest.mark.parametrize("arch", ["llada", "dream"])
 def test_a_tiny_family_checkpoint_serves_with_the_dual_cache_at_tp2(ray_cluster, tmp_path, arch):
-    path = make_tiny(arch, tmp_path / arch, TinyShape(layers=2, hidden=32, heads=4, kv_heads=2, intermediate=64), seed=7)
-    server = LiveServer(model=str(path), initial_tp=2, tp_degrees=[1, 2], reconfig_interval_s=0,
-                        default_slo_ms=300000).start(timeout_s=600)
+    path = make_tiny(
+        arch, tmp_path / arch, TinyShape(layers=2, hidden=32, heads=4, kv_heads=2, intermediate=64), seed=7
+    )
+    server = LiveServer(
+        model=str(path), initial_tp=2, tp_degrees=[1, 2], reconfig_interval_s=0, default_slo_ms=300000
+    ).start(timeout_s=600)
     try:
         assert server.runtime.info.supports_cache and server.runtime.info.family == arch
         assert sorted(tp for tp, _ in instances(server).values()) == [2]
         prompt = "list : c a f"
-        r = httpx.post(server.url + "/v1/completions", timeout=300,
-                       json={"model": server.runtime.model_name, "prompt": prompt, "max_tokens": 16})
+        r = httpx.post(
+            server.url + "/v1/completions",
+            timeout=300,
+            json={"model": server.runtime.model_name, "prompt": prompt, "max_tokens": 16},
+        )
         assert r.status_code == 200, r.text
         body = r.json()
         info = body["dilaserve"]

@@ -5,6 +5,7 @@ The fuzz test runs ``DILASERVE_FUZZ_EXAMPLES`` examples (default 15) per endpoin
 flag and generation mode; set it higher for a longer run, e.g.
 ``DILASERVE_FUZZ_EXAMPLES=500 pytest tests/serve/test_robustness.py -k fuzz``.
 """
+
 import asyncio
 import gc
 import json
@@ -24,8 +25,9 @@ ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
 
 def raw_post(server, path, text):
     """POST ``text`` as the JSON body, verbatim (json.dumps cannot write 1e999 or NaN)."""
-    return httpx.post(server.url + path, content=text.encode(), headers={"content-type": "application/json"},
-                      timeout=120)
+    return httpx.post(
+        server.url + path, content=text.encode(), headers={"content-type": "application/json"}, timeout=120
+    )
 
 
 def assert_openai_error(r, status=400):
@@ -53,8 +55,11 @@ def test_a_prompt_of_only_unknown_words_gets_a_400_naming_them(server, path):
     assert err["param"] == "prompt"
     assert all(repr(w) in err["message"] for w in prompt.split())
     # One known word is enough to decode from: such a prompt is served.
-    body.update({"prompt": "list : zebra"} if path == "/v1/completions" else
-                {"messages": [{"role": "user", "content": "list : zebra"}]})
+    body.update(
+        {"prompt": "list : zebra"}
+        if path == "/v1/completions"
+        else {"messages": [{"role": "user", "content": "list : zebra"}]}
+    )
     assert httpx.post(server.url + path, json=body, timeout=120).status_code == 200
 
 
@@ -84,8 +89,7 @@ def test_fuzzed_requests_get_2xx_or_4xx_never_5xx(server, path, stream, mode):
     model = server.runtime.model_name
 
     # Half the cases name the served model, so the fuzzer gets past the model check to the rest.
-    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(case=cases, real_model=st.booleans())
     def run(case, real_model):
         if isinstance(case.body, dict):
@@ -96,8 +100,9 @@ def test_fuzzed_requests_get_2xx_or_4xx_never_5xx(server, path, stream, mode):
 
     run()
     assert httpx.get(server.url + "/health", timeout=10).status_code == 200
-    ok = httpx.post(server.url + "/v1/completions", json={"model": model, "prompt": "list : c a f b", "max_tokens": 32},
-                    timeout=120)
+    ok = httpx.post(
+        server.url + "/v1/completions", json={"model": model, "prompt": "list : c a f b", "max_tokens": 32}, timeout=120
+    )
     assert ok.status_code == 200 and ok.json()["choices"][0]["text"]
 
 
@@ -111,9 +116,20 @@ def test_overload_past_max_queue_gets_429_and_memory_stays_bounded(server):
 
     async def wave(n=48):
         async with httpx.AsyncClient(base_url=server.url, timeout=300, limits=httpx.Limits(max_connections=n)) as c:
-            return await asyncio.gather(*(c.post("/v1/completions", json={
-                "model": rt.model_name, "prompt": "list : a b c d", "max_tokens": 32, "stream": i % 2 == 1})
-                for i in range(n)))
+            return await asyncio.gather(
+                *(
+                    c.post(
+                        "/v1/completions",
+                        json={
+                            "model": rt.model_name,
+                            "prompt": "list : a b c d",
+                            "max_tokens": 32,
+                            "stream": i % 2 == 1,
+                        },
+                    )
+                    for i in range(n)
+                )
+            )
 
     try:
         rss = []

@@ -1,4 +1,5 @@
 """Shutdown on SIGTERM: in-flight requests are drained (or failed cleanly), then the process exits."""
+
 import os
 import signal
 import subprocess
@@ -20,15 +21,36 @@ pytestmark = pytest.mark.timeout(600)
 def test_sigterm_drains_in_flight_requests(ray_cluster):
     port = free_port()
     address = ray.get_runtime_context().gcs_address
-    proc = subprocess.Popen([sys.executable, "-m", "dilaserve.serve", "--port", str(port), "--ray-address", address,
-                             "--reconfig-interval-s", "0", "--log-level", "warning"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dilaserve.serve",
+            "--port",
+            str(port),
+            "--ray-address",
+            address,
+            "--reconfig-interval-s",
+            "0",
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
-        assert wait_until(lambda: _healthy(url), 240, 0.5), proc.stdout.read1().decode() if proc.poll() is not None else "not healthy"
+        assert wait_until(lambda: _healthy(url), 240, 0.5), (
+            proc.stdout.read1().decode() if proc.poll() is not None else "not healthy"
+        )
         box = []
-        t = threading.Thread(target=lambda: box.append(httpx.post(url + "/v1/completions", timeout=300, json={
-            "model": "dila-tiny", "prompt": LONG, "max_tokens": 128})))
+        t = threading.Thread(
+            target=lambda: box.append(
+                httpx.post(
+                    url + "/v1/completions", timeout=300, json={"model": "dila-tiny", "prompt": LONG, "max_tokens": 128}
+                )
+            )
+        )
         t.start()
         time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)

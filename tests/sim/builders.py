@@ -1,4 +1,5 @@
 """Tiny, hand-made simulator inputs: step dynamics, a quality table, profiles, settings."""
+
 from __future__ import annotations
 
 import polars as pl
@@ -22,8 +23,16 @@ def dynamics(tokens: dict[float, list[int]], n_buckets: int = 1) -> StepDynamics
     for t, ks in tokens.items():
         for b in range(n_buckets):
             for k in ks:
-                rows.append({"threshold": t, "bucket": b, "block_length": 32, "step_kind": "cache",
-                             "tokens_committed": k, **{c: t for c in STEP_CONF_COLUMNS}})
+                rows.append(
+                    {
+                        "threshold": t,
+                        "bucket": b,
+                        "block_length": 32,
+                        "step_kind": "cache",
+                        "tokens_committed": k,
+                        **{c: t for c in STEP_CONF_COLUMNS},
+                    }
+                )
     return StepDynamics(pl.DataFrame(rows), n_buckets)
 
 
@@ -47,7 +56,9 @@ def linear_profile(per_token: dict[int, float], base: float = 0.01, cache_base: 
 
 def small_setting(dyn: StepDynamics, nodes: int = 1, tp_degrees=(1, 2, 4)) -> ClusterSetting:
     profile = linear_profile({1: 2e-5, 2: 1.5e-5, 4: 0.9e-5})
-    return with_dynamics(ClusterSetting("small", profile, ClusterConfig(nodes=nodes, gpus_per_node=4, tp_degrees=tp_degrees)), dyn)
+    return with_dynamics(
+        ClusterSetting("small", profile, ClusterConfig(nodes=nodes, gpus_per_node=4, tp_degrees=tp_degrees)), dyn
+    )
 
 
 def predictors(table: ReplayTable) -> Predictors:

@@ -1,4 +1,5 @@
 """Baselines, dilaserve and the oracle end to end on a short stretch of the real trace."""
+
 import dataclasses
 
 import polars as pl
@@ -55,7 +56,8 @@ def test_every_request_is_accounted_for(runs):
         n_low = (r["phase"] == "low").sum()
         assert s.slo_attainment == pytest.approx(r["met_slo"].sum() / len(wl)), policy
         assert s.slo_attainment == pytest.approx(
-            (n_low * s.slo_attainment_low + (len(wl) - n_low) * s.slo_attainment_high) / len(wl)), policy
+            (n_low * s.slo_attainment_low + (len(wl) - n_low) * s.slo_attainment_high) / len(wl)
+        ), policy
         assert s.slo_attainment_low == 1.0 and s.slo_attainment_high <= s.slo_attainment_low, policy
         assert s.p99_latency_s >= s.mean_latency_s > 0
         assert res.events > len(wl) and res.sim_s >= wl.requests[-1].arrival
@@ -92,10 +94,17 @@ def test_runs_are_deterministic(runs):
 def _pieces(sched) -> dict:
     """What a built scheduler runs, by the policy field that chooses it."""
     c = sched.controller
-    return {"selection": type(c.selection), "load_control": type(c.load_control), "admission": type(c.admission),
-            "quality_budget": tuple(c.budget_mask), "step_pricing": c.step_pricing,
-            "calibrate": c.predictions.calibrate, "reconfig": sched.reconfigurator is not None,
-            "predictor": id(c.predictions.predictor), "migration_point": type(sched.migration_point)}
+    return {
+        "selection": type(c.selection),
+        "load_control": type(c.load_control),
+        "admission": type(c.admission),
+        "quality_budget": tuple(c.budget_mask),
+        "step_pricing": c.step_pricing,
+        "calibrate": c.predictions.calibrate,
+        "reconfig": sched.reconfigurator is not None,
+        "predictor": id(c.predictions.predictor),
+        "migration_point": type(sched.migration_point),
+    }
 
 
 def test_each_ablation_runs_its_parent_with_exactly_the_piece_it_names_changed():
@@ -106,8 +115,9 @@ def test_each_ablation_runs_its_parent_with_exactly_the_piece_it_names_changed()
     setting = small_setting(dyn)
     sim = Simulator(setting, ReplayProgress(table, quality()), predictors(table))
     accuracy = {0.5: 0.5, 0.6: 0.6, 0.7: 0.7, 0.8: 0.9, 0.9: 0.95}  # the budget of 0.1 allows 0.8 and 0.9
-    spec = ControlPlaneSpec(setting.profile, setting.control, setting.cluster, reconfig=setting.reconfig,
-                            accuracy=accuracy)
+    spec = ControlPlaneSpec(
+        setting.profile, setting.control, setting.cluster, reconfig=setting.reconfig, accuracy=accuracy
+    )
 
     def built(name):
         policy = get_policy(name)
@@ -117,12 +127,17 @@ def test_each_ablation_runs_its_parent_with_exactly_the_piece_it_names_changed()
         base, parent_pieces = get_policy(parent), built(parent)
         for name in variants:
             policy = get_policy(name)
-            named = {f.name for f in dataclasses.fields(policy)
-                     if f.name != "name" and getattr(policy, f.name) != getattr(base, f.name)}
+            named = {
+                f.name
+                for f in dataclasses.fields(policy)
+                if f.name != "name" and getattr(policy, f.name) != getattr(base, f.name)
+            }
             pieces = built(name)
             changed = {k for k in pieces if pieces[k] != parent_pieces[k]}
             assert named and changed == named, f"{name}: names {named}, runs {changed} differently from {parent}"
-    assert {"quality_budget", "admission"} <= {k for k, v in built("dilaserve").items() if v != built("dilaserve-paper")[k]}
+    assert {"quality_budget", "admission"} <= {
+        k for k, v in built("dilaserve").items() if v != built("dilaserve-paper")[k]
+    }
 
 
 def test_ablation_policies_run():

@@ -1,4 +1,5 @@
 """fixed@TAU: the INFaaS-like baseline at each candidate threshold."""
+
 from dataclasses import replace
 
 import pytest
@@ -16,14 +17,18 @@ from tests.sim.builders import predictors, quality, small_setting, varied_dynami
 def sim():
     dyn = varied_dynamics()
     table = ReplayTable(dyn)
-    return Simulator(small_setting(dyn), ReplayProgress(table, quality()), predictors(table),
-                     SimConfig(reconfig_interval_s=2.0))
+    return Simulator(
+        small_setting(dyn), ReplayProgress(table, quality()), predictors(table), SimConfig(reconfig_interval_s=2.0)
+    )
 
 
 def test_one_fixed_policy_per_candidate_threshold_named_by_it():
     thresholds = ControlConfig().thresholds
-    assert FIXED_POLICIES == tuple(f"fixed@{t}" for t in thresholds) == (
-        "fixed@0.5", "fixed@0.6", "fixed@0.7", "fixed@0.8", "fixed@0.9")
+    assert (
+        FIXED_POLICIES
+        == tuple(f"fixed@{t}" for t in thresholds)
+        == ("fixed@0.5", "fixed@0.6", "fixed@0.7", "fixed@0.8", "fixed@0.9")
+    )
     infaas = get_policy("infaas")
     for name, t in zip(FIXED_POLICIES, thresholds):
         p = policies.get(name)

@@ -1,4 +1,5 @@
 """Per-policy summaries from a hand-built requests frame."""
+
 import polars as pl
 import pytest
 
@@ -8,23 +9,38 @@ from dilaserve.sim.simulator import REQUEST_COLUMNS
 
 def _frame(rows) -> pl.DataFrame:
     """Rows of (phase, status, met_slo, quality); the other columns are filler."""
-    full = [{"request_id": f"r{i}", "phase": ph, "status": st, "arrival_s": float(i),
-             "finish_s": float(i) + 1 if st == "finished" else None, "latency_s": 1.0 if st == "finished" else None,
-             "deadline_s": float(i) + 2, "met_slo": met, "prompt_tokens": 10, "output_tokens": 32, "steps": 4,
-             "mean_threshold": 0.9 if st == "finished" else None, "quality": q}
-            for i, (ph, st, met, q) in enumerate(rows)]
+    full = [
+        {
+            "request_id": f"r{i}",
+            "phase": ph,
+            "status": st,
+            "arrival_s": float(i),
+            "finish_s": float(i) + 1 if st == "finished" else None,
+            "latency_s": 1.0 if st == "finished" else None,
+            "deadline_s": float(i) + 2,
+            "met_slo": met,
+            "prompt_tokens": 10,
+            "output_tokens": 32,
+            "steps": 4,
+            "mean_threshold": 0.9 if st == "finished" else None,
+            "quality": q,
+        }
+        for i, (ph, st, met, q) in enumerate(rows)
+    ]
     return pl.DataFrame(full, schema=REQUEST_COLUMNS)
 
 
 def test_goodput_weights_in_time_requests_by_quality_and_counts_the_rest_as_zero():
-    frame = _frame([
-        ("low", "finished", True, 1.0),     # in time, correct: 1
-        ("low", "finished", True, 0.5),     # in time, half right: 0.5
-        ("low", "finished", False, 1.0),    # late: 0, however good
-        ("high", "rejected", False, None),  # rejected: 0
-        ("high", "unfinished", False, None),  # never finished: 0
-        ("high", "finished", True, 0.25),
-    ])
+    frame = _frame(
+        [
+            ("low", "finished", True, 1.0),  # in time, correct: 1
+            ("low", "finished", True, 0.5),  # in time, half right: 0.5
+            ("low", "finished", False, 1.0),  # late: 0, however good
+            ("high", "rejected", False, None),  # rejected: 0
+            ("high", "unfinished", False, None),  # never finished: 0
+            ("high", "finished", True, 0.25),
+        ]
+    )
     assert good(frame).to_list() == [1.0, 0.5, 0.0, 0.0, 0.0, 0.25]
     s = summarize(frame)
     assert s.goodput == pytest.approx(1.75 / 6)

@@ -1,5 +1,6 @@
 """Model mode (the embedded DLM decodes every step) and replay mode (outcomes drawn from
 that model's recorded dynamics) agree on step counts for the same workload."""
+
 import numpy as np
 import pytest
 import torch
@@ -29,8 +30,9 @@ def engine_and_table():
 def test_model_and_replay_agree_on_steps(engine_and_table):
     engine, dyn = engine_and_table
     table = ReplayTable(dyn)
-    setting = with_dynamics(ClusterSetting("cpu", linear_profile({1: 1e-4}), ClusterConfig(nodes=1, gpus_per_node=2,
-                                                                                          tp_degrees=(1,))), dyn)
+    setting = with_dynamics(
+        ClusterSetting("cpu", linear_profile({1: 1e-4}), ClusterConfig(nodes=1, gpus_per_node=2, tp_degrees=(1,))), dyn
+    )
     prompts = synthetic_prompts(24, seed=11)
     wl = prompt_workload(prompts, rate=20.0, count_tokens=lambda text: len(engine.encode(text)), seed=0)
     cfg = SimConfig(backend=SimBackendConfig(latency_noise=0.0))

@@ -1,6 +1,7 @@
 """The published step law: resampled steps meet the target tokens per step, replayed
 rollouts keep the step table's contract, and the quality curve runs through the
 published points."""
+
 import numpy as np
 import pytest
 

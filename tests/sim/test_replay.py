@@ -1,16 +1,16 @@
 import numpy as np
 import pytest
 
+from dilaserve.cluster.base import StepAssignment
 from dilaserve.sim.progress import MASK_ID, ReplayProgress
 from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.workload import WorkloadRequest
-from dilaserve.cluster.base import StepAssignment
 from tests.sim.builders import dynamics, quality, varied_dynamics
 
 
 def test_expected_steps_by_hand():
     table = ReplayTable(dynamics({0.9: [4], 0.5: [8, 24]}))
-    assert table.block_steps(0.9, 32)[0] == pytest.approx(8.0)      # 32 / 4
+    assert table.block_steps(0.9, 32)[0] == pytest.approx(8.0)  # 32 / 4
     assert table.expected_steps(256, 32, 0.9) == pytest.approx(64.0)
     # 0.5: from 0, either 8 or 24 tokens. E[24] = 1 (any draw finishes); E[16] = 1 + (E[24] + 0)/2
     # = 1.5; E[8] = 1 + (E[16] + 0)/2 = 1.75; E[0] = 1 + (E[8] + E[24])/2 = 2.375.

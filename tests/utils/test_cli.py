@@ -1,4 +1,5 @@
 """Flags generated from the per-concern configs: every setting reachable, validated by its owner."""
+
 from __future__ import annotations
 
 import argparse
@@ -23,11 +24,29 @@ def serve(*argv: str) -> ServeConfig:
 
 
 def test_settings_the_concerns_own_are_flags_of_the_server():
-    cfg = serve("--refresh-every-steps", "2", "--load-control-interval-s", "0.5", "--reconfig-min-improvement", "0.2",
-                "--monitor-window-s", "30", "--monitor-input-edges", "64", "512", "--warn-interval-s", "1",
-                "--thresholds", "0.9", "0.7", "--quality-budget", "none")
-    assert cfg.control == ControlConfig(thresholds=(0.7, 0.9), refresh_every_steps=2, load_control_interval_s=0.5,
-                                        quality_budget=None)
+    cfg = serve(
+        "--refresh-every-steps",
+        "2",
+        "--load-control-interval-s",
+        "0.5",
+        "--reconfig-min-improvement",
+        "0.2",
+        "--monitor-window-s",
+        "30",
+        "--monitor-input-edges",
+        "64",
+        "512",
+        "--warn-interval-s",
+        "1",
+        "--thresholds",
+        "0.9",
+        "0.7",
+        "--quality-budget",
+        "none",
+    )
+    assert cfg.control == ControlConfig(
+        thresholds=(0.7, 0.9), refresh_every_steps=2, load_control_interval_s=0.5, quality_budget=None
+    )
     assert cfg.reconfig.min_improvement == 0.2 and cfg.reconfig.interval_s == 60.0
     assert cfg.monitor == MonitorConfig(input_edges=(64, 512), window_s=30.0)
     assert cfg.scheduler == SchedulerConfig(warn_interval_s=1.0)
@@ -38,8 +57,12 @@ def test_every_field_of_every_concern_is_a_documented_flag_unless_filled_at_run_
     add_dataclass_arguments(parser, ServeConfig)
     flags = {a.dest: a for a in parser._actions if a.dest != "help"}
     run_time = {("control", "step_law"), ("reconfig", "tokens_per_step"), ("reconfig", "block_length")}
-    for name, cls, prefix in (("control", ControlConfig, ""), ("reconfig", ReconfigConfig, "reconfig_"),
-                              ("monitor", MonitorConfig, "monitor_"), ("scheduler", SchedulerConfig, "")):
+    for name, cls, prefix in (
+        ("control", ControlConfig, ""),
+        ("reconfig", ReconfigConfig, "reconfig_"),
+        ("monitor", MonitorConfig, "monitor_"),
+        ("scheduler", SchedulerConfig, ""),
+    ):
         for f in dataclasses.fields(cls):
             if (name, f.name) not in run_time:
                 assert prefix + f.name in flags, f"{cls.__name__}.{f.name} has no flag"
@@ -65,7 +88,7 @@ def test_bool_fields_are_flag_pairs_and_hand_declared_flags_win():
     @dataclasses.dataclass
     class Opts:
         """Attributes:
-            quick: a short run.
+        quick: a short run.
         """
 
         quick: bool = False
@@ -94,11 +117,13 @@ def test_unknown_settings_are_refused():
 
 
 def test_the_served_control_plane_is_the_flags_completed_by_the_artifacts():
-    cfg = serve("--refresh-every-steps", "3", "--monitor-window-s", "30", "--block-length", "16",
-                "--max-request-tokens", "900")
+    cfg = serve(
+        "--refresh-every-steps", "3", "--monitor-window-s", "30", "--block-length", "16", "--max-request-tokens", "900"
+    )
     law = StepLaw.from_tokens_per_step({0.5: 4.0, 0.9: 2.0}, 16)
-    inputs = ControlInputs(default_profile(), OneShotPredictor({0.5: 0.3, 0.9: 0.6}), OneShotPredictor({0.9: 0.6}),
-                           law, [])
+    inputs = ControlInputs(
+        default_profile(), OneShotPredictor({0.5: 0.3, 0.9: 0.6}), OneShotPredictor({0.9: 0.6}), law, []
+    )
     spec = control_plane_spec(cfg, inputs)
     assert spec.control == dataclasses.replace(cfg.control, step_law=law)
     assert spec.monitor is cfg.monitor and spec.scheduler.max_request_tokens == 900
@@ -111,8 +136,9 @@ def test_eval_and_bench_options_come_from_their_dataclasses(capsys):
     from dilaserve.bench.quality import parse as parse_quality
     from dilaserve.eval.__main__ import parse as parse_eval
 
-    names, opts, as_json = parse_eval(["trace", "--quick", "--json", "--policies", "infaas", "dilaserve",
-                                       "--lengths", "sharegpt", "--phase-s", "30"])
+    names, opts, as_json = parse_eval(
+        ["trace", "--quick", "--json", "--policies", "infaas", "dilaserve", "--lengths", "sharegpt", "--phase-s", "30"]
+    )
     assert names == ["trace"] and as_json and opts.quick and opts.settings == ("paper",)
     assert opts.policies == ("infaas", "dilaserve") and opts.lengths == "sharegpt" and opts.phase_s == 30.0
     assert parse_eval(["trace"])[1].settings == ("paper", "embedded")

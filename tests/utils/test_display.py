@@ -1,4 +1,5 @@
 """Numbers as a person reads them."""
+
 import math
 
 import polars as pl
@@ -14,9 +15,17 @@ def test_floats_keep_four_significant_digits_and_noise_reads_zero():
 
 
 def test_tables_drop_empty_columns_and_round_the_rest():
-    rows = rounded_rows([{"policy": "a", "x": math.nan, "mae": 1.211499373517445, "steps on TP-2": 1.5e-12},
-                         {"policy": "b", "x": None, "mae": 4.48512, "steps on TP-2": 3.0}])
-    assert rows == [{"policy": "a", "mae": 1.211, "steps on TP-2": 0}, {"policy": "b", "mae": 4.485, "steps on TP-2": 3}]
-    frame = rounded_frame(pl.DataFrame({"x": [math.nan, math.nan], "n": [None, None], "q": [0.91234567, 2e-13],
-                                        "policy": ["a", "b"]}))
+    rows = rounded_rows(
+        [
+            {"policy": "a", "x": math.nan, "mae": 1.211499373517445, "steps on TP-2": 1.5e-12},
+            {"policy": "b", "x": None, "mae": 4.48512, "steps on TP-2": 3.0},
+        ]
+    )
+    assert rows == [
+        {"policy": "a", "mae": 1.211, "steps on TP-2": 0},
+        {"policy": "b", "mae": 4.485, "steps on TP-2": 3},
+    ]
+    frame = rounded_frame(
+        pl.DataFrame({"x": [math.nan, math.nan], "n": [None, None], "q": [0.91234567, 2e-13], "policy": ["a", "b"]})
+    )
     assert frame.columns == ["q", "policy"] and frame["q"].to_list() == [0.9123, 0.0]

@@ -1,10 +1,22 @@
 """Threshold-policy pieces by name: selection, load control, admission."""
+
 from dilaserve.control.policies import admission, load_control, selection  # noqa: F401  (registers)
 from dilaserve.control.policies.base import (
-    Admission, LoadControl, Rejection, ThresholdSelection, admission_policies, load_controls, selection_policies,
+    Admission,
+    LoadControl,
+    Rejection,
+    ThresholdSelection,
+    admission_policies,
+    load_controls,
+    selection_policies,
 )
 
 __all__ = [
-    "Admission", "LoadControl", "Rejection", "ThresholdSelection", "admission_policies", "load_controls",
+    "Admission",
+    "LoadControl",
+    "Rejection",
+    "ThresholdSelection",
+    "admission_policies",
+    "load_controls",
     "selection_policies",
 ]

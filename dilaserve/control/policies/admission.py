@@ -1,8 +1,8 @@
 """Admission: take every request, or refuse early the ones that cannot meet their SLO."""
+
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 from dilaserve.control.policies.base import Admission, Rejection, admission_policies
 
@@ -11,7 +11,7 @@ from dilaserve.control.policies.base import Admission, Rejection, admission_poli
 class AdmitAll(Admission):
     """Every request is taken (it waits for room if no instance has any)."""
 
-    def check(self, predicted_s: Optional[float], slo_left: float, harmed: int = 0) -> Optional[Rejection]:
+    def check(self, predicted_s: float | None, slo_left: float, harmed: int = 0) -> Rejection | None:
         return None
 
 
@@ -29,7 +29,7 @@ class SloAdmission(Admission):
     predicted.
     """
 
-    def check(self, predicted_s: Optional[float], slo_left: float, harmed: int = 0) -> Optional[Rejection]:
+    def check(self, predicted_s: float | None, slo_left: float, harmed: int = 0) -> Rejection | None:
         if predicted_s is None:
             return None
         if harmed > 1:

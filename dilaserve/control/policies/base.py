@@ -10,11 +10,12 @@ remaining times and loads once and hands them to these pieces, so each algorithm
 paper's, the quality-aware ones, the fixed-threshold baselines) is a few lines that differ
 in one decision (docs/architecture.md, "Threshold policies").
 """
+
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -36,8 +37,7 @@ class ThresholdSelection(abc.ABC):
         self.fixed_index = config.index_of(config.fixed_threshold)
 
     @abc.abstractmethod
-    def choose(self, allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float],
-               slo_left: float) -> int:
+    def choose(self, allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float], slo_left: float) -> int:
         """The threshold index for one request.
 
         ``allowed`` runs over the candidates in ascending order; ``cap`` is the highest index
@@ -73,7 +73,7 @@ class Admission(abc.ABC):
         self.config = config
 
     @abc.abstractmethod
-    def check(self, predicted_s: Optional[float], slo_left: float, harmed: int = 0) -> Optional[Rejection]:
+    def check(self, predicted_s: float | None, slo_left: float, harmed: int = 0) -> Rejection | None:
         """``predicted_s``: the request's predicted latency at its lowest allowed threshold on
         the instance it would join (None when it would wait for room, or has no prediction);
         ``harmed``: how many requests already there would then miss an SLO they make now.

@@ -1,4 +1,5 @@
 """Load control: none, the paper's cap walk, and the cap walk over what can still fit."""
+
 from __future__ import annotations
 
 import numpy as np

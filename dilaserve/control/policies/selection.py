@@ -1,7 +1,8 @@
 """Threshold selection: fixed, the paper's SLO walk, and the quality-keeping walk."""
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from dilaserve.control.policies.base import ThresholdSelection, selection_policies
 from dilaserve.control.thresholds import highest_fitting, pick_threshold
@@ -14,8 +15,7 @@ class FixedSelection(ThresholdSelection):
 
     needs_predictor = False
 
-    def choose(self, allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float],
-               slo_left: float) -> int:
+    def choose(self, allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float], slo_left: float) -> int:
         return self.fixed_index if allowed[self.fixed_index] else cap
 
 
@@ -26,8 +26,7 @@ class PaperSelection(ThresholdSelection):
 
     degrade_late_arrivals = True
 
-    def choose(self, allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float],
-               slo_left: float) -> int:
+    def choose(self, allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float], slo_left: float) -> int:
         return pick_threshold(allowed, cap, remaining_s, slo_left)
 
 
@@ -39,7 +38,6 @@ class KeepQualitySelection(ThresholdSelection):
     nothing; a threshold drops only where the prediction says the drop makes the SLO.
     """
 
-    def choose(self, allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float],
-               slo_left: float) -> int:
+    def choose(self, allowed: Sequence[bool], cap: int, remaining_s: Callable[[int], float], slo_left: float) -> int:
         j = highest_fitting(allowed, cap, remaining_s, slo_left)
         return cap if j is None else j

@@ -1,4 +1,5 @@
 """Dispatch policies: which instance a request goes to, among those the filters allow."""
+
 from dilaserve.schedule.dispatch import least_tokens, lowest_latency  # noqa: F401  (registers)
 from dilaserve.schedule.dispatch.base import DispatchPolicy, dispatch_policies
 

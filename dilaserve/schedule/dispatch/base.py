@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import abc
-from typing import Optional
 
 import numpy as np
 
@@ -16,7 +15,7 @@ class DispatchPolicy(abc.ABC):
         self.profile = profile
 
     @abc.abstractmethod
-    def choose(self, req: TrackedRequest, pool: InstancePool, mask: np.ndarray) -> Optional[int]:
+    def choose(self, req: TrackedRequest, pool: InstancePool, mask: np.ndarray) -> int | None:
         """Slot for ``req`` among the ``mask``-ed instances, or None when none is allowed."""
 
 

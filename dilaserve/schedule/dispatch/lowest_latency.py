@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from dilaserve.control.request import TrackedRequest
@@ -12,7 +10,7 @@ from dilaserve.schedule.pool import InstancePool
 
 def best_by_latency(
     profile: LatencyProfile, pool: InstancePool, mask: np.ndarray, extra_tokens: int
-) -> tuple[Optional[int], float]:
+) -> tuple[int | None, float]:
     """The allowed slot minimising LP[tp][tokens + extra_tokens], and that latency.
 
     Step latency grows with batch tokens, so within one TP degree the candidate is the
@@ -35,5 +33,5 @@ def best_by_latency(
 class LowestLatency(DispatchPolicy):
     """The instance with the lowest predicted step latency once the request joins it."""
 
-    def choose(self, req: TrackedRequest, pool: InstancePool, mask: np.ndarray) -> Optional[int]:
+    def choose(self, req: TrackedRequest, pool: InstancePool, mask: np.ndarray) -> int | None:
         return best_by_latency(self.profile, pool, mask, req.tokens)[0]

@@ -2,6 +2,7 @@
 
 Kept apart from dispatch policies so a policy only ranks the instances that pass.
 """
+
 from dilaserve.schedule.filters import batch_room  # noqa: F401  (registers)
 from dilaserve.schedule.filters.base import InstanceFilter, instance_filters
 

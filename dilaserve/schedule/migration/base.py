@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import abc
-from typing import Optional
 
 import numpy as np
 
@@ -16,7 +15,7 @@ class MigrationPolicy(abc.ABC):
         self.profile = profile
 
     @abc.abstractmethod
-    def propose(self, req: TrackedRequest, src: int, pool: InstancePool, mask: np.ndarray) -> Optional[int]:
+    def propose(self, req: TrackedRequest, src: int, pool: InstancePool, mask: np.ndarray) -> int | None:
         """Destination slot for ``req`` now on ``src`` (``mask`` excludes ``src``), or None to stay."""
 
 

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from dilaserve.control.request import TrackedRequest
@@ -15,7 +13,7 @@ class LoadBalance(MigrationPolicy):
     """Move to the least-loaded instance (tokens) when that narrows the imbalance (Llumnix-like):
     the destination, with the request, must hold fewer tokens than the source does now."""
 
-    def propose(self, req: TrackedRequest, src: int, pool: InstancePool, mask: np.ndarray) -> Optional[int]:
+    def propose(self, req: TrackedRequest, src: int, pool: InstancePool, mask: np.ndarray) -> int | None:
         dst = least_tokens_slot(pool, mask)
         if dst is None:
             return None

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from dilaserve.control.request import TrackedRequest
@@ -18,7 +16,7 @@ class LowestLatencyMigration(MigrationPolicy):
     include it); the comparison is strict, so a move never undoes itself on the next step.
     """
 
-    def propose(self, req: TrackedRequest, src: int, pool: InstancePool, mask: np.ndarray) -> Optional[int]:
+    def propose(self, req: TrackedRequest, src: int, pool: InstancePool, mask: np.ndarray) -> int | None:
         dst, cost = best_by_latency(self.profile, pool, mask, req.tokens)
         if dst is None:
             return None

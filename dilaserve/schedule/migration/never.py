@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from dilaserve.control.request import TrackedRequest
@@ -13,5 +11,5 @@ from dilaserve.schedule.pool import InstancePool
 class NoMigration(MigrationPolicy):
     """Requests stay where they were dispatched (INFaaS-like)."""
 
-    def propose(self, req: TrackedRequest, src: int, pool: InstancePool, mask: np.ndarray) -> Optional[int]:
+    def propose(self, req: TrackedRequest, src: int, pool: InstancePool, mask: np.ndarray) -> int | None:
         return None
