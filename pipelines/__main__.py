@@ -3,7 +3,8 @@
 Sets ``DAGSTER_HOME`` to ``data/dagster_home`` (git-ignored, kept between runs) unless it is
 already set, then runs ``dagster dev`` or ``dagster asset materialize`` on
 ``pipelines.definitions``. Without assets, ``materialize`` builds the whole graph; with
-assets it builds them and everything upstream (``+name``).
+assets it builds them and everything upstream (``*name``: every ancestor, so a fresh
+Dagster home needs nothing built before).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def command(argv: list[str]) -> list[str]:
         raise SystemExit(__doc__)
     if argv[0] == "dev":
         return ["dev", "-w", str(REPO_ROOT / "workspace.yaml"), *argv[1:]]
-    select = ",".join(f"+{a}" for a in argv[1:]) or "*"
+    select = ",".join(f"*{a}" for a in argv[1:]) or "*"
     return ["asset", "materialize", "-m", "pipelines.definitions", "--select", select]
 
 

@@ -49,7 +49,7 @@ def test_workspace_points_at_the_definitions():
 
 def test_cli_wrapper_selects_upstream_of_named_assets():
     assert command(["materialize"])[-1] == "*"
-    assert command(["materialize", "step_predictor", "step_dynamics"])[-1] == "+step_predictor,+step_dynamics"
+    assert command(["materialize", "step_predictor", "step_dynamics"])[-1] == "*step_predictor,*step_dynamics"
     with pytest.raises(SystemExit):
         command(["deploy"])
 
