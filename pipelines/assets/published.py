@@ -23,9 +23,15 @@ from dilaserve.predict.schema import validate_step_table
 from dilaserve.sim.replay_rollouts import replay_rollouts
 from pipelines.assets.predictor import PredictorConfig, beats_oneshot, train_and_save
 from pipelines.assets.rollouts import RolloutSet
+from pipelines.metadata import tidy
 from pipelines.resources import ArtifactsResource
 
 GROUP = "published_law"
+
+
+def _add_metadata(context: dg.AssetExecutionContext, metadata: dict) -> None:
+    """The asset page's numbers, rounded for reading (as every asset of the pipeline shows them)."""
+    context.add_output_metadata(tidy(metadata))
 
 
 class PublishedLawConfig(dg.Config):
@@ -63,7 +69,8 @@ def published_step_dynamics(
     dyn, cal = calibrate(embedded, rollouts.block_length, config.oversample, config.seed)
     folder = dyn.save(artifacts.paths(PUBLISHED_LAW).dynamics_dir)
     got = law_tokens_per_step(dyn, rollouts.block_length)
-    context.add_output_metadata(
+    _add_metadata(
+        context,
         {
             "folder": str(folder),
             "label": LABEL,
@@ -79,7 +86,7 @@ def published_step_dynamics(
                 }
             ),
             "tilt": dg.MetadataValue.json({f"{t:g}": v for t, v in cal.lam.items()}),
-        }
+        },
     )
     return {str(t): v for t, v in got.items()}
 
@@ -95,7 +102,7 @@ def published_tokens_per_step_match(artifacts: ArtifactsResource) -> dg.AssetChe
     err = {f"{t:g}": got[t] / PUBLISHED_TOKENS_PER_STEP[t] - 1 for t in got if t in PUBLISHED_TOKENS_PER_STEP}
     return dg.AssetCheckResult(
         passed=bool(err) and all(abs(e) <= TOLERANCE for e in err.values()),
-        metadata={"relative_error": dg.MetadataValue.json(err)},
+        metadata=tidy({"relative_error": dg.MetadataValue.json(err)}),
     )
 
 
@@ -123,7 +130,7 @@ def published_rollouts(
     )
     paths.rollout_requests.parent.mkdir(parents=True, exist_ok=True)
     requests.write_parquet(paths.rollout_requests)
-    context.add_output_metadata({"steps": steps.height, "rollouts": requests.height, "label": LABEL})
+    _add_metadata(context, {"steps": steps.height, "rollouts": requests.height, "label": LABEL})
     return RolloutResult(steps, requests)
 
 
@@ -136,12 +143,13 @@ def published_step_features(
     path = artifacts.paths(PUBLISHED_LAW).step_table
     table.write_parquet(path)
     mean = table.group_by("threshold").agg(pl.col("tokens_committed").mean()).sort("threshold")
-    context.add_output_metadata(
+    _add_metadata(
+        context,
         {
             "path": str(path),
             "rows": table.height,
             "mean_tokens_per_step": dg.MetadataValue.json({f"{t:g}": v for t, v in mean.iter_rows()}),
-        }
+        },
     )
     return table
 
@@ -185,11 +193,12 @@ def published_threshold_quality(
         meta={"late_weight_from": "the embedded model's varying-threshold rollouts"},
     )
     path = table.save(artifacts.paths(PUBLISHED_LAW).threshold_quality)
-    context.add_output_metadata(
+    _add_metadata(
+        context,
         {
             "path": str(path),
             "label": LABEL,
             "accuracy": dg.MetadataValue.json({f"{r.threshold:g}": r.accuracy for r in table.fixed}),
-        }
+        },
     )
     return table.to_dict()

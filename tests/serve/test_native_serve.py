@@ -34,7 +34,7 @@ def test_a_tiny_family_checkpoint_serves_with_the_dual_cache_at_tp2(ray_cluster,
         assert body["usage"]["completion_tokens"] >= 1 and info["steps"] == len(info["thresholds"])
         # the TP-2 instance decoded exactly what one local process decodes with the dual cache on
         engine = DenoisingEngine.from_pretrained(path)
-        st = engine.new_request(prompt, server.cfg.block_length)
+        st = engine.new_request(prompt, server.cfg.block_length, max_tokens=16)  # the request's cap
         for thr in info["thresholds"]:
             engine.step([st], [thr])
         assert st.finished and st.recompute_steps_done < st.steps_done  # cache steps ran
