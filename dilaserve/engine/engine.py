@@ -183,17 +183,25 @@ class DenoisingEngine:
 
     def _run(self, batch, thresholds, idx: list[int], kind: StepKind, results: list) -> None:
         states = [batch[i] for i in idx]
+        masks = [st.response[st.block_slice] == st.mask_id for st in states]
+        # only the block's still-masked positions can be committed, so only their logits are
+        # computed: at a vocabulary of 126k-152k the head is most of a cache step, and half a
+        # block is masked on average. Rows are padded by repeating a request's own positions.
+        cols = [np.flatnonzero(m) for m in masks]
+        width = max(1, max(c.size for c in cols))
+        rows = torch.from_numpy(np.stack([np.resize(c if c.size else np.zeros(1, np.int64), width) for c in cols]))
         if kind is StepKind.RECOMPUTE:
-            block_logits = self._recompute(states)
+            masked_logits = self._recompute(states, rows)
         else:
-            block_logits = self._cache_step(states)
-        conf, tokens = self._confidences(block_logits)
+            masked_logits = self._cache_step(states, rows)
+        conf_rows, token_rows = self._confidences(masked_logits)
         for j, (i, st) in enumerate(zip(idx, states)):
-            bl = st.block_length
-            masked = st.response[st.block_slice] == st.mask_id
-            c = conf[j, :bl]
+            masked, n = masks[j], cols[j].size
+            c = np.zeros(st.block_length, dtype=conf_rows.dtype)
+            tok = np.zeros(st.block_length, dtype=token_rows.dtype)
+            c[cols[j]], tok[cols[j]] = conf_rows[j, :n], token_rows[j, :n]
             pick = select_commits(c, masked, thresholds[i])
-            st.apply_step(st.block_start + pick, tokens[j, pick], thresholds[i], kind, conf_statistics(c[masked]))
+            st.apply_step(st.block_start + pick, tok[pick], thresholds[i], kind, conf_statistics(c[masked]))
             if st.finished:
                 self.release(st.request_id)
             results[i] = StepResult(st.request_id, kind, int(pick.size), st.finished)
@@ -210,8 +218,9 @@ class DenoisingEngine:
         conf = torch.exp(top - torch.logsumexp(logits, dim=-1))
         return conf.cpu().numpy(), tok.cpu().numpy()
 
-    def _recompute(self, states: list[RequestState]) -> torch.Tensor:
-        """Full pass; refresh caches; return logits of each current block (B, Lb_max, V)."""
+    def _recompute(self, states: list[RequestState], rows: torch.Tensor) -> torch.Tensor:
+        """Full pass; refresh caches; return logits (B, P, V) at ``rows`` (B, P), positions
+        in each request's current block."""
         dev = self.lm.device
         T = max(s.num_tokens for s in states)
         ids = torch.full((len(states), T), self.lm.pad_id, dtype=torch.long)
@@ -221,15 +230,15 @@ class DenoisingEngine:
             attn[j, : s.num_tokens] = True
         want_kv = any(s.use_cache for s in states)
         plen = torch.tensor([s.prompt_len for s in states])
-        # only the current blocks' logits are needed: at a vocabulary of 126k-152k the head
-        # over whole canvases would cost more than the layers (rows past a shorter block
-        # repeat its last position and are ignored)
-        Lb = max(s.block_length for s in states)
-        rows = torch.stack(
-            [s.prompt_len + s.block_start + torch.arange(Lb).clamp(max=s.block_length - 1) for s in states]
-        )
+        # only the blocks' rows get logits: at a vocabulary of 126k-152k the head over
+        # whole canvases would cost more than the layers
+        start = torch.tensor([s.prompt_len + s.block_start for s in states])
         out, kv = self.lm.full(
-            ids.to(dev), attn.to(dev), return_kv=want_kv, prompt_lengths=plen.to(dev), logit_positions=rows.to(dev)
+            ids.to(dev),
+            attn.to(dev),
+            return_kv=want_kv,
+            prompt_lengths=plen.to(dev),
+            logit_positions=(start[:, None] + rows).to(dev),
         )
         for j, s in enumerate(states):
             if s.use_cache and kv is not None:
@@ -239,8 +248,9 @@ class DenoisingEngine:
                 ).clone()
         return out
 
-    def _cache_step(self, states: list[RequestState]) -> torch.Tensor:
-        """Feed only the current blocks; attend to cached K/V outside them."""
+    def _cache_step(self, states: list[RequestState], rows: torch.Tensor) -> torch.Tensor:
+        """Feed only the current blocks; attend to cached K/V outside them; logits (B, P, V)
+        at ``rows`` (B, P), positions in the block."""
         dev = self.lm.device
         B, Lb = len(states), states[0].block_length
         S = max(s.num_tokens for s in states)
@@ -265,7 +275,7 @@ class DenoisingEngine:
             ids[j] = torch.from_numpy(block)
             pos[j] = torch.arange(start - lead, start + Lb)
         past_kv = [(past[layer, 0], past[layer, 1]) for layer in range(L)]
-        return self.lm.block(ids.to(dev), pos.to(dev), past_kv, past_mask.to(dev))
+        return self.lm.block(ids.to(dev), pos.to(dev), past_kv, past_mask.to(dev), logit_positions=rows.to(dev))
 
     # ------------------------------------------------------------ generate
     def generate(

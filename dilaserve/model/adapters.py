@@ -86,16 +86,34 @@ class DiffusionLM:
         return logits, kv
 
     @torch.no_grad()
-    def block(self, ids, positions, past_kv: KVCache, past_mask) -> torch.Tensor:
-        """Cache step over the current blocks: logits (B, Lb, V).
+    def block(
+        self, ids, positions, past_kv: KVCache, past_mask, logit_positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Cache step over the current blocks: logits (B, Lb, V), or (B, P, V) at
+        ``logit_positions`` (B, P), positions in the block, when given (the native models
+        then run their head on those rows only).
 
         ``ids``/``positions`` (B, lead + Lb) start :attr:`lead` tokens before the block.
         """
         ones = torch.ones_like(ids, dtype=torch.bool)
+        # block position p reads the fed row p + lead, or the one before it where logits shift
+        offset = self.lead - (1 if self.logit_shift else 0)
+        if logit_positions is not None and isinstance(self.model, NativeDiffusionLM):
+            return self.model(
+                ids,
+                attention_mask=ones,
+                position_ids=positions,
+                past_kv=past_kv,
+                past_mask=past_mask,
+                logit_positions=logit_positions + offset,
+            ).logits
         logits = self.model(
             ids, attention_mask=ones, position_ids=positions, past_kv=past_kv, past_mask=past_mask
         ).logits
-        return logits[:, :-1] if self.logit_shift else logits
+        logits = logits[:, offset : offset + ids.shape[1] - self.lead]
+        if logit_positions is not None:
+            logits = logits.gather(1, logit_positions[..., None].expand(-1, -1, logits.shape[-1]))
+        return logits
 
 
 def _check_path(path: Path) -> None:

@@ -54,6 +54,11 @@ class ServeConfig:
     artifacts: str = option("data/artifacts", "folder with the pipeline's predictor and latency profiles")
     ray_address: str | None = option(None, "join an existing Ray cluster (default: start a local one)")
     torch_threads: int = option(1, "intra-op threads per CPU worker")
+    startup_timeout_s: float = option(
+        300.0,
+        "seconds an instance may take to start (Ray worker, imports, weights, TP group) before it counts "
+        "as failed; raise it on a loaded or slow host, or for a large checkpoint",
+    )
     drain_timeout_s: float = option(
         30.0, "on SIGINT/SIGTERM, wait this long for in-flight requests before failing them"
     )
@@ -85,6 +90,8 @@ class ServeConfig:
             raise ValueError(
                 f"--initial-tp {self.initial_tp} must be one of --tp-degrees {self.tp_degrees} and fit on a node"
             )
+        if self.startup_timeout_s <= 0:
+            raise ValueError(f"--startup-timeout-s must be positive, got {self.startup_timeout_s}")
         if self.default_slo_ms <= 0:
             raise ValueError(f"--default-slo-ms {self.default_slo_ms} must be positive milliseconds, e.g. 20000")
         if self.default_max_tokens < 1 or self.block_length < 1:

@@ -138,8 +138,9 @@ class ServingRuntime(SchedulerObserver):
         self.loop: asyncio.AbstractEventLoop | None = None
 
     # ================================================================ lifecycle
-    async def start(self, ready_timeout_s: float = 300.0) -> None:
+    async def start(self, ready_timeout_s: float | None = None) -> None:
         cfg = self.cfg
+        ready_timeout_s = cfg.startup_timeout_s if ready_timeout_s is None else ready_timeout_s
         self.loop = asyncio.get_running_loop()
         self._owns_ray = connect_ray(cfg)
         usable = tuple(d for d in cfg.tp_degrees if d <= cfg.gpus_per_node)
@@ -156,7 +157,9 @@ class ServingRuntime(SchedulerObserver):
         predictor = inputs.oneshot if self.policy.predictor == "oneshot" else inputs.predictor
         self.predictor_name = predictor.name if self.policy.selection != "fixed" else "none (fixed threshold)"
         self.profile_name = inputs.profile.name
-        self.backend = RayBackend(RayBackendConfig(cfg.model, cfg.device, cfg.torch_threads))
+        self.backend = RayBackend(
+            RayBackendConfig(cfg.model, cfg.device, cfg.torch_threads, launch_timeout_s=cfg.startup_timeout_s)
+        )
         self.backend.on_failure = self._on_instance_failure
         self.backend.on_step_time = lambda spec, s: self.metrics.step_latency.labels(str(spec.tp)).observe(s)
         spec = control_plane_spec(cfg, inputs)

@@ -14,10 +14,19 @@ def test_cache_step_logits_equal_recompute_when_nothing_changed(tiny_engine):
     eng = tiny_engine
     states = [eng.new_request(p, g) for p, g in [("list : a b c", 32), ("arith : + 2 - 1 : three five", 64)]]
     states[1].block_index = 1  # a later block, with a shorter neighbour in the batch (padding)
-    rec = eng._recompute(states)
+    every = torch.arange(32).expand(2, 32)
+    rec = eng._recompute(states, every)
     kept = {s.request_id: eng._kv[s.request_id].clone() for s in states}
-    cached = eng._cache_step(states)
+    cached = eng._cache_step(states, every)
     torch.testing.assert_close(cached, rec, atol=1e-5, rtol=1e-5)
+    # logits at chosen block rows (the masked ones, in a step) are those rows of the full block
+    rows = torch.tensor([[0, 5, 31], [7, 3, 3]])
+    torch.testing.assert_close(
+        eng._cache_step(states, rows),
+        rec.gather(1, rows[..., None].expand(-1, -1, rec.shape[-1])),
+        atol=1e-5,
+        rtol=1e-5,
+    )
     for s in states:  # the step overwrote its per-step copy, never a request's cache
         assert torch.equal(eng._kv[s.request_id], kept[s.request_id])
         eng.release(s.request_id)  # the engine is shared by other tests

@@ -106,6 +106,12 @@ def test_cache_step_equals_recompute_when_nothing_outside_the_block_changed(tiny
     past = [(k.clone(), v.clone()) for k, v in kv]
     got = lm.block(ids.gather(1, pos), pos, past, attn)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    # the head on chosen block rows only (a step's masked positions) gives those rows
+    some = torch.tensor([[0, 7, 2], [5, 5, 1]])
+    picked = lm.block(ids.gather(1, pos), pos, [(k.clone(), v.clone()) for k, v in kv], attn, logit_positions=some)
+    torch.testing.assert_close(
+        picked, want.gather(1, some[..., None].expand(-1, -1, want.shape[-1])), atol=1e-5, rtol=1e-5
+    )
     # and the block's inputs matter: changing one block token changes the block's logits
     changed = ids.clone()
     changed[:, start + 2] += 1
