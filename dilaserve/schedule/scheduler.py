@@ -182,16 +182,7 @@ class GlobalScheduler:
                 req.tokens,
                 limit,
             )
-            self._emit(
-                RequestOutcome(
-                    req.request_id,
-                    "rejected",
-                    req.arrival,
-                    req.deadline,
-                    self.now,
-                    reason=f"needs {req.tokens} tokens > batch limit {limit}",
-                )
-            )
+            self._reject(req, f"needs {req.tokens} tokens > batch limit {limit}")
             return
         self.controller.admit(req, self.now)
         if self.reconfigurator is not None:
@@ -201,17 +192,7 @@ class GlobalScheduler:
         refusal = self._admission(req, slot) if self.controller.admission_on else None
         if refusal is not None:
             self._warn("admission", "request %s refused: %s", req.request_id, refusal.reason)
-            self._emit(
-                RequestOutcome(
-                    req.request_id,
-                    "rejected",
-                    req.arrival,
-                    req.deadline,
-                    self.now,
-                    reason=refusal.reason,
-                    retry_after_s=refusal.retry_after_s,
-                )
-            )
+            self._reject(req, refusal.reason, refusal.retry_after_s)
             return
         self.requests[req.request_id] = req
         self._load_dirty = True
@@ -418,6 +399,20 @@ class GlobalScheduler:
         self.outcomes.append(outcome)
         if self.on_outcome is not None:
             self.on_outcome(outcome)
+
+    def _reject(self, req: TrackedRequest, reason: str, retry_after_s: float | None = None) -> None:
+        """Answer ``req`` as rejected (it never ran), with why and when to retry."""
+        self._emit(
+            RequestOutcome(
+                req.request_id,
+                "rejected",
+                req.arrival,
+                req.deadline,
+                self.now,
+                reason=reason,
+                retry_after_s=retry_after_s,
+            )
+        )
 
     # ======================================================= reconfiguration
     def _launch(self, spec: InstanceSpec) -> None:

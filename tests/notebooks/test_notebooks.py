@@ -21,23 +21,21 @@ NOTEBOOKS = REPO / "notebooks"
 NAMES = ("thresholds", "reconfig", "evaluation", "serve_app")
 
 
+def _run_clean(cmd: list[str], env: dict, timeout: float) -> str:
+    """Run ``cmd`` from the repo root; returns stdout + stderr, asserts a clean exit."""
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "Traceback" not in out, out[-4000:]
+    return out
+
+
 def run_notebook(name: str, *args: str, artifacts: Path | None = None, timeout: float = 120) -> str:
     """``python notebooks/NAME.py ARGS``; returns stdout + stderr, asserts a clean exit."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
     if artifacts is not None:
         env["DILASERVE_ARTIFACTS"] = str(artifacts)
-    proc = subprocess.run(
-        [sys.executable, str(NOTEBOOKS / f"{name}.py"), *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    assert "Traceback" not in out, out[-4000:]
-    return out
+    return _run_clean([sys.executable, str(NOTEBOOKS / f"{name}.py"), *args], env, timeout)
 
 
 # A float with 12 or more decimals (1.211499373517445, or 1.53e-12, which a table shows as
@@ -59,17 +57,10 @@ def export_notebook(
     # committed snapshots under notebooks/__marimo__/ must not change when the tests run.
     copy = out_dir / f"{name}.py"
     shutil.copyfile(NOTEBOOKS / f"{name}.py", copy)
-    proc = subprocess.run(
-        [sys.executable, "-m", "marimo", "export", "html", str(copy), "-o", str(page), "--", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    # a failing cell makes the export exit 1
+    out = _run_clean(
+        [sys.executable, "-m", "marimo", "export", "html", str(copy), "-o", str(page), "--", *args], env, timeout
     )
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]  # a failing cell makes the export exit 1
-    assert "Traceback" not in out, out[-4000:]
     html = page.read_text()
     long = sorted(set(LONG_DECIMAL.findall(html)))
     assert not long, f"{name}.html shows unrounded numbers: {long[:10]}"
