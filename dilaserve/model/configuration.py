@@ -24,6 +24,13 @@ class DiLaConfig(PretrainedConfig):
             a model can keep answer state ("which items are written") in the
             prompt positions, which goes stale between recompute steps. A full
             forward then needs ``prompt_lengths`` (it raises without them).
+        block_causal: block diffusion (docs/architecture.md, "Block-diffusion models"): the
+            response is split into blocks of ``block_length`` tokens, and a token attends to
+            the prompt, to earlier blocks and to its own block, never to later ones. The
+            prompt and every finished block then have exact K/V that nothing later changes,
+            and only the current block is denoised. Implies an isolated prompt (the prompt
+            is block -1), so every pass, cache steps included, needs ``prompt_lengths``.
+        block_length: response tokens per block in block-causal mode.
     """
 
     model_type = "dila"
@@ -43,6 +50,8 @@ class DiLaConfig(PretrainedConfig):
         pad_token_id: int = 0,
         eos_token_id: int = 2,
         isolate_prompt: bool = True,
+        block_causal: bool = False,
+        block_length: int = 32,
         **kwargs,
     ):
         if hidden_size % num_heads:
@@ -60,5 +69,14 @@ class DiLaConfig(PretrainedConfig):
         self.rms_norm_eps = rms_norm_eps
         self.initializer_range = initializer_range
         self.mask_token_id = mask_token_id
+        if block_causal and not isolate_prompt:
+            raise ValueError(
+                "block_causal=True needs isolate_prompt=True: the prompt is the first causal block "
+                "and must not attend to the response"
+            )
+        if block_length < 1:
+            raise ValueError(f"block_length must be at least 1, got {block_length}; the embedded models use 32")
         self.isolate_prompt = isolate_prompt
+        self.block_causal = block_causal
+        self.block_length = block_length
         super().__init__(pad_token_id=pad_token_id, eos_token_id=eos_token_id, **kwargs)

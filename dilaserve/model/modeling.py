@@ -13,6 +13,11 @@ Two ways to run it (docs/architecture.md section 3):
   K/V of the block itself, written over the block's stale entries in the
   (per-step copy of the) cache: cheaper than concatenating, which would copy
   the whole cache once per layer.
+
+With ``config.block_causal`` the same two passes serve block diffusion: a token
+attends to the prompt, to earlier blocks and to its own block only, so the K/V
+of the prompt and of every finished block are exact, and a cache step denoises
+the current block against them (docs/architecture.md, "Block-diffusion models").
 """
 
 from __future__ import annotations
@@ -88,6 +93,24 @@ def attend(
         k = past[0].scatter_(2, block_index, k)
         v = past[1].scatter_(2, block_index, v)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, enable_gqa=k.shape[1] != q.shape[1])
+
+
+def block_of(positions: torch.Tensor, prompt_lengths: torch.Tensor, block_length: int) -> torch.Tensor:
+    """Block index of each position (B, N): -1 in the prompt, then 0, 1, ... every ``block_length``."""
+    offset = positions - prompt_lengths[:, None]
+    return torch.where(offset < 0, -1, torch.div(offset, block_length, rounding_mode="floor"))
+
+
+def block_visible(
+    query_pos: torch.Tensor, key_pos: torch.Tensor, prompt_lengths: torch.Tensor, block_length: int
+) -> torch.Tensor:
+    """Block-causal visibility (B, T, S): a query sees keys of its own block and earlier ones.
+
+    The prompt is block -1, so it sees only itself, as with ``isolate_prompt``.
+    """
+    q = block_of(query_pos, prompt_lengths, block_length)
+    k = block_of(key_pos, prompt_lengths, block_length)
+    return k[:, None, :] <= q[:, :, None]
 
 
 class Attention(nn.Module):
@@ -216,9 +239,12 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
                 and a canvas does not say where its prompt ends (a committed answer
                 is made of the prompt's own words), so a full pass without it raises
                 rather than let the prompt see the response. A cache step feeds
-                response tokens only and needs none.
+                response tokens only and needs none, except in block-causal mode,
+                where every key's block is counted from the prompt's end.
         """
-        if prompt_lengths is None and self.config.isolate_prompt and past_kv is None:
+        # block-causal cache steps need them too: a key's block is counted from the prompt's end
+        needs_prompt = self.config.isolate_prompt and (past_kv is None or self.config.block_causal)
+        if prompt_lengths is None and needs_prompt:
             raise ValueError(
                 "this model's prompt attends only to itself (config.isolate_prompt), and a canvas does not "
                 "say where its prompt ends: pass prompt_lengths=torch.tensor([...]), one prompt length per "
@@ -254,7 +280,13 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
             H, D = past_kv[0][0].shape[1], past_kv[0][0].shape[3]
             block_index = position_ids[:, None, :, None].expand(B, H, T, D)
         key_mask = keys[:, None, None, :]  # broadcast over heads and queries
-        if self.config.isolate_prompt and past_kv is None:
+        if self.config.block_causal:
+            S = keys.shape[1]
+            key_pos = position_ids if past_kv is None else torch.arange(S, device=keys.device).expand(B, S)
+            plen = prompt_lengths.to(position_ids.device)
+            visible = block_visible(position_ids, key_pos, plen, self.config.block_length)
+            key_mask = (keys[:, None, :] & visible)[:, None]  # (B, 1, T, S)
+        elif self.config.isolate_prompt and past_kv is None:
             in_prompt = position_ids < prompt_lengths.to(position_ids.device)[:, None]  # (B, T)
             # query i may see key j unless i is in the prompt and j is not
             allowed = keys[:, None, :] & (~in_prompt[:, :, None] | in_prompt[:, None, :])

@@ -80,6 +80,12 @@ class TrainConfig:
         "context holds), so the model answers in any canvas at least as long as its answer; 0 trains every answer "
         "in its own canvas only",
     )
+    block_causal: bool = option(
+        False,
+        "train the block-diffusion variant (DiLaConfig.block_causal): each sequence is cut after a random "
+        "answer block, which alone is noised, and attends to the prompt and the clean blocks before it; "
+        "--extra-eos-share does not apply (a block-diffusion answer ends at its first block with an EOS)",
+    )
     init_from: str = option("", "start from the weights of this checkpoint folder (fresh optimizer) instead of random")
     threads: int = option(0, "torch intra-op threads (0: torch's default); 1 is faster on a shared machine")
     note: str = option("", "one line on what this run changed, for the model card's runs table")
@@ -146,12 +152,18 @@ def make_batch(
     curriculum: bool = False,
     extra_eos_share: float = 0.0,
     max_len: int = 256,
+    block_causal: bool = False,
 ) -> Batch:
     """One training batch of a single task and generation length (little padding).
 
     With probability ``extra_eos_share`` the batch's canvas grows by whole blocks of EOS
     (as many as fit in ``max_len`` tokens at most); fewer sequences then keep its token
     count, and so the step's cost, near that of an answer-sized batch.
+
+    With ``block_causal`` the batch trains one block of a block-diffusion model: the
+    sequences end after a random answer block, the blocks before it stay clean, and only
+    that block is noised. Under the block-causal mask the clean blocks never see it, so
+    this is exactly the view a decode has when that block is the current one.
     """
     task = rng.choice(tasks)
     size = rng.choice(task.sizes)
@@ -159,8 +171,12 @@ def make_batch(
     sizes = [s for s in task.sizes if task.sample(random.Random(0), s).gen_length == target_len]
     insts = [task.sample(rng, rng.choice(sizes)) for _ in range(batch_size)]
     plen = max(len(i.prompt.split()) for i in insts)
-    extra = extra_blocks(rng, extra_eos_share, (max_len - plen - target_len) // BLOCK_LENGTH)
-    canvas = target_len + extra * BLOCK_LENGTH
+    if block_causal:
+        extra = 0
+        canvas = (rng.randrange(target_len // BLOCK_LENGTH) + 1) * BLOCK_LENGTH  # up to the current block
+    else:
+        extra = extra_blocks(rng, extra_eos_share, (max_len - plen - target_len) // BLOCK_LENGTH)
+        canvas = target_len + extra * BLOCK_LENGTH
     if extra:
         insts = insts[: max(8, batch_size * (plen + target_len) // (plen + canvas))]
         batch_size = len(insts)
@@ -169,7 +185,7 @@ def make_batch(
     for inst in insts:
         ans = tok.convert_tokens_to_ids(task.sample_answer(inst, rng))
         prompts.append(tok.convert_tokens_to_ids(inst.prompt.split()))
-        responses.append(ans + [eos] * (canvas - len(ans)))
+        responses.append((ans + [eos] * (max(canvas, target_len) - len(ans)))[:canvas])
     T = plen + canvas
     ids = torch.full((batch_size, T), tok.pad_token_id, dtype=torch.long)
     attn = torch.zeros(batch_size, T, dtype=torch.bool)
@@ -179,8 +195,10 @@ def make_batch(
         ids[i, : len(p)] = torch.tensor(p)
         ids[i, len(p) : len(p) + len(r)] = torch.tensor(r)
         attn[i, : len(p) + len(r)] = True
-        is_resp[i, len(p) : len(p) + len(r)] = True
-        padding[i, len(p) + r.index(eos) + 1 : len(p) + len(r)] = True
+        # block-causal: only the current (last) block is noised; the blocks before it are context
+        is_resp[i, len(p) + (len(r) - BLOCK_LENGTH if block_causal else 0) : len(p) + len(r)] = True
+        if eos in r:
+            padding[i, len(p) + r.index(eos) + 1 : len(p) + len(r)] = True
     if curriculum:
         t = torch.ones(batch_size, 1)
     else:
@@ -188,7 +206,8 @@ def make_batch(
     masked = (torch.rand(batch_size, T, generator=gen) < t) & is_resp
     noisy = torch.where(masked, torch.full_like(ids, tok.mask_token_id), ids)
     weight = (~padding).float() if curriculum else torch.ones(batch_size, T)
-    return Batch(noisy, attn, ids, masked, t, canvas, target_len, weight, torch.tensor([len(p) for p in prompts]))
+    loss_length = BLOCK_LENGTH if block_causal else target_len
+    return Batch(noisy, attn, ids, masked, t, canvas, loss_length, weight, torch.tensor([len(p) for p in prompts]))
 
 
 def masked_diffusion_loss(logits, targets, masked, t, gen_length: int, weight=None) -> torch.Tensor:
@@ -265,6 +284,9 @@ def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusi
         torch.set_num_threads(cfg.threads)
     tok = build_tokenizer()
     model = load_for_training(cfg.init_from, tok) if cfg.init_from else build_model(cfg, tok)
+    if cfg.block_causal:
+        # a bidirectional checkpoint is a good start: within a block the two attend alike
+        model.config.block_causal, model.config.block_length = True, BLOCK_LENGTH
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     start = last_save = time.time()
     cpu_start = time.process_time()  # on a shared machine a run gets less CPU than its wall time
@@ -288,6 +310,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusi
             curriculum=step < cfg.curriculum_steps,
             extra_eos_share=cfg.extra_eos_share,
             max_len=model.config.max_position_embeddings,
+            block_causal=cfg.block_causal,
         )
         logits = model(b.noisy, attention_mask=b.attention, prompt_lengths=b.prompt_lengths).logits
         loss = masked_diffusion_loss(logits, b.targets, b.masked, b.t, b.loss_length, b.weight)
