@@ -26,6 +26,12 @@ class StepKind(str, enum.Enum):
 
     RECOMPUTE runs the whole sequence and refreshes every layer's K/V;
     CACHE feeds only the current block and attends to cached K/V.
+
+    A block-causal (block-diffusion) request has one RECOMPUTE step, its prefill: the
+    prompt, the finished blocks and the current block in one pass, which builds its exact
+    cache (on its first step, and again after a migration). Every other step is a CACHE
+    step; the first one of each new block also feeds the block just finished, whose exact
+    K/V it appends to the cache (``RequestState.append_pending``).
     """
 
     RECOMPUTE = "recompute"
@@ -74,6 +80,13 @@ class RequestState:
     conf_stats: np.ndarray = field(default=None)  # type: ignore[assignment]
     #: Most answer tokens the client accepts (None: the whole canvas); at most ``gen_length``.
     max_tokens: int | None = None
+    #: Block diffusion (the model's ``block_causal``): the cache of the prompt and finished
+    #: blocks is exact and kept across blocks, so the request has no recompute steps after
+    #: its prefill; ``gen_length`` is only an upper bound on the blocks it decodes.
+    block_causal: bool = False
+    #: Block-causal only: the block before the current one is finished, but its exact K/V
+    #: are not in the cache yet (the next step feeds it along with the current block).
+    append_pending: bool = False
 
     def __post_init__(self) -> None:
         self.prompt_ids = np.asarray(self.prompt_ids, dtype=np.int64)
@@ -149,10 +162,21 @@ class RequestState:
 
     @property
     def recompute_left_lower_bound(self) -> int:
-        """Recompute steps still certainly needed with caching: one per unstarted block."""
+        """Recompute steps still certainly needed with caching: one per unstarted block
+        (block-causal: only the prefill, while the request has no cache)."""
         if self.finished:
             return 0
+        if self.block_causal:
+            return 0 if self.block_cached else 1
         return self.num_blocks - self.block_index - (1 if self.block_cached else 0)
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens the next pass attends over: the prompt and the response up to the end of the
+        current block (a bidirectional pass runs the whole canvas, ``num_tokens``)."""
+        if not self.block_causal:
+            return self.num_tokens
+        return self.prompt_len + self.block_start + self.block_length
 
     def progress_features(self) -> np.ndarray:
         """The 10 threshold-independent predictor features (docs/architecture.md section 4).
@@ -196,6 +220,7 @@ class RequestState:
         if kind is StepKind.RECOMPUTE:
             self.recompute_steps_done += 1
         self.block_cached = self.use_cache
+        self.append_pending = False  # a prefill or a cache step has written the finished block
         self.thresholds_used.append(float(threshold))
         self.tokens_per_step.append(int(positions.shape[0]))
         self.conf_stats = np.asarray(conf_stats, dtype=np.float64)
@@ -218,7 +243,11 @@ class RequestState:
                 return
         if self._block_unmasked < self.block_length:
             return
-        self.block_cached = False
+        if self.block_causal:
+            # the cache stays exact; the finished block's K/V join it with the next step
+            self.append_pending = self.block_cached
+        else:
+            self.block_cached = False  # the next block starts with a recompute step
         if self.block_index + 1 < self.num_blocks:
             self.block_index += 1
             self._block_unmasked, self._block_has_eos = 0, False  # later blocks are fully masked
@@ -267,6 +296,8 @@ class RequestState:
                 "thresholds_used",
                 "tokens_per_step",
                 "max_tokens",
+                "block_causal",
+                "append_pending",
             )
         }
         header["arrays"] = {}
@@ -321,6 +352,7 @@ def new_request(
     use_cache: bool = True,
     max_context: int | None = None,
     max_tokens: int | None = None,
+    block_causal: bool = False,
 ) -> RequestState:
     """Build a fresh request, checking it against the model's context limit."""
     state = RequestState(
@@ -332,6 +364,7 @@ def new_request(
         eos_id=eos_id,
         use_cache=use_cache,
         max_tokens=max_tokens,
+        block_causal=block_causal,
     )
     if max_context is not None and state.num_tokens > max_context:
         raise ValueError(
