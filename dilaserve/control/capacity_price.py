@@ -11,27 +11,31 @@ give request ``r`` the threshold that maximises
 
 where ``p >= 0`` is the price of a token-step of capacity. The price follows from the load:
 
-* While the work the cluster must do within the horizon fits what it can do, capacity is
-  free (``p = 0``) and every request keeps its highest allowed threshold: quality costs
-  nothing at light load.
-* When it does not fit, ``p`` is the smallest price at which it fits again. Each request
-  then drops exactly as far as its own accuracy-for-work trade is worth at that price: the
-  drops that save the most work for the least accuracy come first, whichever request they
-  belong to (the paper's walk drops the latest requests first, whatever they save).
-* No request drops below its **per-work optimum** ``j*(r) = argmax_j acc(j) / w(r, j)``,
-  the threshold with the most expected correct answers per token-step. Below it a drop
-  loses accuracy faster than it frees capacity, so under overload the cluster serves the
-  requests it can at ``j*`` and lets admission refuse the rest, rather than serving all of
-  them worse. On a steep quality curve ``j*`` is the highest threshold and nothing drops;
-  on a flat one it is a low threshold and the cap falls as the load rises.
+* While the work the cluster must do within the horizon, every request at its highest
+  allowed threshold, fits what it can do, capacity is free (``p = 0``) and every request
+  keeps its highest allowed threshold: quality costs nothing at light load.
+* When it does not fit, the cluster is capacity-bound, and a token-step is worth what the
+  best use of it buys: the most accuracy per unit of work any request gets,
+  ``p = max_j acc(j) / w(r, j)``. At that price ``acc(j) - p w(r, j)`` peaks at the
+  **per-work optimum** ``j*(r) = argmax_j acc(j) / w(r, j)``, so every request's cap drops
+  to its ``j*``. Below ``j*`` a drop loses accuracy faster than it frees capacity, so under
+  overload the cluster serves the requests it can at ``j*`` and admission refuses the rest,
+  rather than serving all of them worse. On a steep quality curve ``j*`` is the highest
+  threshold and nothing drops; on a flat one it is a low threshold.
+* ``clearing=True`` takes instead the smallest price at which the work fits (the fluid
+  optimum): each request drops only as far as its own trade is worth at that price, the
+  drops that free the most work per point of accuracy first. It runs the cluster at its
+  capacity, where bursts and the growth of batches make requests miss; measured on the
+  paper setting it lands below the static frontier, and it stays as an ablation
+  (``clearing_price``).
 
 The work the cluster must do within the horizon ``H`` is the remaining work of the requests
 in flight plus the work of the requests that will arrive meanwhile, estimated by those
 admitted over the last ``H`` (each at the work it brought on arrival). It fits when it is at
 most the capacity over ``H``: the cluster can finish what it holds in time *and* keep pace
-with arrivals. Without the second term a request would keep a high threshold on capacity the
-next arrivals need (with a latency of half the SLO, this condition holds the utilisation to
-about 0.8: the headroom follows from latencies and SLOs, not from a constant).
+with arrivals. Without the second term a request keeps a high threshold on capacity the
+next arrivals need. The test runs at every request's highest allowed threshold, not at the
+caps it sets, so dropping thresholds does not switch the price off again on the next call.
 """
 
 from __future__ import annotations
@@ -59,6 +63,12 @@ def _choice(accuracy: np.ndarray, load: np.ndarray, ok: np.ndarray, price: float
     return np.argmax(value, axis=1)
 
 
+def _cheapest(load: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """Each row's least-work candidate: the choice beyond every breakpoint price, which is
+    the row's per-work optimum when work rises with the threshold."""
+    return np.argmin(np.where(ok, load, np.inf), axis=1)
+
+
 def _breakpoints(accuracy: np.ndarray, load: np.ndarray, ok: np.ndarray) -> np.ndarray:
     """Every price at which some row's choice can change: ``(acc_j - acc_i) / (w_j - w_i)``
     over allowed pairs ``i < j`` of a row whose work rises with the threshold."""
@@ -81,6 +91,7 @@ def price_caps(
     capacity: float,
     arrivals_load: np.ndarray | None = None,
     arrivals_allowed: np.ndarray | None = None,
+    clearing: bool = False,
 ) -> np.ndarray:
     """Caps of the requests in flight under the price of capacity.
 
@@ -115,6 +126,8 @@ def price_caps(
     total, _ = demand(0.0)
     if total <= capacity:
         return caps
+    if not clearing:
+        return _cheapest(all_load, ok)[:n].astype(np.int64)
     prices = _breakpoints(accuracy, all_load, ok)
     # Demand falls as the price rises: the smallest breakpoint price at which it fits.
     lo, hi_i = 0, len(prices)
@@ -129,5 +142,5 @@ def price_caps(
     if best is None:
         # Nothing fits even at the highest price: every request at its cheapest candidate
         # (the price beyond every breakpoint), which is its per-work optimum.
-        best = np.argmin(np.where(ok, all_load, np.inf), axis=1)
+        best = _cheapest(all_load, ok)
     return best[:n].astype(np.int64)

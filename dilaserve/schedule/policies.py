@@ -42,8 +42,9 @@ class SchedulerPolicy:
         ``paper``: the highest threshold predicted to make the SLO, else the lowest;
         ``keep_quality``: the same, else the highest allowed).
     load_control: how thresholds are capped so in-flight work fits the cluster
-        (``none``, ``paper``, ``feasible_prefix``, ``capacity_price``: the last also
-        prices capacity for the requests arriving next); ignored by fixed selection.
+        (``none``, ``paper``, ``feasible_prefix``, ``capacity_price`` or
+        ``clearing_price``: these two also price capacity for the requests arriving
+        next); ignored by fixed selection.
     admission: ``all``, or ``slo`` (refuse arrivals predicted to miss their SLO even at
         their lowest allowed threshold: HTTP 429 in serving, a miss in evaluation).
     quality_budget: limit the candidate thresholds by ``ControlConfig.quality_budget``
@@ -138,6 +139,7 @@ _variant(PAPER, "+calibration", calibrate=True)
 # And taken out of the default one at a time.
 _variant(DILASERVE, "-no-admission", admission="all")
 _variant(DILASERVE, "-no-capacity-price", load_control="feasible_prefix")
+_variant(DILASERVE, "-clearing-price", load_control="clearing_price")
 _variant(DILASERVE, "-no-quality-budget", quality_budget=False)
 _variant(DILASERVE, "-no-reconfig", reconfig=False)
 _variant(DILASERVE, "-no-calibration", calibrate=False)

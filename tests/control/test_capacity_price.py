@@ -55,34 +55,40 @@ def test_overload_on_a_flat_curve_holds_the_per_work_optimum():
 def test_a_steep_curve_never_drops_below_its_per_work_optimum():
     load, allowed, caps = _rows(10, WORK_STEEP)
     for capacity in (0.0, load[:, 0].sum(), load[:, 2].sum()):
-        np.testing.assert_array_equal(price_caps(STEEP, load, allowed, caps, capacity), caps)
+        for clearing in (False, True):
+            np.testing.assert_array_equal(price_caps(STEEP, load, allowed, caps, capacity, clearing=clearing), caps)
 
 
-def test_near_capacity_the_cap_falls_just_far_enough_and_cheapest_first():
+def test_once_loaded_every_request_sits_at_its_per_work_optimum():
     load, allowed, caps = _rows(10)
-    capacity = load[:, 3].sum()  # all fit at 0.8, not at 0.9
-    out = price_caps(FLAT, load, allowed, caps, capacity)
+    capacity = load[:, 3].sum()  # all would fit at 0.8, not at 0.9: the cluster is capacity-bound
+    np.testing.assert_array_equal(price_caps(FLAT, load, allowed, caps, capacity), [0] * 10)
+    # Per request: a long-prompt request's recompute work dwarfs its cache steps, so its
+    # per-work optimum is higher than a short one's.
+    long_prompt = 6000.0 + 32.0 * np.array([3.5, 4.2, 5.3, 6.6, 9.0])
+    both = np.array([WORK, long_prompt])
+    assert price_caps(FLAT, both, np.ones((2, 5), bool), np.array([4, 4]), capacity=0.0).tolist() == [0, 3]
+
+
+def test_the_clearing_price_drops_just_far_enough_and_cheapest_first():
+    load, allowed, caps = _rows(10)
+    capacity = load[:, 3].sum()
+    out = price_caps(FLAT, load, allowed, caps, capacity, clearing=True)
     assert load[np.arange(10), out].sum() <= capacity
     assert (out == 3).all()  # one step down, not to 0.5
     # Two shapes: the drop that frees more work for the same accuracy goes first.
-    heavy = 400.0 + 64.0 * np.array([3.5, 4.2, 5.3, 6.6, 8.9])
+    heavy = 400.0 + 64.0 * np.array([3.5, 4.2, 5.3, 6.6, 9.0])
     load2 = np.array([WORK, heavy])
-    out = price_caps(FLAT, load2, np.ones((2, 5), bool), np.array([4, 4]), capacity=WORK[4] + heavy[3])
+    out = price_caps(FLAT, load2, np.ones((2, 5), bool), np.array([4, 4]), WORK[4] + heavy[3], clearing=True)
     assert out.tolist() == [4, 3]
-
-
-def test_expected_arrivals_take_their_share_of_capacity():
-    load, allowed, caps = _rows(4)
-    capacity = 8 * WORK[3]
-    # Four in flight fit at 0.9 alone; with four more on their way they must step down.
-    np.testing.assert_array_equal(price_caps(FLAT, load, allowed, caps, capacity), caps)
-    out = price_caps(FLAT, load, allowed, caps, capacity, *_rows(4)[:2])
-    assert (out < 4).all()
+    # Past what even the optimum fits, it is the per-work optimum too.
+    out = price_caps(FLAT, load, allowed, caps, load[:, 0].sum() / 2, clearing=True)
+    np.testing.assert_array_equal(out, [0] * 10)
 
 
 @settings(max_examples=60, deadline=None)
-@given(hst.data())
-def test_caps_stay_between_the_per_work_optimum_and_the_given_cap(data):
+@given(hst.data(), hst.booleans())
+def test_caps_stay_between_the_per_work_optimum_and_the_given_cap(data, clearing):
     n, t = data.draw(hst.integers(1, 6)), 5
     load = np.sort(np.array(data.draw(hst.lists(hst.floats(1, 100), min_size=n * t, max_size=n * t))).reshape(n, t))
     allowed = np.array(data.draw(hst.lists(hst.booleans(), min_size=n * t, max_size=n * t))).reshape(n, t)
@@ -90,7 +96,7 @@ def test_caps_stay_between_the_per_work_optimum_and_the_given_cap(data):
     acc = np.sort(np.array(data.draw(hst.lists(hst.floats(0.05, 1.0), min_size=t, max_size=t))))
     caps = np.full(n, 4)
     capacity = data.draw(hst.floats(0, 600))
-    out = price_caps(acc, load, allowed, caps, capacity)
+    out = price_caps(acc, load, allowed, caps, capacity, clearing=clearing)
     floor = per_work_optimum(acc, load, allowed)
     assert allowed[np.arange(n), out].all()
     assert ((out >= floor) & (out <= caps)).all()

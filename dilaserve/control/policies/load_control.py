@@ -65,15 +65,18 @@ class CapacityPriceLoadControl(FeasiblePrefixLoadControl):
     The cap walk protects the requests in flight; it does not see the requests that arrive
     next, so at a load near capacity every request keeps the highest threshold that makes
     its own SLO and spends capacity later arrivals need. Here the work in flight plus the
-    work expected to arrive within the SLO horizon must fit the capacity over it; when it
-    does not, each request's cap drops where ``accuracy - price x work`` says the drop is
-    worth it, never below the threshold with the most accuracy per unit of work. At light
-    load nothing changes (capacity is free); on a quality curve steep enough that the
-    highest threshold has the most accuracy per work, nothing ever does. Without a
-    threshold-quality table it is ``feasible_prefix``.
+    work expected to arrive within the SLO horizon, every request at its highest allowed
+    threshold, must fit the capacity over it. When it does not, the cluster is
+    capacity-bound: a token-step is worth the most accuracy any request can buy with it, so
+    each request's cap drops to its per-work optimum (the threshold with the most accuracy
+    per unit of work). At light load nothing changes (capacity is free); on a quality curve
+    steep enough that the highest threshold has the most accuracy per work, nothing ever
+    does. Without a threshold-quality table it is ``feasible_prefix``.
     """
 
     needs_outlook = True
+    #: Use the smallest price at which the work fits instead (``clearing_price``).
+    clearing = False
 
     def caps(
         self, load: np.ndarray, allowed: np.ndarray, capacity: float, outlook: Outlook | None = None
@@ -82,5 +85,21 @@ class CapacityPriceLoadControl(FeasiblePrefixLoadControl):
         if outlook is None or load.shape[0] == 0:
             return caps
         return price_caps(
-            outlook.accuracy, load, allowed, caps, capacity, outlook.arrivals_load, outlook.arrivals_allowed
+            outlook.accuracy,
+            load,
+            allowed,
+            caps,
+            capacity,
+            outlook.arrivals_load,
+            outlook.arrivals_allowed,
+            clearing=self.clearing,
         )
+
+
+@load_controls.register("clearing_price")
+class ClearingPriceLoadControl(CapacityPriceLoadControl):
+    """``capacity_price`` with the smallest price at which the work fits: each request drops
+    only as far as its trade of accuracy for work is worth at that price, so the cluster
+    runs at its capacity rather than below it (the fluid optimum, blind to bursts)."""
+
+    clearing = True
