@@ -14,28 +14,28 @@ where ``p >= 0`` is the price of a token-step of capacity. The price follows fro
 * While the work the cluster must do within the horizon, every request at its highest
   allowed threshold, fits what it can do, capacity is free (``p = 0``) and every request
   keeps its highest allowed threshold: quality costs nothing at light load.
-* When it does not fit, the cluster is capacity-bound, and a token-step is worth what the
-  best use of it buys: the most accuracy per unit of work any request gets,
-  ``p = max_j acc(j) / w(r, j)``. At that price ``acc(j) - p w(r, j)`` peaks at the
-  **per-work optimum** ``j*(r) = argmax_j acc(j) / w(r, j)``, so every request's cap drops
-  to its ``j*``. Below ``j*`` a drop loses accuracy faster than it frees capacity, so under
-  overload the cluster serves the requests it can at ``j*`` and admission refuses the rest,
-  rather than serving all of them worse. On a steep quality curve ``j*`` is the highest
-  threshold and nothing drops; on a flat one it is a low threshold.
-* ``clearing=True`` takes instead the smallest price at which the work fits (the fluid
-  optimum): each request drops only as far as its own trade is worth at that price, the
-  drops that free the most work per point of accuracy first. It runs the cluster at its
-  capacity, where bursts and the growth of batches make requests miss; measured on the
-  paper setting it lands below the static frontier, and it stays as an ablation
-  (``clearing_price``).
+* When it does not fit, ``p`` is the smallest price at which it fits again. Each request
+  then drops exactly as far as its own accuracy-for-work trade is worth at that price: the
+  drops that save the most work for the least accuracy come first, whichever request they
+  belong to (the paper's walk drops the latest requests first, whatever they save).
+* No request drops below its **per-work optimum** ``j*(r) = argmax_j acc(j) / w(r, j)``,
+  the threshold with the most expected correct answers per token-step. Below it a drop
+  loses accuracy faster than it frees capacity, so under overload the cluster serves the
+  requests it can at ``j*`` and lets admission refuse the rest, rather than serving all of
+  them worse. On a steep quality curve ``j*`` is the highest threshold and nothing drops;
+  on a flat one it is a low threshold and the cap falls as the load rises.
 
 The work the cluster must do within the horizon ``H`` is the remaining work of the requests
 in flight plus the work of the requests that will arrive meanwhile, estimated by those
-admitted over the last ``H`` (each at the work it brought on arrival). It fits when it is at
-most the capacity over ``H``: the cluster can finish what it holds in time *and* keep pace
-with arrivals. Without the second term a request keeps a high threshold on capacity the
-next arrivals need. The test runs at every request's highest allowed threshold, not at the
-caps it sets, so dropping thresholds does not switch the price off again on the next call.
+admitted over the last ``H`` (each at the work it brought on arrival). What arrives is a
+random sum, a compound Poisson count whose standard deviation is ``sqrt(sum w^2)``, and the
+work must fit with one standard deviation of it (``spread``). Heavy-tailed request lengths
+(ShareGPT) spread it, and the cluster keeps more headroom there; uniform ones (GSM8K) do not,
+and the cluster runs closer to its capacity. Without the arrivals, a request would keep a
+high threshold on capacity the next arrivals need.
+
+``clearing=False`` (``per_work_price``, an ablation) prices a cluster that does not fit at
+full quality at the best accuracy per work, so every cap drops to its per-work optimum.
 """
 
 from __future__ import annotations
@@ -91,7 +91,9 @@ def price_caps(
     capacity: float,
     arrivals_load: np.ndarray | None = None,
     arrivals_allowed: np.ndarray | None = None,
-    clearing: bool = False,
+    *,
+    clearing: bool = True,
+    spread: float = 1.0,
 ) -> np.ndarray:
     """Caps of the requests in flight under the price of capacity.
 
@@ -121,7 +123,10 @@ def price_caps(
 
     def demand(price: float) -> tuple[float, np.ndarray]:
         j = _choice(accuracy, all_load, ok, price)
-        return float(all_load[rows, j].sum()), j
+        w = all_load[rows, j]
+        # What arrives is a random sum (how many requests, how large): a compound Poisson
+        # count whose standard deviation is sqrt(sum of w^2); ``spread`` of them must fit too.
+        return float(w.sum() + spread * np.sqrt(np.square(w[n:]).sum())), j
 
     total, _ = demand(0.0)
     if total <= capacity:

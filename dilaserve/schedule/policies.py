@@ -43,7 +43,7 @@ class SchedulerPolicy:
         ``keep_quality``: the same, else the highest allowed).
     load_control: how thresholds are capped so in-flight work fits the cluster
         (``none``, ``paper``, ``feasible_prefix``, ``capacity_price`` or
-        ``clearing_price``: these two also price capacity for the requests arriving
+        ``per_work_price``: these two also price capacity for the requests arriving
         next); ignored by fixed selection.
     admission: ``all``, or ``slo`` (refuse arrivals predicted to miss their SLO even at
         their lowest allowed threshold: HTTP 429 in serving, a miss in evaluation).
@@ -139,7 +139,7 @@ _variant(PAPER, "+calibration", calibrate=True)
 # And taken out of the default one at a time.
 _variant(DILASERVE, "-no-admission", admission="all")
 _variant(DILASERVE, "-no-capacity-price", load_control="feasible_prefix")
-_variant(DILASERVE, "-clearing-price", load_control="clearing_price")
+_variant(DILASERVE, "-per-work-price", load_control="per_work_price")
 _variant(DILASERVE, "-no-quality-budget", quality_budget=False)
 _variant(DILASERVE, "-no-reconfig", reconfig=False)
 _variant(DILASERVE, "-no-calibration", calibrate=False)

@@ -59,10 +59,11 @@ def test_a_steep_curve_never_drops_below_its_per_work_optimum():
             np.testing.assert_array_equal(price_caps(STEEP, load, allowed, caps, capacity, clearing=clearing), caps)
 
 
-def test_once_loaded_every_request_sits_at_its_per_work_optimum():
+def test_per_work_price_puts_every_request_at_its_optimum_once_loaded():
     load, allowed, caps = _rows(10)
     capacity = load[:, 3].sum()  # all would fit at 0.8, not at 0.9: the cluster is capacity-bound
-    np.testing.assert_array_equal(price_caps(FLAT, load, allowed, caps, capacity), [0] * 10)
+    out = price_caps(FLAT, load, allowed, caps, capacity, clearing=False, spread=0.0)
+    np.testing.assert_array_equal(out, [0] * 10)
     # Per request: a long-prompt request's recompute work dwarfs its cache steps, so its
     # per-work optimum is higher than a short one's.
     long_prompt = 6000.0 + 32.0 * np.array([3.5, 4.2, 5.3, 6.6, 9.0])
@@ -70,19 +71,35 @@ def test_once_loaded_every_request_sits_at_its_per_work_optimum():
     assert price_caps(FLAT, both, np.ones((2, 5), bool), np.array([4, 4]), capacity=0.0).tolist() == [0, 3]
 
 
+def test_heavy_tailed_arrivals_keep_more_headroom():
+    load, allowed, caps = _rows(10)
+    load[9] *= 200  # one long request in flight: its drops free the most work
+    one, many = _rows(1)[0], _rows(400)[0]
+    capacity = 1.1 * (load[:, 4].sum() + many[:, 4].sum())  # 10% over the mean demand at 0.9
+    steady = price_caps(FLAT, load, allowed, caps, capacity, many, np.ones_like(many, dtype=bool))
+    spread = np.concatenate([many[:396], 100 * one, 100 * one, 100 * one, 100 * one])
+    spread *= many[:, 4].sum() / spread[:, 4].sum()  # the same mean work, heavy-tailed
+    bursty = price_caps(FLAT, load, allowed, caps, capacity, spread, np.ones_like(spread, dtype=bool))
+    assert (steady == 4).all() and bursty[9] < 4
+    # With the mean alone (no spread) both fit.
+    assert (
+        price_caps(FLAT, load, allowed, caps, capacity, spread, np.ones_like(spread, dtype=bool), spread=0.0) == 4
+    ).all()
+
+
 def test_the_clearing_price_drops_just_far_enough_and_cheapest_first():
     load, allowed, caps = _rows(10)
     capacity = load[:, 3].sum()
-    out = price_caps(FLAT, load, allowed, caps, capacity, clearing=True)
+    out = price_caps(FLAT, load, allowed, caps, capacity)
     assert load[np.arange(10), out].sum() <= capacity
     assert (out == 3).all()  # one step down, not to 0.5
     # Two shapes: the drop that frees more work for the same accuracy goes first.
     heavy = 400.0 + 64.0 * np.array([3.5, 4.2, 5.3, 6.6, 9.0])
     load2 = np.array([WORK, heavy])
-    out = price_caps(FLAT, load2, np.ones((2, 5), bool), np.array([4, 4]), WORK[4] + heavy[3], clearing=True)
+    out = price_caps(FLAT, load2, np.ones((2, 5), bool), np.array([4, 4]), WORK[4] + heavy[3])
     assert out.tolist() == [4, 3]
     # Past what even the optimum fits, it is the per-work optimum too.
-    out = price_caps(FLAT, load, allowed, caps, load[:, 0].sum() / 2, clearing=True)
+    out = price_caps(FLAT, load, allowed, caps, load[:, 0].sum() / 2)
     np.testing.assert_array_equal(out, [0] * 10)
 
 

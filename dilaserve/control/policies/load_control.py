@@ -65,18 +65,21 @@ class CapacityPriceLoadControl(FeasiblePrefixLoadControl):
     The cap walk protects the requests in flight; it does not see the requests that arrive
     next, so at a load near capacity every request keeps the highest threshold that makes
     its own SLO and spends capacity later arrivals need. Here the work in flight plus the
-    work expected to arrive within the SLO horizon, every request at its highest allowed
-    threshold, must fit the capacity over it. When it does not, the cluster is
-    capacity-bound: a token-step is worth the most accuracy any request can buy with it, so
-    each request's cap drops to its per-work optimum (the threshold with the most accuracy
-    per unit of work). At light load nothing changes (capacity is free); on a quality curve
-    steep enough that the highest threshold has the most accuracy per work, nothing ever
-    does. Without a threshold-quality table it is ``feasible_prefix``.
+    work expected to arrive within the SLO horizon (with one standard deviation of the
+    latter) must fit the capacity over it. When it does not, capacity gets the smallest
+    price at which it does, and each request's cap drops where ``accuracy - price x work``
+    says the drop pays, never below its per-work optimum (the threshold with the most
+    accuracy per unit of work). At light load nothing changes (capacity is free); on a
+    quality curve steep enough that the highest threshold has the most accuracy per work,
+    nothing ever does. Without a threshold-quality table it is ``feasible_prefix``.
     """
 
     needs_outlook = True
-    #: Use the smallest price at which the work fits instead (``clearing_price``).
-    clearing = False
+    #: The smallest price at which the work fits; False: once it does not fit at full
+    #: quality, the price of a capacity-bound cluster, every cap at its per-work optimum.
+    clearing = True
+    #: Standard deviations of the arriving work that must fit beside its mean.
+    spread = 1.0
 
     def caps(
         self, load: np.ndarray, allowed: np.ndarray, capacity: float, outlook: Outlook | None = None
@@ -93,13 +96,16 @@ class CapacityPriceLoadControl(FeasiblePrefixLoadControl):
             outlook.arrivals_load,
             outlook.arrivals_allowed,
             clearing=self.clearing,
+            spread=self.spread,
         )
 
 
-@load_controls.register("clearing_price")
-class ClearingPriceLoadControl(CapacityPriceLoadControl):
-    """``capacity_price`` with the smallest price at which the work fits: each request drops
-    only as far as its trade of accuracy for work is worth at that price, so the cluster
-    runs at its capacity rather than below it (the fluid optimum, blind to bursts)."""
+@load_controls.register("per_work_price")
+class PerWorkPriceLoadControl(CapacityPriceLoadControl):
+    """``capacity_price`` with two prices only: none while the work at full quality fits
+    (mean arrivals), else the best accuracy per work, so every cap drops to its per-work
+    optimum. It drops further than a mild overload needs where accuracy per work is
+    nearly flat across thresholds (long prompts)."""
 
-    clearing = True
+    clearing = False
+    spread = 0.0
