@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dilaserve.control.load_control import highest_allowed
+
 
 def per_work_optimum(accuracy: np.ndarray, load: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     """``j*(r)``: each row's allowed index with the most accuracy per unit of work.
@@ -58,7 +60,7 @@ def _choice(accuracy: np.ndarray, load: np.ndarray, ok: np.ndarray, price: float
     """argmax of ``acc - price x load`` over ``ok`` per row; ties to the lower work (lower index),
     except at price 0, where the highest ``ok`` index (the cap) wins."""
     if price <= 0.0:
-        return ok.shape[1] - 1 - np.argmax(ok[:, ::-1], axis=1)
+        return highest_allowed(ok)
     value = np.where(ok, accuracy[None, :] - price * load, -np.inf)
     return np.argmax(value, axis=1)
 
@@ -109,7 +111,7 @@ def price_caps(
     if arrivals_load is not None and len(arrivals_load):
         all_load = np.concatenate([load, arrivals_load])
         all_allowed = np.concatenate([allowed, arrivals_allowed])
-        hi = all_allowed.shape[1] - 1 - np.argmax(all_allowed[:, ::-1], axis=1)
+        hi = highest_allowed(all_allowed)
         all_caps = np.concatenate([caps, hi[n:]])
     else:
         all_load, all_allowed, all_caps = load, allowed, caps
