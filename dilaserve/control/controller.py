@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+from collections import deque
 from collections.abc import Mapping, Sequence
 from functools import partial
 
@@ -19,7 +20,7 @@ import numpy as np
 from dilaserve.control.batch_cost import mixed_step_prices
 from dilaserve.control.config import ControlConfig
 from dilaserve.control.load import CacheStepLatency, CapacityModel, RequestShape, request_load, split_cost_one
-from dilaserve.control.policies import Rejection, admission_policies, load_controls, selection_policies
+from dilaserve.control.policies import Outlook, Rejection, admission_policies, load_controls, selection_policies
 from dilaserve.control.predictions import PredictionCache
 from dilaserve.control.quality_budget import quality_allowed
 from dilaserve.control.request import TrackedRequest
@@ -59,7 +60,7 @@ class ThresholdController:
         predictor: StepPredictor | None = None,
         *,
         selection: str = "keep_quality",
-        load_control: str = "feasible_prefix",
+        load_control: str = "capacity_price",
         admission: str = "all",
         accuracy: Mapping[float, float] | None = None,
         apply_quality_budget: bool = True,
@@ -97,6 +98,22 @@ class ThresholdController:
             budget_mask = quality_allowed(config.thresholds, accuracy, config.quality_budget)
         #: Candidates the quality budget allows (every request's allowed set starts here).
         self.budget_mask = budget_mask
+        #: Accuracy per candidate (ascending), for load controls that price quality; None
+        #: without a table (or one that lacks a candidate), and such a piece then runs
+        #: without its outlook.
+        self.accuracy = None
+        if accuracy is not None and all(float(t) in accuracy for t in config.thresholds):
+            self.accuracy = np.array([float(accuracy[float(t)]) for t in config.thresholds])
+        if self.load_control_on and self.load_control.needs_outlook and self.accuracy is None:
+            log.warning(
+                "load control %r prices accuracy but there is no threshold-quality table for %s: it runs "
+                "without the price (`make artifacts` builds the table)",
+                load_control,
+                config.thresholds,
+            )
+        #: ``(arrival, load row, allowed row)`` of the requests admitted over the last SLO
+        #: horizon, oldest first: the outlook's estimate of the work arriving next.
+        self._arrivals: deque[tuple[float, np.ndarray, np.ndarray]] = deque()
         self.capacity = CapacityModel(profile, config.capacity_batch_grid)
         self.cache_step = CacheStepLatency(profile)
         self.predictions = (
@@ -224,9 +241,33 @@ class ThresholdController:
             law = self.config.step_law
             spb = law.steps(self.thresholds[int(np.argmax(allowed.any(axis=0)))]) if law else None
         throughput = sum(self.capacity.throughput(tp, mb, cache, spb) for tp, mb in instances if self.profile.has(tp))
-        caps = self.load_control.caps(load, allowed, throughput * horizon)
+        outlook = self._outlook(order, load, allowed, now, horizon) if self.load_control.needs_outlook else None
+        caps = self.load_control.caps(load, allowed, throughput * horizon, outlook)
         for r, c in zip(order, caps.tolist()):
             r.cap_index = c
+
+    def _outlook(
+        self, order: Sequence[TrackedRequest], load: np.ndarray, allowed: np.ndarray, now: float, horizon: float
+    ) -> Outlook | None:
+        """Record the requests load control sees for the first time (each arrival triggers
+        it, so that is on arrival, with the work it brings) and drop those older than the
+        horizon; the rest are the outlook's expected arrivals over the next horizon."""
+        for i, r in enumerate(order):
+            if not r.in_outlook:
+                r.in_outlook = True
+                self._arrivals.append((r.arrival, load[i].copy(), allowed[i].copy()))
+        while self._arrivals and self._arrivals[0][0] <= now - horizon:
+            self._arrivals.popleft()
+        if self.accuracy is None:
+            return None
+        t = len(self.thresholds)
+        if not self._arrivals:
+            return Outlook(self.accuracy, np.zeros((0, t)), np.zeros((0, t), dtype=bool))
+        return Outlook(
+            self.accuracy,
+            np.array([a[1] for a in self._arrivals]),
+            np.array([a[2] for a in self._arrivals]),
+        )
 
     # -------------------------------------------------------------- selection
     def select(

@@ -45,6 +45,9 @@ class TrackedRequest:
     pred_step: int = -1
     #: The SLO had already passed when the request arrived (served best-effort at the lowest threshold).
     late_on_arrival: bool = False
+    #: Load control has counted the request among recent arrivals (the work that arrives
+    #: within a horizon, :class:`~dilaserve.control.policies.Outlook`).
+    in_outlook: bool = False
     finish_time: float | None = None
     #: Masked tokens left, refreshed whenever the state changes (saves a scan per lookup).
     masked_left: int = field(default=0)

@@ -9,7 +9,7 @@ controller's, :mod:`dilaserve.control.policies`). Two families:
   quality-aware piece each, so every piece's effect is measured against the paper's.
 * ``dilaserve`` (the default) combines the quality-aware pieces: thresholds limited by the
   operator's quality budget, drops only where they make an SLO, no cap on requests that
-  miss anyway, and SLO-aware admission.
+  miss anyway, a price on capacity once the load needs it, and SLO-aware admission.
 ``fixed@TAU`` (one per candidate threshold) is the INFaaS-like baseline at threshold TAU:
 together they trace the static speed-quality frontier an adaptive policy must beat
 (docs/architecture.md, evaluation method).
@@ -42,7 +42,9 @@ class SchedulerPolicy:
         ``paper``: the highest threshold predicted to make the SLO, else the lowest;
         ``keep_quality``: the same, else the highest allowed).
     load_control: how thresholds are capped so in-flight work fits the cluster
-        (``none``, ``paper``, ``feasible_prefix``); ignored by fixed selection.
+        (``none``, ``paper``, ``feasible_prefix``, ``capacity_price`` or
+        ``per_work_price``: these two also price capacity for the requests arriving
+        next); ignored by fixed selection.
     admission: ``all``, or ``slo`` (refuse arrivals predicted to miss their SLO even at
         their lowest allowed threshold: HTTP 429 in serving, a miss in evaluation).
     quality_budget: limit the candidate thresholds by ``ControlConfig.quality_budget``
@@ -66,7 +68,7 @@ class SchedulerPolicy:
     migration_point: str = "recompute"
     filters: tuple[str, ...] = ("batch_room",)
     selection: str = "keep_quality"
-    load_control: str = "feasible_prefix"
+    load_control: str = "capacity_price"
     admission: str = "slo"
     quality_budget: bool = True
     step_pricing: str = "mixed_batch"
@@ -129,12 +131,15 @@ _variant(PAPER, "-migrate-any-step", migration_point="any")
 # The quality-aware pieces, one added to the paper's algorithms at a time.
 _variant(PAPER, "+keep-quality", selection="keep_quality")
 _variant(PAPER, "+feasible-prefix", load_control="feasible_prefix")
+_variant(PAPER, "+capacity-price", load_control="capacity_price")
 _variant(PAPER, "+quality-budget", quality_budget=True)
 _variant(PAPER, "+admission", admission="slo")
 _variant(PAPER, "+mixed-batch-pricing", step_pricing="mixed_batch")
 _variant(PAPER, "+calibration", calibrate=True)
 # And taken out of the default one at a time.
 _variant(DILASERVE, "-no-admission", admission="all")
+_variant(DILASERVE, "-no-capacity-price", load_control="feasible_prefix")
+_variant(DILASERVE, "-per-work-price", load_control="per_work_price")
 _variant(DILASERVE, "-no-quality-budget", quality_budget=False)
 _variant(DILASERVE, "-no-reconfig", reconfig=False)
 _variant(DILASERVE, "-no-calibration", calibrate=False)

@@ -4,6 +4,7 @@ from dilaserve.control.policies import admission, load_control, selection  # noq
 from dilaserve.control.policies.base import (
     Admission,
     LoadControl,
+    Outlook,
     Rejection,
     ThresholdSelection,
     admission_policies,
@@ -14,6 +15,7 @@ from dilaserve.control.policies.base import (
 __all__ = [
     "Admission",
     "LoadControl",
+    "Outlook",
     "Rejection",
     "ThresholdSelection",
     "admission_policies",

@@ -46,16 +46,39 @@ class ThresholdSelection(abc.ABC):
         """
 
 
+@dataclass(frozen=True)
+class Outlook:
+    """What a load control may know beyond the requests in flight.
+
+    Attributes:
+        accuracy: ``(t,)`` the model's measured accuracy at each candidate threshold (the
+            threshold-quality table), ascending like the candidates.
+        arrivals_load: ``(m, t)`` the work each request admitted over the last SLO horizon
+            brought on arrival, at each threshold: the estimate of what arrives next.
+        arrivals_allowed: ``(m, t)`` those requests' allowed thresholds.
+    """
+
+    accuracy: np.ndarray
+    arrivals_load: np.ndarray
+    arrivals_allowed: np.ndarray
+
+
 class LoadControl(abc.ABC):
     """Caps thresholds so the in-flight work fits the cluster's capacity."""
+
+    #: Needs an :class:`Outlook` (the quality table and recent arrivals) to decide.
+    needs_outlook: bool = False
 
     def __init__(self, config: ControlConfig):
         self.config = config
 
     @abc.abstractmethod
-    def caps(self, load: np.ndarray, allowed: np.ndarray, capacity: float) -> np.ndarray:
+    def caps(
+        self, load: np.ndarray, allowed: np.ndarray, capacity: float, outlook: Outlook | None = None
+    ) -> np.ndarray:
         """Cap index per request; rows of ``load`` / ``allowed`` ``(n, t)`` in walk order
-        (priority, deadline, arrival), thresholds ascending, ``capacity`` in the loads' units."""
+        (priority, deadline, arrival), thresholds ascending, ``capacity`` in the loads' units
+        over the SLO horizon; ``outlook`` is given to a piece that ``needs_outlook``."""
 
 
 @dataclass(frozen=True)
