@@ -84,3 +84,9 @@ def test_nominal_capacity_prices_requests_in_the_settings_family():
         expected = CapacityModel(PROFILE, setting.control.capacity_batch_grid).throughput(1, mb, mean) / split.work
         assert nominal_capacity_rps(setting, table, [100], [96], 0.9) == pytest.approx(expected)
     assert step_split(6, 100, 96, 32, True).work < step_split(6, 100, 96, 32, False).work
+
+
+def test_simulator_refuses_a_replay_of_the_other_family():
+    setting, table = block_setting(16)
+    with pytest.raises(ValueError, match="block_causal=setting.block_causal"):
+        Simulator(setting, ReplayProgress(table, quality()))
