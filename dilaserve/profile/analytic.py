@@ -13,7 +13,7 @@ For a TP-``tp`` instance and ``n`` tokens in the batch, one denoising step costs
   (one block each) that attend to ``context`` cached tokens.
 
 **Block mode** (``block_causal=True``, profiles named ``<model>-<gpu>-block``): the same
-model served as block diffusion (docs/architecture.md, "Model families"). A block step is
+model served as block diffusion (docs/architecture.md, "Block diffusion"). A block step is
 a cache-step pass over the fed tokens (one block per request; two where it appends the
 block just finished) whose attention reads the block-causal context, on average the prompt
 and half the answer (``context - answer_tokens / 2``) rather than the whole canvas; the

@@ -1,5 +1,5 @@
 """The cost formulas in the block-diffusion family: one prefill per request, no recompute
-step per block, one append per later block (docs/architecture.md, "Model families")."""
+step per block, one append per later block (docs/architecture.md, "Block diffusion")."""
 
 import numpy as np
 import pytest

@@ -5,7 +5,7 @@ cache anyway: the move is free. A block-causal request has no recompute step aft
 prefill, so a move rebuilds its exact cache with one more prefill on the destination
 (prompt + finished blocks + current block, :attr:`RequestState.context_tokens`) in place
 of the cache step it would have run. That move is worth it only when the steps it has left
-run enough faster there to repay the prefill (docs/architecture.md, "Scheduler").
+run enough faster there to repay the prefill (docs/architecture.md, "Block diffusion").
 """
 
 from __future__ import annotations
