@@ -16,7 +16,8 @@ Layout::
     dynamics/samples.parquet, summary.json step outcomes to replay
     quality/threshold_quality.json     speed-quality table (fixed and mixed thresholds)
     laws/<law>/...                     another step law's rollouts/, predictor/, dynamics/,
-                                       quality/ (same layout; e.g. llada-8b-published)
+                                       quality/ (same layout; e.g. llada-8b-published, or
+                                       embedded-bd: the block-causal checkpoint's own)
 """
 
 from __future__ import annotations
@@ -37,20 +38,30 @@ EMBEDDED_LAW = "embedded"
 #: The embedded model's steps resampled to Fast-dLLM's published LLaDA tokens per step: a
 #: what-if calibrated to published numbers, not a measurement of LLaDA.
 PUBLISHED_LAW = "llada-8b-published"
+#: The block-causal embedded checkpoint's recorded steps (block diffusion), built by the
+#: same assets as the embedded model's in a configured run (``python -m pipelines
+#: materialize --law embedded-bd``).
+BLOCK_LAW = "embedded-bd"
 #: Step laws the simulator can replay (``--dynamics``).
-DYNAMICS_LAWS = (EMBEDDED_LAW, PUBLISHED_LAW)
+DYNAMICS_LAWS = (EMBEDDED_LAW, PUBLISHED_LAW, BLOCK_LAW)
+#: Laws recorded from a checkpoint of their own: the same assets roll it out into the law's
+#: folder (paths relative to the repository root).
+LAW_CHECKPOINTS = {BLOCK_LAW: "data/models/dila-tiny-bd"}
 
 
 class MissingArtifactError(FileNotFoundError):
     """An artifact the caller needs has not been built yet."""
 
-    def __init__(self, path: Path, asset: str):
+    def __init__(self, path: Path, asset: str, law: str | None = None):
         self.path, self.asset = path, asset
-        super().__init__(
-            f"artifact {path} is missing: build it with\n"
-            f"  DAGSTER_HOME=data/dagster_home dagster asset materialize -m pipelines.definitions "
-            f"--select '+{asset}'\n(or `python -m pipelines materialize {asset}`) from the repo root"
-        )
+        if law in LAW_CHECKPOINTS:
+            how = f"`python -m pipelines materialize --law {law}` (rolls out {LAW_CHECKPOINTS[law]})"
+        else:
+            how = (
+                f"\n  DAGSTER_HOME=data/dagster_home dagster asset materialize -m pipelines.definitions "
+                f"--select '+{asset}'\n(or `python -m pipelines materialize {asset}`)"
+            )
+        super().__init__(f"artifact {path} is missing: build it with {how} from the repo root")
 
 
 @dataclass(frozen=True)

@@ -1,29 +1,82 @@
-"""``python -m pipelines dev|materialize [ASSET ...]``: the Dagster CLI with the repo's instance.
+"""``python -m pipelines dev|materialize [--law LAW] [ASSET ...]``: the Dagster CLI with the repo's instance.
 
 Sets ``DAGSTER_HOME`` to ``data/dagster_home`` (git-ignored, kept between runs) unless it is
 already set, then runs ``dagster dev`` or ``dagster asset materialize`` on
 ``pipelines.definitions``. Without assets, ``materialize`` builds the whole graph; with
 assets it builds them and everything upstream (``*name``: every ancestor, so a fresh
 Dagster home needs nothing built before).
+
+``--law LAW`` (a law with a checkpoint of its own, ``dilaserve.artifacts.LAW_CHECKPOINTS``,
+e.g. ``embedded-bd``) is a configured run of the same assets: the model resource points at
+the law's checkpoint and the artifact root at its folder (``data/artifacts/laws/LAW/``),
+and it builds the model's assets (:data:`LAW_ASSETS`: rollouts, step table, predictor, step
+dynamics, threshold quality, measured profile) unless assets are named. It keeps its own
+Dagster home (``data/dagster_home/laws/LAW``), so the stored outputs of one asset key never
+mix two models. It is opt-in: ``make artifacts`` builds the embedded model's graph alone.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DAGSTER_HOME = REPO_ROOT / "data" / "dagster_home"
+#: What a configured run for another checkpoint builds (with everything upstream).
+LAW_ASSETS = ("step_predictor", "step_dynamics", "threshold_quality", "measured_profile")
+
+
+def _law(argv: list[str]) -> tuple[str | None, list[str]]:
+    """``--law NAME`` taken out of ``argv``."""
+    if "--law" not in argv:
+        return None, argv
+    i = argv.index("--law")
+    if i + 1 >= len(argv):
+        raise SystemExit("--law needs a name, e.g. --law embedded-bd")
+    return argv[i + 1], argv[:i] + argv[i + 2 :]
+
+
+def law_run_config(law: str) -> dict:
+    """The run config of a configured run for ``law``: its checkpoint and artifact folder."""
+    from dilaserve.artifacts import LAW_CHECKPOINTS, law_root
+
+    if law not in LAW_CHECKPOINTS:
+        raise SystemExit(
+            f"--law {law!r} has no checkpoint of its own: use one of {sorted(LAW_CHECKPOINTS)} "
+            "(the published law is built by the default graph)"
+        )
+    checkpoint = REPO_ROOT / LAW_CHECKPOINTS[law]
+    root = law_root(law)
+    root = root if root.is_absolute() else REPO_ROOT / root
+    return {
+        "resources": {
+            "model": {"config": {"checkpoint": str(checkpoint)}},
+            "artifacts": {"config": {"root": str(root)}},
+        }
+    }
 
 
 def command(argv: list[str]) -> list[str]:
+    law, argv = _law(argv)
     if not argv or argv[0] not in ("dev", "materialize"):
         raise SystemExit(__doc__)
     if argv[0] == "dev":
+        if law:
+            raise SystemExit("--law applies to materialize only")
         return ["dev", "-w", str(REPO_ROOT / "workspace.yaml"), *argv[1:]]
-    select = ",".join(f"*{a}" for a in argv[1:]) or "*"
-    return ["asset", "materialize", "-m", "pipelines.definitions", "--select", select]
+    assets = argv[1:] or (list(LAW_ASSETS) if law else [])
+    select = ",".join(f"*{a}" for a in assets) or "*"
+    out = ["asset", "materialize", "-m", "pipelines.definitions", "--select", select]
+    return out + (["--config-json", json.dumps(law_run_config(law))] if law else [])
+
+
+def dagster_home(argv: list[str]) -> Path:
+    """The instance folder: ``$DAGSTER_HOME``, else the repo's (a law's own under ``laws/``)."""
+    law, _ = _law(argv)
+    default = DAGSTER_HOME / "laws" / law if law else DAGSTER_HOME
+    return Path(os.environ.get("DAGSTER_HOME") or default)
 
 
 # ``dagster dev`` is superseded (not deprecated) by ``dg dev``, which lives in the separate
@@ -39,7 +92,8 @@ def interpreter_flags(argv: list[str]) -> list[str]:
 
 def main(argv: list[str]) -> None:
     args = command(argv)
-    home = Path(os.environ.setdefault("DAGSTER_HOME", str(DAGSTER_HOME)))
+    home = dagster_home(argv)
+    os.environ["DAGSTER_HOME"] = str(home)
     home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").touch()  # an empty file: default storage in this folder, no warning
     os.chdir(REPO_ROOT)

@@ -60,17 +60,18 @@ class SimBackendConfig:
 def batch_step_latency(profile: LatencyProfile, tp: int, batch: Sequence[StepAssignment]) -> float:
     """Latency of one step over a mixed batch, as the engine runs it.
 
-    Recompute requests run together over their whole canvases (``LP_recompute[their
-    tokens]``) and cache requests together over their blocks (``LP_cache[sum of block
-    lengths]``); a batch with both pays for both passes.
+    Recompute requests run together over what their pass runs (``LP_recompute[their
+    tokens]``: the whole canvas, or a block-causal prefill's context) and cache requests
+    together over their blocks (``LP_cache[sum of block lengths]``, a block-causal append
+    feeding one block more); a batch with both pays for both passes.
     """
     rec = cac = 0
     for a in batch:
         st = a.state
         if st.use_cache and st.block_cached:
-            cac += st.block_length
+            cac += st.block_length * (2 if st.append_pending else 1)
         else:
-            rec += st.num_tokens
+            rec += st.context_tokens
     lat = profile.latency(tp, rec, StepKind.RECOMPUTE) if rec else 0.0
     if cac:
         lat += profile.latency(tp, cac, StepKind.CACHE)

@@ -19,11 +19,21 @@ import numpy as np
 
 from dilaserve.control.batch_cost import mixed_step_prices
 from dilaserve.control.config import ControlConfig
-from dilaserve.control.load import CacheStepLatency, CapacityModel, RequestShape, request_load, split_cost_one
+from dilaserve.control.load import (
+    CacheStepLatency,
+    CapacityModel,
+    RequestShape,
+    append_seconds,
+    appends_left,
+    recompute_steps_over_life,
+    request_load,
+    split_cost_one,
+)
 from dilaserve.control.policies import Outlook, Rejection, admission_policies, load_controls, selection_policies
 from dilaserve.control.predictions import PredictionCache
 from dilaserve.control.quality_budget import quality_allowed
 from dilaserve.control.request import TrackedRequest
+from dilaserve.control.step_law import StepLaw
 from dilaserve.engine.state import StepKind
 from dilaserve.predict.base import StepPredictor
 from dilaserve.profile.types import LatencyProfile
@@ -230,17 +240,19 @@ class ThresholdController:
         # The latest SLO time left: max(deadline - now) is max(deadline) - now exactly, as
         # rounding is monotone.
         horizon = max(0.0, max([r.deadline for r in order]) - now)
-        cache, spb = None, None
+        split = None
         if shape.use_cache.mean() >= 0.5:
             # statistics.median: np.median's value (whole block lengths) at a fraction of its cost.
             block = int(statistics.median(shape.block_length.tolist()))
-            cache = (block, int(round(shape.tokens.mean() / 16) * 16) or 16)
             # Priced at the lowest threshold still allowed in flight: the promise load control
             # keeps is that the load fits when later requests fall back to their lowest
-            # threshold, so capacity is that mix's (the most recompute steps per token).
-            law = self.config.step_law
-            spb = law.steps(self.thresholds[int(np.argmax(allowed.any(axis=0)))]) if law else None
-        throughput = sum(self.capacity.throughput(tp, mb, cache, spb) for tp, mb in instances if self.profile.has(tp))
+            # threshold, so capacity is that mix's (the most recompute steps per token). The
+            # mean request is rounded so the memoised capacity is reused between events.
+            law = self.config.step_law or StepLaw.one_token_per_step(block, shape.block_causal)
+            tokens = int(round(shape.tokens.mean() / 16) * 16) or 16
+            gen = max(block, round(statistics.fmean(r.state.gen_length for r in order) / block) * block)
+            split = law.split(self.thresholds[int(np.argmax(allowed.any(axis=0)))], max(tokens - gen, 0), gen)
+        throughput = sum(self.capacity.throughput(tp, mb, split) for tp, mb in instances if self.profile.has(tp))
         outlook = self._outlook(order, load, allowed, now, horizon) if self.load_control.needs_outlook else None
         caps = self.load_control.caps(load, allowed, throughput * horizon, outlook)
         for r, c in zip(order, caps.tolist()):
@@ -291,19 +303,38 @@ class ThresholdController:
         """``j -> remaining seconds of req at threshold index j`` on a TP-``tp`` instance
         holding ``inst_tokens`` tokens in ``inst_requests`` requests (:func:`remaining_time`'s prices)."""
         st = req.state
-        if st.use_cache and self.step_pricing == "mixed_batch":
-            # Batch-mates recompute about once per block: the request's own share of
-            # recompute steps over its life (one per block) stands for theirs.
-            life = st.steps_done + PredictionCache.steps_left_at(req, req.cap_index)
-            share = st.num_blocks / max(life, 1.0)
-            prices = mixed_step_prices(self.profile, tp, inst_requests, inst_tokens, req.tokens, st.block_length, share)
-            return partial(_remaining_s, req, st.recompute_left_lower_bound, True, prices.cache, prices.recompute)
+        if not st.use_cache:
+            lp_recompute = self.profile.latency(tp, inst_tokens, StepKind.RECOMPUTE)
+            return partial(_remaining_s, req, 0, False, 0.0, lp_recompute, 0.0)
+        # Cache steps feed one block per request of the batch: LP_cache[B x n_reqs]; an
+        # append (block-causal) feeds one block more.
+        fed = float(st.block_length) * max(inst_requests, 1)
+        lp_cache = self.cache_step(tp, fed)
+        appends = appends_left(st)
+        extra = appends * append_seconds(lp_cache, self.cache_step(tp, fed + st.block_length)) if appends else 0.0
+        if self.step_pricing == "mixed_batch":
+            # Batch-mates recompute (and append) about as often as this request does over its
+            # life: one recompute step per block (bidirectional) or its prefill alone, and one
+            # append per block after the first (block-causal).
+            life = max(st.steps_done + PredictionCache.steps_left_at(req, req.cap_index), 1.0)
+            share = recompute_steps_over_life(st) / life
+            append_share = (st.num_blocks - 1) / life if st.block_causal else 0.0
+            prices = mixed_step_prices(
+                self.profile,
+                tp,
+                inst_requests,
+                inst_tokens,
+                req.tokens,
+                st.block_length,
+                share,
+                append_share,
+                st.context_tokens,
+            )
+            return partial(
+                _remaining_s, req, st.recompute_left_lower_bound, True, prices.cache, prices.recompute, extra
+            )
         lp_recompute = self.profile.latency(tp, inst_tokens, StepKind.RECOMPUTE)
-        if st.use_cache:
-            # Cache steps feed one block per request of the batch: LP_cache[B x n_reqs].
-            lp_cache = self.cache_step(tp, float(st.block_length) * max(inst_requests, 1))
-            return partial(_remaining_s, req, st.recompute_left_lower_bound, True, lp_cache, lp_recompute)
-        return partial(_remaining_s, req, 0, False, 0.0, lp_recompute)
+        return partial(_remaining_s, req, st.recompute_left_lower_bound, True, lp_cache, lp_recompute, extra)
 
     def threshold(self, req: TrackedRequest) -> float:
         return float(self.thresholds[req.threshold_index])
@@ -314,8 +345,16 @@ def _never_called(j: int) -> float:
 
 
 def _remaining_s(
-    req: TrackedRequest, recompute_left: int, use_cache: bool, lp_cache: float, lp_recompute: float, j: int
+    req: TrackedRequest,
+    recompute_left: int,
+    use_cache: bool,
+    lp_cache: float,
+    lp_recompute: float,
+    extra_s: float,
+    j: int,
 ) -> float:
     """Remaining seconds of ``req`` at threshold index ``j``: its steps left, priced as
-    :func:`~dilaserve.control.load.remaining_time` prices them."""
-    return split_cost_one(PredictionCache.steps_left_at(req, j), recompute_left, use_cache, lp_cache, lp_recompute)
+    :func:`~dilaserve.control.load.remaining_time` prices them, plus ``extra_s`` for what
+    no threshold changes (its appends)."""
+    t = split_cost_one(PredictionCache.steps_left_at(req, j), recompute_left, use_cache, lp_cache, lp_recompute)
+    return t + extra_s if extra_s else t

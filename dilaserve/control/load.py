@@ -1,9 +1,13 @@
 """Request load, remaining time and instance capacity (docs/architecture.md section 5).
 
 Both request load and remaining time split a request's remaining steps into cache steps
-and recompute steps when caching is on: each unstarted block needs exactly one recompute
-step (cost grows with every token of the request) and the rest are cache steps (cost grows
-with the block only). Without caching every step is a recompute step.
+and recompute steps when caching is on; the recompute steps still certain are the state's
+``recompute_left_lower_bound``. Bidirectional (dual cache): each unstarted block needs
+exactly one recompute step (cost grows with every token of the request) and the rest are
+cache steps (cost grows with the block only). Block-causal: one recompute step, the prefill
+over the request's context, while the request has no cache (on arrival, after a migration),
+and each block still to start adds one append of ``B`` tokens to a cache step. Without
+caching every step is a recompute step.
 """
 
 from __future__ import annotations
@@ -12,8 +16,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dilaserve.engine.state import StepKind
+from dilaserve.control.step_law import StepSplit
+from dilaserve.engine.state import RequestState, StepKind
 from dilaserve.profile.types import LatencyProfile
+
+
+def appends_left(state: RequestState) -> int:
+    """Appends a block-causal request still needs: one per block after the current one,
+    plus the finished block whose K/V are still pending (0 for a bidirectional request)."""
+    if not state.block_causal or state.finished:
+        return 0
+    return state.num_blocks - state.block_index - 1 + int(state.append_pending)
+
+
+def recompute_steps_over_life(state: RequestState) -> int:
+    """Recompute steps over the request's whole life, done and certainly left: one per block
+    (bidirectional), or its prefill plus one per migration (block-causal)."""
+    if state.block_causal:
+        return state.recompute_steps_done + state.recompute_left_lower_bound
+    return state.num_blocks
 
 
 @dataclass(frozen=True)
@@ -24,6 +45,17 @@ class RequestShape:
     block_length: np.ndarray  # (m,)
     recompute_left: np.ndarray  # (m,) recompute steps still certain (0 without caching)
     use_cache: np.ndarray  # (m,) bool
+    #: (m,) tokens one recompute pass runs: the whole canvas (bidirectional) or the context
+    #: up to the current block (block-causal prefill).
+    recompute_tokens: np.ndarray = None  # type: ignore[assignment]
+    #: (m,) appends still needed (block-causal; 0 otherwise).
+    appends: np.ndarray = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.recompute_tokens is None:
+            object.__setattr__(self, "recompute_tokens", self.tokens)
+        if self.appends is None:
+            object.__setattr__(self, "appends", np.zeros_like(self.tokens))
 
     @classmethod
     def of(cls, reqs) -> RequestShape:
@@ -35,7 +67,14 @@ class RequestShape:
             block_length=np.array([s.block_length for s in st], dtype=np.float64),
             recompute_left=np.where(use_cache, rl, 0.0),
             use_cache=use_cache,
+            recompute_tokens=np.array([s.context_tokens for s in st], dtype=np.float64),
+            appends=np.array([appends_left(s) if s.use_cache else 0 for s in st], dtype=np.float64),
         )
+
+    @property
+    def block_causal(self) -> bool:
+        """Whether any row appends (a block-causal request with blocks still to start)."""
+        return bool(self.appends.any())
 
 
 def split_cost(
@@ -81,9 +120,12 @@ def request_load(steps: np.ndarray, shape: RequestShape) -> np.ndarray:
     """ReqLoad(r, gamma) in token-steps, ``(m, t)``.
 
     Without caching: steps x (input + output tokens). With caching:
-    (steps - recompute_left) x B + recompute_left x tokens.
+    (steps - recompute_left) x B + recompute_left x recompute tokens + appends x B (the
+    :class:`~dilaserve.control.step_law.StepSplit` units; bidirectional: no appends and the
+    recompute pass runs every token).
     """
-    return split_cost(steps, shape.recompute_left, shape.use_cache, shape.block_length, shape.tokens)
+    load = split_cost(steps, shape.recompute_left, shape.use_cache, shape.block_length, shape.recompute_tokens)
+    return load + (shape.appends * shape.block_length)[:, None]
 
 
 def remaining_time(
@@ -97,12 +139,21 @@ def remaining_time(
     """Conservative remaining seconds on a TP-``tp`` instance holding ``inst_tokens`` tokens.
 
     Cache steps cost LP_cache[B x n_reqs] (the batch feeds one block per request);
-    recompute steps cost LP_recompute[inst_tokens].
+    recompute steps cost LP_recompute[inst_tokens]; an append costs what its block adds to
+    a cache step, :func:`append_seconds`.
     """
     lp_r = profile.latency(tp, inst_tokens, StepKind.RECOMPUTE)
     block_tokens = shape.block_length * max(inst_requests, 1)
-    lp_c = profile.curve(tp, StepKind.CACHE).many(block_tokens)
-    return split_cost(steps, shape.recompute_left, shape.use_cache, lp_c, lp_r)
+    curve = profile.curve(tp, StepKind.CACHE)
+    lp_c = curve.many(block_tokens)
+    t = split_cost(steps, shape.recompute_left, shape.use_cache, lp_c, lp_r)
+    return t + (shape.appends * (curve.many(block_tokens + shape.block_length) - lp_c))[:, None]
+
+
+def append_seconds(lp_cache_batch: float, lp_cache_batch_plus_block: float) -> float:
+    """What one append adds to its cache step: the step with one more block fed, less the
+    step without it (``LP_cache[B (n + 1)] - LP_cache[B n]``)."""
+    return max(lp_cache_batch_plus_block - lp_cache_batch, 0.0)
 
 
 class CacheStepLatency:
@@ -130,13 +181,16 @@ class CapacityModel:
     """Best token-steps per second of one instance over batch sizes, memoised.
 
     Capacity over an SLO window is this throughput times the window; cluster capacity is
-    the sum over instances. With caching, ``n`` requests decode a block in ``S`` steps: one
-    recompute step over their ``n x tokens`` and ``S - 1`` cache steps over their ``n x B``
-    (the step law, :class:`~dilaserve.control.step_law.StepLaw`), so
+    the sum over instances. With caching, ``n`` requests of one
+    :class:`~dilaserve.control.step_law.StepSplit` (the step law's split at the threshold
+    capacity is priced at) decode together, so
 
-        throughput(n) = n ((S - 1) B + tokens) / ((S - 1) LP_cache[n B] + LP_recompute[n tokens])
+        throughput(n) = n work / (cache_steps LP_cache[n fed] + recompute_steps LP_recompute[n tokens])
 
     in the units of :func:`request_load`, maximised over ``n`` up to the batch limit.
+    Bidirectional, per block: ``n ((S - 1) B + tokens) / ((S - 1) LP_cache[n B] +
+    LP_recompute[n tokens])``; block-causal: every step a cache step, plus one prefill and
+    the appends per request.
     """
 
     def __init__(self, profile: LatencyProfile, grid: int = 64):
@@ -144,32 +198,22 @@ class CapacityModel:
         self.grid = grid
         self._memo: dict[tuple, float] = {}
 
-    def throughput(
-        self, tp: int, max_batch_tokens: int, cache: tuple[int, int] | None = None, steps_per_block: float | None = None
-    ) -> float:
-        """``cache`` is ``(block_length, mean request tokens)`` when caching is on;
-        ``steps_per_block`` is ``S`` at the threshold capacity is priced at (None: ``B``, one
-        token per step, the paper's pattern, which overstates capacity whenever a step
-        commits more than one token)."""
-        spb = None if cache is None else float(cache[0] if steps_per_block is None else steps_per_block)
-        key = (tp, int(max_batch_tokens), cache, spb)
+    def throughput(self, tp: int, max_batch_tokens: int, split: StepSplit | None = None) -> float:
+        """``split`` prices a request's steps when caching is on (None: every step a
+        recompute step over the batch)."""
+        key = (tp, int(max_batch_tokens), split)
         if key not in self._memo:
-            self._memo[key] = self._compute(tp, int(max_batch_tokens), cache, spb)
+            self._memo[key] = self._compute(tp, int(max_batch_tokens), split)
         return self._memo[key]
 
-    def _compute(self, tp: int, max_batch: int, cache: tuple[int, int] | None, spb: float | None) -> float:
+    def _compute(self, tp: int, max_batch: int, split: StepSplit | None) -> float:
         rec = self.profile.curve(tp, StepKind.RECOMPUTE)
-        if cache is None:
+        if split is None:
             # Every step a recompute step. b / LP(b) is monotone on each linear segment, so
             # its maximum lies on a measured point or at the batch limit.
             cand = np.array([b for b in rec.tokens if b <= max_batch] + [max_batch], dtype=float)
             return float(np.max(cand / rec.many(cand)))
-        # Block pattern: (S - 1) cache steps and one recompute step per block, n requests.
-        block, req_tokens = cache
         cac = self.profile.curve(tp, StepKind.CACHE)
-        n_max = max(1, max_batch // max(req_tokens, 1))
+        n_max = max(1, int(max_batch // max(split.request_tokens, 1.0)))
         n = np.unique(np.linspace(1, n_max, num=min(self.grid, n_max)).round())
-        b, cache_steps = float(block), max(float(spb) - 1.0, 0.0)
-        work = n * (cache_steps * b + req_tokens)
-        time = cache_steps * cac.many(n * b) + rec.many(n * req_tokens)
-        return float(np.max(work / time))
+        return float(np.max(n * split.work / split.seconds(cac, rec, n)))

@@ -48,7 +48,9 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool]:
         default=None,
         help="settings: paper (LLaDA-8B on H100, analytic; ShareGPT lengths as the paper builds them; "
         "high phase at nominal capacity), paper-published (the same, replaying the step law "
-        "calibrated to Fast-dLLM's published LLaDA numbers), embedded (measured profile, the "
+        "calibrated to Fast-dLLM's published LLaDA numbers), block (the same cluster serving the "
+        "block-causal checkpoint's recorded steps as block diffusion, LLaDA-8B's profile in block "
+        "mode), embedded (measured profile, the "
         "trace's own lengths, high phase 0.8); default: paper and embedded, or paper alone with --quick",
     )
     # Every other option is a field of EvalOptions, documented and validated there.

@@ -12,7 +12,7 @@ from functools import cached_property
 from pathlib import Path
 
 from dilaserve import artifacts
-from dilaserve.artifacts import DYNAMICS_LAWS, EMBEDDED_LAW
+from dilaserve.artifacts import BLOCK_LAW, DYNAMICS_LAWS, EMBEDDED_LAW
 from dilaserve.cluster.sim_backend import SimBackendConfig
 from dilaserve.predict.dynamics import StepDynamics
 from dilaserve.predict.quality import ThresholdQuality
@@ -45,6 +45,11 @@ class SettingSpec:
         lengths: the trace experiments' default request lengths (``--lengths``).
         high_load: the trace experiments' default high-phase load (``--high-load``), a
             fraction of nominal capacity.
+        block_causal: the served model's family: block diffusion (one prefill per request,
+            every other step a block step) rather than a bidirectional DLM with the dual cache.
+        slo_law: the step law whose isolated latency at the baselines' threshold defines the
+            SLO: the embedded law's (a what-if on another law then keeps the same SLO), or
+            None for the law the setting replays (a model of another family has its own).
     """
 
     profile: str
@@ -52,6 +57,8 @@ class SettingSpec:
     dynamics: str = "embedded"
     lengths: str = "trace"
     high_load: float = 0.8
+    block_causal: bool = False
+    slo_law: str | None = EMBEDDED_LAW
 
 
 #: The paper's setting: 16 GPUs = 4 nodes x 4, TP {1, 2, 4}, the analytic LLaDA-8B on H100
@@ -62,6 +69,9 @@ SETTINGS = {
     "paper": PAPER,
     # The same, replaying the step law calibrated to Fast-dLLM's published LLaDA numbers.
     "paper-published": replace(PAPER, dynamics="llada-8b-published"),
+    # Block diffusion: the block-causal embedded checkpoint's recorded steps on the same
+    # cluster, with the same 8B-class model's analytic profile in block mode.
+    "block": replace(PAPER, profile="llada-8b-h100-block", dynamics=BLOCK_LAW, block_causal=True, slo_law=None),
     # The embedded model's measured profile (TP 1 and 2 measured) on the same 16 slots.
     "embedded": SettingSpec("measured", (1, 2), "embedded", "trace", 0.8),
 }
@@ -84,7 +94,7 @@ class LawInputs:
         try:
             return loader(self.root)
         except artifacts.MissingArtifactError as e:  # name the law's own asset, not the embedded one's
-            raise artifacts.MissingArtifactError(e.path, f"published_{asset}") from None
+            raise artifacts.MissingArtifactError(e.path, f"published_{asset}", self.name) from None
 
     @cached_property
     def dynamics(self) -> StepDynamics:
@@ -222,6 +232,12 @@ class EvalContext:
         spec = SETTINGS.get(setting if isinstance(setting, str) else setting.name)
         return self.law(self.options.dynamics or (spec.dynamics if spec else EMBEDDED_LAW))
 
+    def slo_law_of(self, setting: ClusterSetting) -> LawInputs:
+        """The step law whose isolated latency defines ``setting``'s SLO (``SettingSpec.slo_law``)."""
+        spec = SETTINGS.get(setting.name)
+        name = spec.slo_law if spec else EMBEDDED_LAW
+        return self.law_of(setting) if name is None else self.law(name)
+
     def lengths_of(self, setting: ClusterSetting) -> str:
         spec = SETTINGS.get(setting.name)
         return self.options.lengths or (spec.lengths if spec else TRACE_LENGTHS)
@@ -253,6 +269,7 @@ class EvalContext:
             artifacts.load_profile(spec.profile, self.options.artifacts),
             ClusterConfig(nodes=4, gpus_per_node=4, tp_degrees=spec.tp_degrees),
             monitor=monitor,
+            block_causal=spec.block_causal,
         )
         return with_dynamics(base, self.law_of(base).dynamics)
 
@@ -271,7 +288,7 @@ class EvalContext:
 
     def simulator(self, setting: ClusterSetting) -> Simulator:
         law = self.law_of(setting)
-        progress = ReplayProgress(law.table, law.quality, seed=self.options.seed)
+        progress = ReplayProgress(law.table, law.quality, seed=self.options.seed, block_causal=setting.block_causal)
         return Simulator(setting, progress, law.predictors, self.sim_config())
 
     def capacity(self, setting: ClusterSetting, prompt_tokens, output_tokens) -> float:

@@ -82,7 +82,10 @@ class ExperimentOutput:
 
 
 def _slo(ctx: EvalContext, setting: ClusterSetting, wl: Workload, scale: float) -> float:
-    return workload_slo(wl, setting.profile, ctx.table, setting.block_length, setting.control.fixed_threshold, scale)
+    """The SLO from the isolated latency of the setting's SLO law, in its family."""
+    table = ctx.slo_law_of(setting).table
+    fixed = setting.control.fixed_threshold
+    return workload_slo(wl, setting.profile, table, setting.block_length, fixed, scale, setting.block_causal)
 
 
 def trace_workload(

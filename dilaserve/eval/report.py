@@ -7,10 +7,10 @@ from pathlib import Path
 
 import polars as pl
 
-from dilaserve.artifacts import EMBEDDED_LAW
+from dilaserve.artifacts import BLOCK_LAW, EMBEDDED_LAW
 from dilaserve.control.step_law import StepLaw
 from dilaserve.eval import plots
-from dilaserve.eval.context import EvalContext
+from dilaserve.eval.context import SETTINGS, EvalContext
 from dilaserve.eval.experiments import ADAPTIVE_POLICIES, STATIC_POLICIES, ExperimentOutput, Run
 from dilaserve.predict.published import LABEL
 from dilaserve.schedule.policies import FIXED_POLICIES
@@ -214,11 +214,21 @@ def _why(law, setting: str) -> str:
     tc = StepLaw.from_replay(law.table, 32).tokens_per_step_at(law.table.thresholds)
     lo, hi_t = min(tc), max(tc)
     acc = ", ".join(f"{r.threshold:g}: {r.accuracy:.3f}" for r in law.quality.fixed)
-    what = "the embedded model's recorded steps" if law.name == EMBEDDED_LAW else f"the {law.name} law, {LABEL}"
+    what = {
+        EMBEDDED_LAW: "the embedded model's recorded steps",
+        BLOCK_LAW: "the block-causal embedded checkpoint's recorded steps",
+    }.get(law.name, f"the {law.name} law, {LABEL}")
+    spec = SETTINGS.get(setting)
+    family = (
+        "as block diffusion every step but a request's one prefill is a block step, so a lower threshold "
+        "removes nearly all of its remaining work. "
+        if spec is not None and spec.block_causal
+        else "with the dual cache a request's recompute steps (one per block) do not shrink with the threshold. "
+    )
     return (
         f"- Why the numbers of **{setting}** differ from the paper's (91.1% vs 61.0% / 70.0%): it replays {what}: "
         f"{tc[lo]:.2f} tokens/step at threshold {lo:g} and {tc[hi_t]:.2f} at {hi_t:g} (x{tc[lo] / tc[hi_t]:.2f}); "
-        "with the dual cache a request's recompute steps (one per block) do not shrink with the threshold. "
+        f"{family}"
         "The analytic H100 roofline is faster than the paper's measured system, so loads are fractions of "
         f"nominal capacity rather than the paper's absolute 20 req/s. Accuracy by threshold: {acc}."
     )

@@ -12,6 +12,15 @@ For a TP-``tp`` instance and ``n`` tokens in the batch, one denoising step costs
 * recompute steps hold ``n / context`` requests, cache steps feed ``n / block`` requests
   (one block each) that attend to ``context`` cached tokens.
 
+**Block mode** (``block_causal=True``, profiles named ``<model>-<gpu>-block``): the same
+model served as block diffusion (docs/architecture.md, "Block diffusion"). A block step is
+a cache-step pass over the fed tokens (one block per request; two where it appends the
+block just finished) whose attention reads the block-causal context, on average the prompt
+and half the answer (``context - answer_tokens / 2``) rather than the whole canvas; the
+prefill is a recompute pass over prompt + finished blocks whose attention is causal across
+blocks (half the square). Weights, efficiencies and the TP calibration are the same, so the
+two modes differ only by what the steps attend to.
+
 ``scaling[tp]`` is the only fitted quantity: how well the sharded matmuls scale beyond the
 ideal ``1/tp`` once kernels shrink. It is solved in closed form so that, at the
 calibration point, TP-2 cuts step latency by 25% and TP-4 by 55% against TP-1 (the
@@ -69,6 +78,8 @@ class RooflineParams:
         allreduce_latency_s: fixed cost of one all-reduce (launch + synchronisation).
         step_overhead_s: per-step host overhead (scheduling, sampling, launch).
         context: tokens per request (prompt + canvas); GSM8K-like default 1020 + 256.
+        answer_tokens: of those, the answer canvas (block mode: a block step attends to the
+            prompt and the finished blocks, on average half the answer).
         block_length: tokens fed per request by a cache step.
         calibration_tokens: recompute-step batch (tokens) at which targets must hold.
         targets: latency at TP-d over TP-1 at the calibration point.
@@ -80,6 +91,7 @@ class RooflineParams:
     allreduce_latency_s: float = 10e-6
     step_overhead_s: float = 2e-3
     context: int = 1276
+    answer_tokens: int = 256
     block_length: int = 32
     calibration_tokens: int = 8 * 1276
     targets: Mapping[int, float] = field(default_factory=lambda: {2: 0.75, 4: 0.45})
@@ -104,13 +116,26 @@ RECOMPUTE_GRID = tuple(int(x) for x in np.geomspace(256, 131072, 19).round())
 CACHE_GRID = tuple(32 * 2**i for i in range(10))  # 32 .. 16384
 
 
-def _roofline_tp1(model: ModelSpec, gpu: GPUSpec, p: RooflineParams, n: float, kind: StepKind) -> float:
-    attn_flops = 4 * model.layers * model.hidden * n * p.context
+def attended_context(p: RooflineParams, kind: StepKind, block_causal: bool) -> float:
+    """Mean tokens one fed token attends to: the whole canvas (bidirectional); in block mode
+    the block-causal context of a block step (prompt + on average half the answer), or half
+    of a prefill's (causal across blocks)."""
+    if not block_causal:
+        return float(p.context)
+    causal = p.context - p.answer_tokens / 2
+    return causal / 2 if kind is StepKind.RECOMPUTE else causal
+
+
+def _roofline_tp1(
+    model: ModelSpec, gpu: GPUSpec, p: RooflineParams, n: float, kind: StepKind, block_causal: bool = False
+) -> float:
+    ctx = attended_context(p, kind, block_causal)
+    attn_flops = 4 * model.layers * model.hidden * n * ctx
     flops = 2 * model.params * n + attn_flops
     if kind is StepKind.RECOMPUTE:
         kv = n * model.kv_bytes_per_token  # every token's K/V written for the cache
     else:
-        kv = (n / p.block_length) * p.context * model.kv_bytes_per_token  # each request reads its context
+        kv = (n / p.block_length) * ctx * model.kv_bytes_per_token  # each request reads its context
     compute = flops / (gpu.peak_flops * p.compute_eff)
     memory = (model.weight_bytes + kv) / (gpu.hbm_bytes_s * p.memory_eff)
     return max(compute, memory)
@@ -124,10 +149,12 @@ def _allreduce(model: ModelSpec, gpu: GPUSpec, p: RooflineParams, n: float, tp: 
     return 2 * model.layers * one  # after attention and after the MLP of every layer
 
 
-def calibrate(model: ModelSpec, gpu: GPUSpec, p: RooflineParams = ROOFLINE) -> dict[int, float]:
+def calibrate(
+    model: ModelSpec, gpu: GPUSpec, p: RooflineParams = ROOFLINE, block_causal: bool = False
+) -> dict[int, float]:
     """``scaling[tp]`` that makes the profile hit ``p.targets`` at the calibration point."""
     n = p.calibration_tokens
-    r1 = _roofline_tp1(model, gpu, p, n, StepKind.RECOMPUTE)
+    r1 = _roofline_tp1(model, gpu, p, n, StepKind.RECOMPUTE, block_causal)
     t1 = r1 + p.step_overhead_s
     scaling = {1: 1.0}
     for tp, target in sorted(p.targets.items()):
@@ -155,28 +182,40 @@ def step_latency(
     kind: StepKind,
     p: RooflineParams = ROOFLINE,
     scaling: Mapping[int, float] | None = None,
+    block_causal: bool = False,
 ) -> float:
-    """Seconds per step of a TP-``tp`` instance with ``n`` tokens in its batch."""
-    s = scaling or calibrate(model, gpu, p)
+    """Seconds per step of a TP-``tp`` instance with ``n`` tokens in its batch (block mode:
+    ``block_causal``)."""
+    s = scaling or calibrate(model, gpu, p, block_causal)
     if tp not in s:
         raise ValueError(f"TP-{tp} is not calibrated (have {sorted(s)}): add a target for it in RooflineParams")
-    return _roofline_tp1(model, gpu, p, n, kind) / (tp * s[tp]) + _allreduce(model, gpu, p, n, tp) + p.step_overhead_s
+    roof = _roofline_tp1(model, gpu, p, n, kind, block_causal)
+    return roof / (tp * s[tp]) + _allreduce(model, gpu, p, n, tp) + p.step_overhead_s
+
+
+#: Suffix of a block-mode profile's name (``llada-8b-h100-block``).
+BLOCK_SUFFIX = "-block"
 
 
 def analytic_profile(
-    model: str, gpu: str, tp_degrees: Sequence[int] = (1, 2, 4, 8), p: RooflineParams = ROOFLINE
+    model: str,
+    gpu: str,
+    tp_degrees: Sequence[int] = (1, 2, 4, 8),
+    p: RooflineParams = ROOFLINE,
+    block_causal: bool = False,
 ) -> LatencyProfile:
-    """The calibrated roofline profile of ``model`` (key of :data:`MODELS`) on ``gpu`` (of :data:`GPUS`)."""
+    """The calibrated roofline profile of ``model`` (key of :data:`MODELS`) on ``gpu`` (of
+    :data:`GPUS`); ``block_causal``: the same model served as block diffusion (block mode)."""
     try:
         m, g = MODELS[model], GPUS[gpu]
     except KeyError:
         raise ValueError(
             f"unknown model {model!r} or GPU {gpu!r}: models {sorted(MODELS)}, GPUs {sorted(GPUS)}"
         ) from None
-    scaling = calibrate(m, g, p)
+    scaling = calibrate(m, g, p, block_causal)
     curves = {
         kind: {
-            tp: StepCurve.from_points((n, step_latency(m, g, tp, n, kind, p, scaling)) for n in grid)
+            tp: StepCurve.from_points((n, step_latency(m, g, tp, n, kind, p, scaling, block_causal)) for n in grid)
             for tp in tp_degrees
         }
         for kind, grid in ((StepKind.RECOMPUTE, RECOMPUTE_GRID), (StepKind.CACHE, CACHE_GRID))
@@ -187,15 +226,22 @@ def analytic_profile(
         "gpu": asdict(g),
         "roofline": {**asdict(replace(p, targets={})), "targets": {str(k): v for k, v in p.targets.items()}},
         "scaling": {str(k): v for k, v in scaling.items()},
+        "block_causal": block_causal,
         "x_axis": {
-            "recompute": "tokens in the batch (requests x context)",
-            "cache": "fed tokens (requests x block_length)",
+            "recompute": "tokens in the batch (block mode: the prefills' prompts and finished blocks)"
+            if block_causal
+            else "tokens in the batch (requests x context)",
+            "cache": "fed tokens (block mode: one block per request, two with an append)"
+            if block_causal
+            else "fed tokens (requests x block_length)",
         },
     }
-    return LatencyProfile(f"{model}-{gpu}", curves[StepKind.RECOMPUTE], curves[StepKind.CACHE], meta)
+    name = f"{model}-{gpu}{BLOCK_SUFFIX if block_causal else ''}"
+    return LatencyProfile(name, curves[StepKind.RECOMPUTE], curves[StepKind.CACHE], meta)
 
 
 def all_analytic_profiles(
     tp_degrees: Sequence[int] = (1, 2, 4, 8), p: RooflineParams = ROOFLINE
 ) -> dict[str, LatencyProfile]:
-    return {f"{m}-{g}": analytic_profile(m, g, tp_degrees, p) for m in MODELS for g in GPUS}
+    profiles = (analytic_profile(m, g, tp_degrees, p, bc) for m in MODELS for g in GPUS for bc in (False, True))
+    return {prof.name: prof for prof in profiles}

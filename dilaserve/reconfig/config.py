@@ -116,6 +116,8 @@ class ReconfigConfig:
             keep it small so slack never outweighs a threshold difference.
         block_length: block length of the served model (0 when caching is off); each block
             costs one recompute step, the rest of its steps are cache steps.
+        block_causal: the served model is block diffusion: a request's one recompute step is
+            its prefill, every other step a block step (:meth:`with_step_law` sets it).
         tiebreak_time_s: time budget of stage 1's second solve (most SLO slack among plans
             with the best average threshold). Its plan replaces the first solve's only when
             it has more slack, so a budget that runs out costs nothing but the tie-break.
@@ -139,6 +141,7 @@ class ReconfigConfig:
     )
     slack_weight: float = 1e-3
     block_length: int = 32
+    block_causal: bool = False
     tiebreak_time_s: float = 3.0
     capacity_headroom: float = 0.1
     launch_time_s: float = 20.0
@@ -185,8 +188,13 @@ class ReconfigConfig:
                 raise ValueError(f"ReconfigConfig.{name}={v} must be >= 0 seconds, or None for the default")
 
     def with_step_law(self, law: StepLaw) -> ReconfigConfig:
-        """This config with ``T_c`` and the block length of ``law``."""
-        return replace(self, tokens_per_step=law.tokens_per_step_at(law.thresholds), block_length=law.block_length)
+        """This config with ``T_c``, the block length and the family of ``law``."""
+        return replace(
+            self,
+            tokens_per_step=law.tokens_per_step_at(law.thresholds),
+            block_length=law.block_length,
+            block_causal=law.block_causal,
+        )
 
     @property
     def lifetime_s(self) -> float:

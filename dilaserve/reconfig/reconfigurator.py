@@ -16,6 +16,7 @@ import numpy as np
 
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.request import TrackedRequest
+from dilaserve.control.step_law import step_split
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConfig
 from dilaserve.reconfig.monitor import RequestClass, WorkloadMonitor
@@ -66,8 +67,18 @@ class Reconfigurator:
         thresholds = tuple(sorted(self.config.tokens_per_step))
         total = sum(k.rate for k in classes)
         mean_tokens = sum(k.rate * k.tokens for k in classes) / total
+        cfg = self.config
+        rec_tokens = fed = None
+        if cfg.block_causal and cfg.block_length > 1:
+            # The prefill runs the prompt and first block; a block step feeds the block plus
+            # the appends' share, at the lowest threshold (fewest steps: the most appends per step).
+            prompt = sum(k.rate * k.prompt_tokens for k in classes) / total
+            gen = max(mean_tokens - prompt, float(cfg.block_length))
+            steps = gen / max(cfg.tokens_per_step.values())
+            split = step_split(steps, prompt, gen, cfg.block_length, block_causal=True)
+            rec_tokens, fed = split.recompute_tokens, split.fed_per_cache_step
         cache, recompute = step_latency_table(
-            self.profile, self.cluster, self.degrees, mean_tokens, self.config.block_length
+            self.profile, self.cluster, self.degrees, mean_tokens, cfg.block_length, rec_tokens, fed
         )
         return CapacityProblem(
             classes=tuple(classes),
@@ -80,6 +91,7 @@ class Reconfigurator:
             slack_weight=self.config.slack_weight,
             recompute_latency=recompute,
             block_length=self.config.block_length,
+            block_causal=self.config.block_causal,
         )
 
     def _stage1(self, pb: CapacityProblem, what: str) -> CapacityPlan | None:

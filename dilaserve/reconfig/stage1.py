@@ -4,10 +4,13 @@ Decides how many TP-d instances each node runs, one batch size per TP degree, an
 request class's steps split across thresholds and TP degrees, maximising the
 request-rate-weighted average threshold per output token (tie-break: SLO slack).
 
-Steps follow the step law: a class-k request decodes O_k / B blocks, and each block takes
-exactly one recompute step (whole canvas) whatever the threshold; only the number of cache
-steps (block only) depends on the threshold split. So the recompute steps of class k are a
-constant R_k = O_k / B, split across TP degrees, and the threshold split moves cache steps.
+Steps follow the step law in the served model's family. Bidirectional (dual cache): a
+class-k request decodes O_k / B blocks, and each block takes exactly one recompute step
+(whole canvas) whatever the threshold; only the number of cache steps (block only) depends
+on the threshold split. Block-causal: every step is a block step (a cache step) except the
+request's one prefill (prompt + first block), a fixed per-request cost. Either way the
+recompute steps of class k are a constant R_k (O_k / B, or 1), split across TP degrees, and
+the threshold split moves cache steps, so the program stays linear.
 
 Variables (k: class, c: threshold, d: TP degree, b: batch size, p: node pattern):
   m[p]     integer  nodes that run pattern p (a multiset of TP degrees fitting one node);
@@ -30,8 +33,9 @@ Constraints:
                        spends one step latency on b request-steps)
   GPUs per node        by construction of the patterns; sum_p m[p] = nodes
 Lc[d,b] and Lr[d,b] are the cache- and recompute-step latencies of a TP-d instance batching
-b requests of the workload's mean size. Without caching every step is priced at Lc (and
-R_k = 0).
+b requests of the workload's mean size (block-causal: Lr is the prefill, and Lc feeds the
+block plus the appends' share at the lowest threshold, the most appends per step). Without
+caching every step is priced at Lc (and R_k = 0).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pulp
 
+from dilaserve.control.step_law import step_split
 from dilaserve.engine.state import StepKind
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.reconfig.config import ClusterConfig
@@ -69,7 +74,9 @@ class CapacityProblem:
         fixed_counts: pin the instance count per TP degree (to score the current
             configuration); nodes may then leave GPUs idle, as a running cluster may.
         recompute_latency: ``Lr[d, b]`` seconds per recompute step; None when caching is off.
-        block_length: tokens per block; each block of a request takes one recompute step.
+        block_length: tokens per block; each block of a request takes one recompute step
+            (bidirectional).
+        block_causal: block diffusion: a request's only recompute step is its prefill.
     """
 
     classes: tuple[RequestClass, ...]
@@ -83,6 +90,7 @@ class CapacityProblem:
     fixed_counts: Mapping[int, int] | None = None
     recompute_latency: LatencyTable | None = None
     block_length: int = 0
+    block_causal: bool = False
 
     def batches(self, d: int) -> list[int]:
         return sorted(b for (dd, b) in self.latency if dd == d)
@@ -96,10 +104,15 @@ class CapacityProblem:
         return self.recompute_latency is not None and self.block_length > 0
 
     def recompute_steps(self) -> np.ndarray:
-        """``R_k``: recompute steps of a class-k request (one per block; 0 without caching)."""
+        """``R_k``: recompute steps of a class-k request (one per block, or the block-causal
+        prefill; 0 without caching)."""
         if not self.cached:
             return np.zeros(len(self.classes))
-        return np.array([k.output_tokens / self.block_length for k in self.classes])
+        split = [
+            step_split(0.0, k.prompt_tokens, k.output_tokens, self.block_length, self.block_causal)
+            for k in self.classes
+        ]
+        return np.array([sp.recompute_steps for sp in split])
 
     def step_costs(self, d: int, b: int) -> tuple[float, float]:
         """(cache-step, recompute-step) seconds of TP-d batching b requests."""
@@ -149,23 +162,29 @@ def step_latency_table(
     degrees: Sequence[int],
     mean_tokens: float,
     block_length: int,
+    recompute_tokens: float | None = None,
+    fed_tokens: float | None = None,
 ) -> tuple[dict[tuple[int, int], float], dict[tuple[int, int], float] | None]:
     """(Lc, Lr): cache- and recompute-step seconds of TP-d batching b requests of
-    ``mean_tokens`` tokens: ``Lc = LP_cache[b B]`` (one block per request) and
-    ``Lr = LP_recompute[b mean_tokens]`` (the whole canvas). Without caching
-    (``block_length <= 1``) every step is a recompute step: ``(Lr, None)``.
+    ``mean_tokens`` tokens: ``Lc = LP_cache[b fed]`` (``fed``: one block per request, or
+    the ``fed_tokens`` of a block-causal step with its appends' share) and ``Lr =
+    LP_recompute[b recompute_tokens]`` (default the whole canvas; a block-causal prefill
+    runs the prompt and first block). Without caching (``block_length <= 1``) every step is
+    a recompute step: ``(Lr, None)``.
 
     Batch sizes that exceed the degree's token limit are left out.
     """
+    rec_tokens = mean_tokens if recompute_tokens is None else recompute_tokens
+    fed = block_length if fed_tokens is None else fed_tokens
     cache: dict[tuple[int, int], float] = {}
     recompute: dict[tuple[int, int], float] = {}
     for d in degrees:
         for b in cluster.batch_options:
             if b * mean_tokens > cluster.max_batch_tokens[d] and b > 1:
                 continue
-            recompute[d, b] = profile.latency(d, b * mean_tokens, StepKind.RECOMPUTE)
+            recompute[d, b] = profile.latency(d, b * rec_tokens, StepKind.RECOMPUTE)
             if block_length > 1:
-                cache[d, b] = profile.latency(d, b * block_length, StepKind.CACHE)
+                cache[d, b] = profile.latency(d, b * fed, StepKind.CACHE)
     return (cache, recompute) if block_length > 1 else (recompute, None)
 
 
@@ -381,7 +400,7 @@ def check_capacity_plan(pb: CapacityProblem, plan: CapacityPlan, tol: float = 1e
         if abs(plan.steps_at[k].sum() - plan.steps_on[k].sum()) > tol * scale:
             bad.append(f"class {k}: steps by threshold and by TP degree differ")
         if abs(plan.recompute_on[k].sum() - R[k]) > tol * scale:
-            bad.append(f"class {k}: {plan.recompute_on[k].sum():.4f} recompute steps, one per block is {R[k]:.4f}")
+            bad.append(f"class {k}: {plan.recompute_on[k].sum():.4f} recompute steps, the step law's are {R[k]:.4f}")
         if lat[k] > cls.slo_s * (1 + tol) + tol:
             bad.append(f"class {k}: latency {lat[k]:.4f}s > SLO {cls.slo_s}s")
     for d, (load, cap) in load_and_capacity(pb, plan).items():

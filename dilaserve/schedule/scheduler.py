@@ -36,6 +36,7 @@ from dilaserve.schedule.dispatch import dispatch_policies
 from dilaserve.schedule.events import Event, ReconfigTick, RequestArrived, RequestOutcome
 from dilaserve.schedule.filters import instance_filters
 from dilaserve.schedule.migration import migration_policies
+from dilaserve.schedule.migration.cost import move_pays
 from dilaserve.schedule.migration_points import migration_points
 from dilaserve.schedule.observer import SchedulerObserver
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
@@ -309,6 +310,18 @@ class GlobalScheduler:
             dst = self.migration.propose(req, src, self.pool, mask)
         if dst is None:
             return
+        pool = self.pool
+        if (
+            not pool.draining[src]
+            and self.migration_point.priced(req)
+            and not move_pays(
+                self.profile,
+                req,
+                (int(pool.tp[src]), int(pool.n_reqs[src])),
+                (int(pool.tp[dst]), int(pool.n_reqs[dst])),
+            )
+        ):
+            return  # the rebuild on the destination would cost more than the move saves
         self.pool.unassign(src, req.request_id, req.tokens)
         self.pool.assign(dst, req.request_id, req.tokens)
         st = req.state

@@ -70,10 +70,13 @@ class ReplayProgress(ProgressModel):
         "the thresholds its steps used, later steps weighing more when they varied (fitted on rollouts)"
     )
 
-    def __init__(self, table: ReplayTable, quality: ThresholdQuality, seed: int = 0):
+    def __init__(self, table: ReplayTable, quality: ThresholdQuality, seed: int = 0, block_causal: bool = False):
         super().__init__(table)
         self.quality_table = quality
         self.seed = seed
+        #: Replay block-diffusion requests (one prefill, an exact cache kept across blocks);
+        #: their step kinds follow ``RequestState.next_kind`` as in the engine.
+        self.block_causal = block_causal
         self._rngs: dict[str, random.Random] = {}
         self._fill = np.full(1024, FILL_ID, dtype=np.int64)
 
@@ -94,6 +97,7 @@ class ReplayProgress(ProgressModel):
             MASK_ID,
             EOS_ID,
             use_cache=True,
+            block_causal=self.block_causal,
         )
 
     def step(self, batch: Sequence[StepAssignment]) -> None:

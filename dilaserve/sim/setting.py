@@ -44,6 +44,9 @@ class ClusterSetting:
     initial_tp: every policy starts from a static cluster of this TP degree (the
         baselines stay on it).
     block_length: denoising block length of the served model.
+    block_causal: the served model's family: False for a bidirectional DLM with the dual
+        cache, True for block diffusion (a prefill per request, no recompute steps per
+        block); the step law, the replayed requests and every cost formula follow it.
     """
 
     name: str
@@ -54,6 +57,7 @@ class ClusterSetting:
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     initial_tp: int = 1
     block_length: int = 32
+    block_causal: bool = False
 
     def __post_init__(self) -> None:
         missing = [d for d in self.cluster.tp_degrees if not self.profile.has(d)]
@@ -74,6 +78,7 @@ def with_dynamics(setting: ClusterSetting, dynamics: StepDynamics) -> ClusterSet
     load control's capacity and the reconfigurator's ``T_c``."""
     # The exact expected steps per block of the replayed Markov chain (the simulator replays the same pools).
     law = StepLaw.from_dynamics(dynamics, setting.block_length, setting.control.thresholds)
+    law = law.with_family(setting.block_causal)
     return replace(
         setting, control=replace(setting.control, step_law=law), reconfig=setting.reconfig.with_step_law(law)
     )

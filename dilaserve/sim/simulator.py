@@ -104,6 +104,13 @@ class Simulator:
         predictors: Predictors = Predictors(),
         config: SimConfig = SimConfig(),
     ):
+        family = getattr(progress, "block_causal", None)  # the replay knows it; the model's engine decides
+        if family is not None and family != setting.block_causal:
+            raise ValueError(
+                f"setting {setting.name!r} serves a {'block-causal' if setting.block_causal else 'bidirectional'} "
+                f"model but the progress model replays {'block-causal' if family else 'bidirectional'} requests: "
+                "build ReplayProgress(..., block_causal=setting.block_causal)"
+            )
         self.setting, self.progress, self.predictors, self.config = setting, progress, predictors, config
 
     def _predictor(self, policy: SchedulerPolicy, live: dict) -> StepPredictor | None:

@@ -94,22 +94,26 @@ class AnalyticProfileConfig(dg.Config):
     tp_degrees: list[int] = Field(
         default_factory=lambda: [1, 2, 4, 8], description="TP degrees (1, 2, 4, 8 calibrated)"
     )
+    block_mode: bool = Field(True, description="also write each model's block-diffusion profile (<model>-<gpu>-block)")
 
 
 @dg.asset(group_name="profiles")
 def analytic_profiles(
     context: dg.AssetExecutionContext, config: AnalyticProfileConfig, artifacts: ArtifactsResource
 ) -> dict:
-    """Calibrated roofline profiles of real checkpoints on real GPUs, one file per (model, GPU)."""
+    """Calibrated roofline profiles of real checkpoints on real GPUs, one file per (model, GPU),
+    and per mode (bidirectional with the dual cache; block diffusion, ``-block``)."""
     paths = artifacts.paths()
     profiles = {}
+    modes = (False, True) if config.block_mode else (False,)
     for m in config.models:
         for g in config.gpus:
-            prof = analytic_profile(m, g, config.tp_degrees)
-            path = paths.analytic_profile(prof.name)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            prof.save(path)
-            profiles[prof.name] = prof
+            for block_causal in modes:
+                prof = analytic_profile(m, g, config.tp_degrees, block_causal=block_causal)
+                path = paths.analytic_profile(prof.name)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                prof.save(path)
+                profiles[prof.name] = prof
     plot = latency_profile_plot(profiles, paths.profiles_dir / "analytic" / "analytic.png")
     n = ROOFLINE.calibration_tokens
     ratios = {name: {f"tp{d}": p.latency(d, n) / p.latency(1, n) for d in p.tp_degrees} for name, p in profiles.items()}

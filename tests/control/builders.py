@@ -22,9 +22,17 @@ def make_request(
     priority: int = 0,
     use_cache: bool = True,
     min_threshold: float = 0.0,
+    block_causal: bool = False,
 ) -> TrackedRequest:
     st = RequestState(
-        rid, np.full(prompt, 5), gen_length=gen, block_length=block, mask_id=MASK, eos_id=EOS, use_cache=use_cache
+        rid,
+        np.full(prompt, 5),
+        gen_length=gen,
+        block_length=block,
+        mask_id=MASK,
+        eos_id=EOS,
+        use_cache=use_cache,
+        block_causal=block_causal,
     )
     return TrackedRequest(st, arrival=arrival, deadline=arrival + slo, priority=priority, min_threshold=min_threshold)
 

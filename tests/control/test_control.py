@@ -18,6 +18,7 @@ from dilaserve.control import (
     walk_thresholds,
 )
 from dilaserve.control.load import split_cost_one
+from dilaserve.control.step_law import StepLaw
 from dilaserve.predict.base import OneShotPredictor, StepPredictor
 from dilaserve.profile.types import LatencyProfile, StepCurve
 from tests.control.builders import commit, make_request
@@ -118,7 +119,8 @@ def test_instance_capacity_hand_case():
     assert CapacityModel(p).throughput(1, 1000) == pytest.approx(500)
     assert CapacityModel(p).throughput(1, 550) == pytest.approx(550 / 1.5)
     # cache pattern, B = 2, one request of 100 tokens: work 1*2 + 100, time LP(2) + LP(100) = 2
-    assert CapacityModel(p).throughput(1, 100, cache=(2, 100)) == pytest.approx(102 / 2.0)
+    split = StepLaw.one_token_per_step(2).split(0.9, prompt_tokens=98, gen_tokens=2)
+    assert CapacityModel(p).throughput(1, 100, split) == pytest.approx(102 / 2.0)
 
 
 # ------------------------------------------------------------------ load control

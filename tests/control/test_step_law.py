@@ -53,9 +53,11 @@ def test_capacity_prices_a_block_as_s_minus_one_cache_steps_and_one_recompute():
     p = LatencyProfile("flat", {1: StepCurve((1.0,), (1.0,))}, {1: StepCurve((1.0,), (1.0,))})
     m = CapacityModel(p)
     # S = 8: work 7 x 32 + 1000 = 1224 token-steps in 7 + 1 = 8 s.
-    assert m.throughput(1, 1000, cache=(32, 1000), steps_per_block=8.0) == pytest.approx(1224 / 8)
+    law = StepLaw.from_tokens_per_step({0.9: 4.0}, 32)
+    assert m.throughput(1, 1000, law.split(0.9, 968, 32)) == pytest.approx(1224 / 8)
     # The paper's pattern (one token per step): 31 x 32 + 1000 in 32 s.
-    assert m.throughput(1, 1000, cache=(32, 1000)) == pytest.approx((31 * 32 + 1000) / 32)
+    paper = StepLaw.one_token_per_step(32).split(0.9, 968, 32)
+    assert m.throughput(1, 1000, paper) == pytest.approx((31 * 32 + 1000) / 32)
 
 
 def test_with_dynamics_puts_the_step_law_in_control_and_reconfig():

@@ -69,3 +69,22 @@ def test_dev_silences_only_dagsters_dg_dev_notice():
         supersession_warning("Function `dev_command`", "Use 'dg dev' instead.")
         supersession_warning("Function `other_command`")
     assert flag == "-W" and [str(w.message).split(" is ")[0] for w in caught] == ["Function `other_command`"]
+
+
+def test_a_law_with_its_own_checkpoint_is_a_configured_run_of_the_same_assets(monkeypatch):
+    import json
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    from dilaserve.artifacts import BLOCK_LAW, LAW_CHECKPOINTS, law_root
+    from pipelines.__main__ import LAW_ASSETS, dagster_home
+
+    args = command(["materialize", "--law", BLOCK_LAW])
+    assert args[args.index("--select") + 1] == ",".join(f"*{a}" for a in LAW_ASSETS)
+    cfg = json.loads(args[args.index("--config-json") + 1])["resources"]
+    assert cfg["model"]["config"]["checkpoint"].endswith(LAW_CHECKPOINTS[BLOCK_LAW])
+    assert cfg["artifacts"]["config"]["root"].endswith(str(law_root(BLOCK_LAW).relative_to(law_root("embedded"))))
+    # named assets narrow it; its own Dagster home keeps the two models' stored outputs apart
+    assert command(["materialize", "--law", BLOCK_LAW, "rollouts"])[5] == "*rollouts"
+    assert dagster_home(["materialize", "--law", BLOCK_LAW]).name == BLOCK_LAW
+    with pytest.raises(SystemExit, match="no checkpoint of its own"):
+        command(["materialize", "--law", "llada-8b-published"])

@@ -58,3 +58,17 @@ def test_unreachable_target_is_a_clear_error():
 def test_unknown_model_names_the_choices():
     with pytest.raises(ValueError, match="llada-8b"):
         analytic_profile("gpt-9", "h100")
+
+
+@pytest.mark.parametrize("model,gpu", PAIRS)
+def test_block_mode_keeps_the_calibration_and_attends_to_less(model, gpu):
+    bi, bc = analytic_profile(model, gpu), analytic_profile(model, gpu, block_causal=True)
+    assert bc.name == f"{model}-{gpu}-block" and bc.meta["block_causal"]
+    n = ROOFLINE.calibration_tokens
+    for tp, target in ROOFLINE.targets.items():
+        assert bc.latency(tp, n) / bc.latency(1, n) == pytest.approx(target, abs=0.01)
+    # a block step reads the prompt and the finished blocks, not the whole canvas; a prefill
+    # attends causally across blocks: neither costs more than its bidirectional counterpart
+    for tokens in (32, 1024, 8192):
+        assert bc.latency(1, tokens, StepKind.CACHE) <= bi.latency(1, tokens, StepKind.CACHE)
+    assert bc.latency(1, n) <= bi.latency(1, n)

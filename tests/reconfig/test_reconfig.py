@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 from dilaserve.cluster.base import InstanceReady, InstanceSpec, InstanceStopped, StepFinished
+from dilaserve.engine.state import StepKind
 from dilaserve.predict.base import OneShotPredictor
 from dilaserve.reconfig import (
     CapacityProblem,
@@ -27,7 +28,7 @@ from dilaserve.reconfig import (
     solve_placement,
     static_layout,
 )
-from dilaserve.reconfig.stage1 import node_patterns
+from dilaserve.reconfig.stage1 import capacity_rps, node_patterns
 from dilaserve.schedule import GlobalScheduler, ReconfigTick, RequestArrived
 from tests.control.builders import default_profile, linear_profile, make_request
 from tests.schedule.fake_backend import RecordingBackend
@@ -270,3 +271,32 @@ def test_solving_prints_nothing_on_stdout():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "optimal 2\n"
+
+
+# ------------------------------------------------------------------ block diffusion
+def test_stage1_block_causal_prefill_is_the_only_fixed_step():
+    classes = [RequestClass((0, 0), 1.0, 100.0, 96.0, 10.0)]
+    lat = {(1, b): 0.02 for b in (1, 4, 16)}
+    rec = {(1, b): 0.05 for b in (1, 4, 16)}
+    bi = problem(classes, degrees=(1,), latency=lat, recompute_latency=rec, block_length=32)
+    bc = problem(classes, degrees=(1,), latency=lat, recompute_latency=rec, block_length=32, block_causal=True)
+    assert bi.recompute_steps().tolist() == [3.0]  # one per block of 96 tokens
+    assert bc.recompute_steps().tolist() == [1.0]  # the prefill alone
+    plan = solve_capacity(bc, time_limit_s=5.0)
+    assert plan is not None and not check_capacity_plan(bc, plan)
+    assert plan.recompute_on.sum() == pytest.approx(1.0)
+    # at 0.9 (1.25 tokens per step) a request takes 76.8 steps: 75.8 block steps and the prefill
+    steps = 96 / 1.25
+    assert capacity_rps(bc, {1: 8}, 0.9) == pytest.approx(8 * 16 / ((steps - 1) * 0.02 + 0.05))
+
+
+def test_reconfigurator_prices_the_block_causal_prefill_and_appends():
+    profile = linear_profile({1: 1e-4})
+    cfg = ReconfigConfig(tokens_per_step={0.5: 4.0, 0.9: 2.0}, block_length=32, block_causal=True)
+    rc = Reconfigurator(ClusterConfig(nodes=1, gpus_per_node=1, tp_degrees=(1,)), profile, cfg)
+    pb = rc.problem([RequestClass((0, 0), 1.0, 100.0, 96.0, 10.0)])
+    assert pb.block_causal and pb.recompute_steps().tolist() == [1.0]
+    # the prefill runs prompt + first block; a block step feeds the block plus the appends'
+    # share at the lowest threshold (2 appends over 96 / 4 - 1 = 23 cache steps)
+    assert pb.recompute_latency[1, 1] == pytest.approx(profile.latency(1, 132))
+    assert pb.latency[1, 1] == pytest.approx(profile.latency(1, 32 + 64 / 23, StepKind.CACHE))

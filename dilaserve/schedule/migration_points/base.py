@@ -12,5 +12,10 @@ class MigrationPoint(abc.ABC):
     @abc.abstractmethod
     def allows(self, req: TrackedRequest) -> bool: ...
 
+    def priced(self, req: TrackedRequest) -> bool:
+        """Whether a move allowed here drops a cache the destination must rebuild at a cost
+        the move has to repay (:func:`~dilaserve.schedule.migration.cost.move_pays`)."""
+        return False
+
 
 migration_points: Registry[type[MigrationPoint]] = Registry("migration point")
