@@ -76,7 +76,8 @@ def check_block_length(model_block: int | None, block_length: int) -> None:
     if model_block is not None and block_length != model_block:
         raise ValueError(
             f"block_length {block_length} does not match this block-diffusion model, which was trained "
-            f"to denoise blocks of {model_block} tokens: pass block_length={model_block}"
+            f"to denoise blocks of {model_block} tokens: use block length {model_block} "
+            f"(the server's --block-length {model_block})"
         )
 
 

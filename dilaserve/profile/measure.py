@@ -95,6 +95,10 @@ def _measure_rank(rank: int, world_size: int, checkpoint: str, device: str, cfg:
         torch.set_num_threads(threads)
 
 
+def _block_causal(model) -> bool:
+    return bool(getattr(model.config, "block_causal", False)) and not isinstance(model, NativeDiffusionLM)
+
+
 def _measure_steps(model, rank: int, device: str, cfg: MeasureConfig) -> dict:
     dev = rank_device(device, rank)
     vocab = model.config.vocab_size
@@ -124,7 +128,12 @@ def _measure_steps(model, rank: int, device: str, cfg: MeasureConfig) -> dict:
         ids = torch.randint(3, vocab, (b, Lb), generator=gen).to(dev)
         pos = torch.arange(S - Lb, S).expand(b, Lb).to(dev)
         ones = torch.ones(b, Lb, dtype=torch.bool, device=dev)
-        step = lambda: model(ids, attention_mask=ones, position_ids=pos, past_kv=past, past_mask=past_mask.to(dev))  # noqa: E731
+        # A block-causal cache step counts each key's block from the prompt's end: it needs
+        # the prompt length (the recompute pass's, so the block sees the prompt and earlier blocks).
+        block_kw = {"prompt_lengths": torch.full((b,), S // 4, device=dev)} if _block_causal(model) else {}
+        step = lambda: model(  # noqa: E731
+            ids, attention_mask=ones, position_ids=pos, past_kv=past, past_mask=past_mask.to(dev), **block_kw
+        )
         cache.append((n, _timed(step, cfg.repeats, dev)))
     return {"recompute": rec, "cache": cache}
 

@@ -1,0 +1,84 @@
+"""Serving a block-diffusion checkpoint: two instances, and a request that migrates mid-answer."""
+
+import threading
+
+import httpx
+import pytest
+import torch
+
+from dilaserve.engine import DenoisingEngine
+from dilaserve.model import DiLaConfig, DiLaForMaskedDiffusion
+from dilaserve.model.tokenizer import build_tokenizer
+from tests.serve.server import LiveServer
+from tests.serve.test_faults import instances, wait_until
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def bd_folder(tmp_path_factory):
+    path = tmp_path_factory.mktemp("serve-dila-bd")
+    tok = build_tokenizer()
+    torch.manual_seed(3)
+    cfg = DiLaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_layers=2,
+        num_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=256,
+        mask_token_id=tok.mask_token_id,
+        pad_token_id=tok.pad_token_id,
+        eos_token_id=tok.eos_token_id,
+        block_causal=True,
+        block_length=32,
+    )
+    DiLaForMaskedDiffusion(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_a_block_causal_request_migrates_mid_answer_and_decodes_as_alone(ray_cluster, bd_folder):
+    # migration at any step: a block-causal request has no recompute step after its prefill
+    server = LiveServer(
+        model=str(bd_folder), policy="dilaserve-paper-migrate-any-step", reconfig_interval_s=0, default_slo_ms=300000
+    ).start()
+    try:
+        rt = server.runtime
+        assert rt.info.block_causal and wait_until(lambda: len(instances(server)) == 2, 180)
+        prompt, out = "list : c a f", {}
+        body = {"model": rt.model_name, "prompt": prompt, "max_tokens": 96}
+        thread = threading.Thread(
+            target=lambda: out.update(r=httpx.post(server.url + "/v1/completions", json=body, timeout=300))
+        )
+        thread.start()
+
+        def stepped() -> bool:
+            return server.on_loop(
+                lambda: any(h.last_state and h.last_state.steps_done >= 2 for h in rt.handles.values())
+            )
+
+        assert wait_until(stepped, 120)
+        # drain the request's instance: its next step moves it to the other one
+        server.on_loop(
+            lambda: [
+                rt.scheduler.pool.set_draining(rt.scheduler.pool.ids.index(h.instances[-1]))
+                for h in rt.handles.values()
+            ]
+        )
+        thread.join(timeout=300)
+        r = out["r"]
+        assert r.status_code == 200, r.text
+        info = r.json()["dilaserve"]
+        assert len(set(info["instances"])) == 2, info["instances"]
+        # the destination rebuilt the cache by one prefill and continued as one local decode does
+        engine = DenoisingEngine.from_pretrained(bd_folder)
+        st = engine.new_request(prompt, 96, max_tokens=96)
+        for thr in info["thresholds"]:
+            engine.step([st], [thr])
+        assert st.finished and st.block_causal
+        assert r.json()["choices"][0]["text"] == engine.tokenizer.decode(
+            st.answer_ids().tolist(), skip_special_tokens=True
+        )
+    finally:
+        server.stop()
