@@ -27,6 +27,7 @@ import torch
 
 from dilaserve.model.adapters import DiffusionLM, load_diffusion_lm
 
+from .cache_blob import cache_from_bytes, cache_to_bytes
 from .state import RequestState, StepKind, conf_statistics, new_request
 from .unmask import select_commits
 
@@ -166,10 +167,12 @@ class DenoisingEngine:
             block_causal=self.lm.block_causal,
         )
 
-    def restore(self, blob: bytes) -> RequestState:
-        """Adopt a migrated request: its next step rebuilds the cache (for a block-causal
-        request, one prefill of the prompt, the finished blocks and the current block;
-        docs/architecture.md, "Block-diffusion models", prices this against shipping it)."""
+    def restore(self, blob: bytes, cache: bytes | None = None) -> RequestState:
+        """Adopt a migrated request. A block-causal request's ``cache`` (from
+        :meth:`export_cache` on the source) lets it go on with a cache step; without it, or for
+        a bidirectional request, the next step rebuilds the cache (block-causal: one prefill of
+        the prompt, the finished blocks and the current block). docs/architecture.md,
+        "Block-diffusion models", prices the two."""
         state = RequestState.from_bytes(blob)
         if state.block_causal != self.lm.block_causal:
             raise ValueError(
@@ -178,7 +181,24 @@ class DenoisingEngine:
                 "of the same checkpoint"
             )
         state.block_cached = False
+        if cache is not None:
+            self.import_cache(state.request_id, cache)
         return state
+
+    def export_cache(self, request_id: str) -> bytes | None:
+        """A block-causal request's exact cache as bytes, to ship with a migration (None: no
+        cache here, or a bidirectional model, whose approximate cache is rebuilt instead)."""
+        kv = self._kv.get(request_id)
+        return None if kv is None or not self.lm.block_causal else cache_to_bytes(kv)
+
+    def import_cache(self, request_id: str, blob: bytes | None) -> bool:
+        """Adopt a shipped block-causal cache unless the request already has one here. The
+        next step uses it if it holds exactly the blocks the request's state says are done
+        (the prefix of a block-causal request never changes, so such a cache is exact)."""
+        if blob is None or not self.lm.block_causal or request_id in self._kv:
+            return False
+        self._kv[request_id] = cache_from_bytes(blob, self.lm.device)
+        return True
 
     def release(self, request_id: str) -> None:
         """Drop a request's cache (finished, cancelled or migrated away)."""
@@ -188,13 +208,19 @@ class DenoisingEngine:
         return request_id in self._kv
 
     def _cache_ready(self, st: RequestState) -> bool:
-        """Whether ``st``'s next step can be a cache step on this engine. A block-causal cache
-        must also hold exactly the prompt and the blocks the state says are cached: one left
-        behind by an earlier visit of a request that migrated away and back is stale."""
+        """Whether ``st``'s next step can be a cache step on this engine.
+
+        A block-causal cache is exact and its prefix never changes, so it serves whenever it
+        holds exactly the prompt and the blocks the state says are done, whatever
+        ``block_cached`` says (a migration clears it; a shipped cache makes it moot). One of
+        another length (left by an earlier visit of a request that moved away and back) waits
+        for the prefill to replace it."""
         kv = self._kv.get(st.request_id)
-        if not (st.use_cache and st.block_cached and kv is not None):
+        if not st.use_cache or kv is None:
             return False
-        return not st.block_causal or kv.shape[3] == cached_prefix(st)
+        if st.block_causal:
+            return kv.shape[3] == cached_prefix(st)
+        return st.block_cached
 
     def decode(self, state: RequestState) -> str:
         return " ".join(self.tokenizer.convert_ids_to_tokens(state.answer_ids().tolist()))

@@ -161,7 +161,14 @@ class ServingRuntime(SchedulerObserver):
         self.predictor_name = predictor.name if self.policy.selection != "fixed" else "none (fixed threshold)"
         self.profile_name = inputs.profile.name
         self.backend = RayBackend(
-            RayBackendConfig(cfg.model, cfg.device, cfg.torch_threads, launch_timeout_s=cfg.startup_timeout_s)
+            RayBackendConfig(
+                cfg.model,
+                cfg.device,
+                cfg.torch_threads,
+                launch_timeout_s=cfg.startup_timeout_s,
+                # a block-causal cache is exact and cheaper to ship than to rebuild (measured)
+                ship_caches=self.info.block_causal,
+            )
         )
         self.backend.on_failure = self._on_instance_failure
         self.backend.on_step_time = lambda spec, s: self.metrics.step_latency.labels(str(spec.tp)).observe(s)

@@ -130,25 +130,43 @@ def test_cache_steps_give_the_logits_of_a_full_block_causal_forward(bd_engine, m
     assert seen["steps"] == sum(s.steps_done for s in states) and seen["appends"] >= 2
 
 
+@pytest.mark.parametrize("ship", [False, True])
 @pytest.mark.parametrize("cut", [3, BLOCK, BLOCK + 1])
-def test_migrated_request_continues_identically(bd_checkpoint, bd_engine, cut):
-    """``cut`` steps on one engine, the rest on another; a one-token-per-step request is
-    at step ``BLOCK`` just past its first block, with the append still pending."""
+def test_migrated_request_continues_identically(bd_checkpoint, bd_engine, cut, ship):
+    """``cut`` steps on one engine, the rest on another, with the cache shipped or rebuilt;
+    a one-token-per-step request is at step ``BLOCK`` just past its first block, with the
+    append still pending."""
     reference = bd_engine.new_request("pairs : x y", 3 * BLOCK, BLOCK)
     _decode_staggered(bd_engine, [reference], [1.0], [0])
     moved = bd_engine.new_request("pairs : x y", 3 * BLOCK, BLOCK)
     for _ in range(cut):
         bd_engine.step([moved], [1.0])
     assert moved.append_pending == (cut == BLOCK)
-    blob = moved.to_bytes()
+    blob, cache = moved.to_bytes(), bd_engine.export_cache(moved.request_id) if ship else None
     bd_engine.release(moved.request_id)
     other = DenoisingEngine(load_diffusion_lm(bd_checkpoint))
-    moved = other.restore(blob)
+    moved = other.restore(blob, cache)
     first = other.step([moved], [1.0])[0]
-    assert first.kind is StepKind.RECOMPUTE  # one prefill rebuilds prompt + finished blocks
+    # shipped: the cache goes on as it was; rebuilt: one prefill of prompt + finished blocks
+    assert first.kind is (StepKind.CACHE if ship else StepKind.RECOMPUTE)
     _decode_staggered(other, [moved], [1.0], [0])
     assert moved.response.tolist() == reference.response.tolist()
-    assert moved.steps_done == reference.steps_done and moved.recompute_steps_done == 2
+    assert moved.steps_done == reference.steps_done and moved.recompute_steps_done == (1 if ship else 2)
+
+
+def test_a_cache_of_other_blocks_is_replaced_by_a_prefill(bd_engine):
+    st = bd_engine.new_request("list : a b c", 3 * BLOCK, BLOCK)
+    bd_engine.step([st], [1.0])
+    old = bd_engine.export_cache(st.request_id)  # the prompt only
+    while st.block_index == 0:
+        bd_engine.step([st], [1.0])
+    bd_engine.step([st], [1.0])  # appends block 0
+    bd_engine.release(st.request_id)
+    assert bd_engine.import_cache(st.request_id, old)  # e.g. left from an earlier visit
+    assert not bd_engine.import_cache(st.request_id, old)  # a cache already here is kept
+    assert bd_engine.step([st], [1.0])[0].kind is StepKind.RECOMPUTE
+    assert bd_engine._kv[st.request_id].shape[3] == st.prompt_len + BLOCK
+    bd_engine.release(st.request_id)
 
 
 def test_a_bidirectional_request_is_refused_by_a_block_causal_engine(bd_engine, tiny_engine):

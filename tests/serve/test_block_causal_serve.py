@@ -1,4 +1,5 @@
-"""Serving a block-diffusion checkpoint: two instances, and a request that migrates mid-answer."""
+"""Serving a block-diffusion checkpoint: two instances, and a request that migrates mid-answer
+with its cache."""
 
 import threading
 
@@ -38,7 +39,7 @@ def bd_folder(tmp_path_factory):
     return path
 
 
-def test_a_block_causal_request_migrates_mid_answer_and_decodes_as_alone(ray_cluster, bd_folder):
+def test_a_block_causal_request_migrates_mid_answer_with_its_cache_and_decodes_as_alone(ray_cluster, bd_folder):
     # migration at any step: a block-causal request has no recompute step after its prefill
     server = LiveServer(
         model=str(bd_folder), policy="dilaserve-paper-migrate-any-step", reconfig_interval_s=0, default_slo_ms=300000
@@ -59,6 +60,7 @@ def test_a_block_causal_request_migrates_mid_answer_and_decodes_as_alone(ray_clu
             )
 
         assert wait_until(stepped, 120)
+        (handle,) = server.on_loop(lambda: list(rt.handles.values()))
         # drain the request's instance: its next step moves it to the other one
         server.on_loop(
             lambda: [
@@ -71,7 +73,9 @@ def test_a_block_causal_request_migrates_mid_answer_and_decodes_as_alone(ray_clu
         assert r.status_code == 200, r.text
         info = r.json()["dilaserve"]
         assert len(set(info["instances"])) == 2, info["instances"]
-        # the destination rebuilt the cache by one prefill and continued as one local decode does
+        # the cache was shipped: the prefill on the first instance was the only recompute step
+        assert handle.last_state.finished and handle.last_state.recompute_steps_done == 1
+        # and the destination continued as one local decode does
         engine = DenoisingEngine.from_pretrained(bd_folder)
         st = engine.new_request(prompt, 96, max_tokens=96)
         for thr in info["thresholds"]:
