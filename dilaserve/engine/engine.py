@@ -32,6 +32,8 @@ from .state import RequestState, StepKind, conf_statistics, new_request
 from .unmask import select_commits
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "data" / "models" / "dila-tiny"
+#: Block length of requests to a bidirectional model unless they say otherwise.
+DEFAULT_BLOCK_LENGTH = 32
 
 
 @dataclass
@@ -140,7 +142,7 @@ class DenoisingEngine:
         self,
         prompt: str | Sequence[int],
         gen_length: int,
-        block_length: int = 32,
+        block_length: int | None = None,
         use_cache: bool = True,
         request_id: str | None = None,
         max_tokens: int | None = None,
@@ -148,8 +150,10 @@ class DenoisingEngine:
         """Validate and build a request (raises ``ValueError`` with a fix on bad input).
 
         ``gen_length`` is the canvas, an upper bound: the answer ends at the model's EOS.
-        ``max_tokens`` caps the answer inside it (None: the whole canvas).
+        ``max_tokens`` caps the answer inside it (None: the whole canvas). ``block_length``
+        defaults to a block-diffusion model's own, else 32.
         """
+        block_length = block_length or self.lm.block_length or DEFAULT_BLOCK_LENGTH
         ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
             raise ValueError("the prompt is empty: send at least one token")
@@ -396,7 +400,7 @@ class DenoisingEngine:
         prompts: Sequence[str | Sequence[int]],
         threshold: float = 0.9,
         gen_length: int | Sequence[int] = 64,
-        block_length: int = 32,
+        block_length: int | None = None,
         use_cache: bool = True,
         sequential: bool = False,
     ) -> list[Generation]:

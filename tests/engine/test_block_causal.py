@@ -7,11 +7,10 @@ import pytest
 import torch
 
 from dilaserve.engine import DenoisingEngine, StepKind
-from dilaserve.model import DiLaConfig, DiLaForMaskedDiffusion
 from dilaserve.model.adapters import load_diffusion_lm
-from dilaserve.model.tokenizer import build_tokenizer
+from tests.conftest import TINY_BD_BLOCK
 
-BLOCK = 8
+BLOCK = TINY_BD_BLOCK
 #: prompt, canvas, threshold, step at which the request joins the batch
 REQUESTS = [
     ("list : a b c", 3 * BLOCK, 0.9, 0),
@@ -21,32 +20,8 @@ REQUESTS = [
 
 
 @pytest.fixture(scope="module")
-def bd_checkpoint(tmp_path_factory):
-    """A random block-causal checkpoint with short blocks, so a request crosses several."""
-    path = tmp_path_factory.mktemp("tiny-dila-bd")
-    tok = build_tokenizer()
-    torch.manual_seed(1)
-    cfg = DiLaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_layers=2,
-        num_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-        mask_token_id=tok.mask_token_id,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        block_causal=True,
-        block_length=BLOCK,
-    )
-    DiLaForMaskedDiffusion(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def bd_engine(bd_checkpoint):
-    return DenoisingEngine(load_diffusion_lm(bd_checkpoint))
+def bd_engine(tiny_bd_checkpoint):
+    return DenoisingEngine(load_diffusion_lm(tiny_bd_checkpoint))
 
 
 def _states(engine):
@@ -132,7 +107,7 @@ def test_cache_steps_give_the_logits_of_a_full_block_causal_forward(bd_engine, m
 
 @pytest.mark.parametrize("ship", [False, True])
 @pytest.mark.parametrize("cut", [3, BLOCK, BLOCK + 1])
-def test_migrated_request_continues_identically(bd_checkpoint, bd_engine, cut, ship):
+def test_migrated_request_continues_identically(tiny_bd_checkpoint, bd_engine, cut, ship):
     """``cut`` steps on one engine, the rest on another, with the cache shipped or rebuilt;
     a one-token-per-step request is at step ``BLOCK`` just past its first block, with the
     append still pending."""
@@ -144,7 +119,7 @@ def test_migrated_request_continues_identically(bd_checkpoint, bd_engine, cut, s
     assert moved.append_pending == (cut == BLOCK)
     blob, cache = moved.to_bytes(), bd_engine.export_cache(moved.request_id) if ship else None
     bd_engine.release(moved.request_id)
-    other = DenoisingEngine(load_diffusion_lm(bd_checkpoint))
+    other = DenoisingEngine(load_diffusion_lm(tiny_bd_checkpoint))
     moved = other.restore(blob, cache)
     first = other.step([moved], [1.0])[0]
     # shipped: the cache goes on as it was; rebuilt: one prefill of prompt + finished blocks

@@ -5,44 +5,25 @@ import threading
 
 import httpx
 import pytest
-import torch
 
 from dilaserve.engine import DenoisingEngine
-from dilaserve.model import DiLaConfig, DiLaForMaskedDiffusion
-from dilaserve.model.tokenizer import build_tokenizer
+from tests.conftest import TINY_BD_BLOCK
 from tests.serve.server import LiveServer
 from tests.serve.test_faults import instances, wait_until
 
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture(scope="module")
-def bd_folder(tmp_path_factory):
-    path = tmp_path_factory.mktemp("serve-dila-bd")
-    tok = build_tokenizer()
-    torch.manual_seed(3)
-    cfg = DiLaConfig(
-        vocab_size=len(tok),
-        hidden_size=32,
-        num_layers=2,
-        num_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=256,
-        mask_token_id=tok.mask_token_id,
-        pad_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id,
-        block_causal=True,
-        block_length=32,
-    )
-    DiLaForMaskedDiffusion(cfg).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
-def test_a_block_causal_request_migrates_mid_answer_with_its_cache_and_decodes_as_alone(ray_cluster, bd_folder):
+def test_a_block_causal_request_migrates_mid_answer_with_its_cache_and_decodes_as_alone(
+    ray_cluster, tiny_bd_checkpoint
+):
     # migration at any step: a block-causal request has no recompute step after its prefill
     server = LiveServer(
-        model=str(bd_folder), policy="dilaserve-paper-migrate-any-step", reconfig_interval_s=0, default_slo_ms=300000
+        model=str(tiny_bd_checkpoint),
+        block_length=TINY_BD_BLOCK,
+        policy="dilaserve-paper-migrate-any-step",
+        reconfig_interval_s=0,
+        default_slo_ms=300000,
     ).start()
     try:
         rt = server.runtime
@@ -76,8 +57,8 @@ def test_a_block_causal_request_migrates_mid_answer_with_its_cache_and_decodes_a
         # the cache was shipped: the prefill on the first instance was the only recompute step
         assert handle.last_state.finished and handle.last_state.recompute_steps_done == 1
         # and the destination continued as one local decode does
-        engine = DenoisingEngine.from_pretrained(bd_folder)
-        st = engine.new_request(prompt, 96, max_tokens=96)
+        engine = DenoisingEngine.from_pretrained(tiny_bd_checkpoint)
+        st = engine.new_request(prompt, 96, TINY_BD_BLOCK, max_tokens=96)
         for thr in info["thresholds"]:
             engine.step([st], [thr])
         assert st.finished and st.block_causal
