@@ -67,3 +67,13 @@ def test_a_block_causal_request_migrates_mid_answer_with_its_cache_and_decodes_a
         )
     finally:
         server.stop()
+
+
+def test_a_block_length_other_than_the_models_is_refused_at_start_up(tiny_bd_checkpoint):
+    from dilaserve.serve.config import ServeConfig
+    from dilaserve.serve.runtime import ServingRuntime
+    from dilaserve.utils.cli import build_dataclass
+
+    cfg = build_dataclass(ServeConfig, {"model": str(tiny_bd_checkpoint), "block_length": 32})
+    with pytest.raises(ValueError, match=f"--block-length {TINY_BD_BLOCK}"):
+        ServingRuntime(cfg)
