@@ -32,9 +32,9 @@ Reports, on the embedded default model:
   For a block-causal model it is null: a block never sees later blocks, so a larger
   canvas only lets an answer that has not ended run on, and the 1x decode is the
   first blocks of the 2x one;
-* ``step_ms_by_answer_blocks``: mean wall ms per step over whole decodes at batch 1
-  (threshold 0.9, cache on) of arith requests whose canvas is 1 and 4 blocks,
-  ``{"1": ms, "4": ms}``; ``answer_blocks_decoded`` says how many blocks they
+* ``step_ms_by_answer_blocks``: mean wall ms per step over a whole decode at batch 1
+  (threshold 0.9, cache on) of arith requests whose canvas is 1 and 4 blocks, the
+  median over requests and repetitions, ``{"1": ms, "4": ms}``; ``answer_blocks_decoded`` says how many blocks they
   decoded on average. A block-causal step costs about one block whatever the
   answer's length; the dual cache's recompute steps grow with the canvas;
 * ``block_causal``: whether the checkpoint is a block-diffusion model;
@@ -138,18 +138,18 @@ def arith_of_blocks(blocks: int, n: int, seed: int = 0) -> list:
 
 
 def decode_alone_ms_per_step(engine: DenoisingEngine, instances, threshold: float = 0.9) -> tuple[float, float]:
-    """Mean wall ms per step decoding each instance alone (batch 1, cache on) to its end,
+    """Wall ms per step of a whole decode of each instance alone (batch 1, cache on), the
+    median over the instances (a machine shared with other work slows some decodes a lot),
     and the mean number of blocks each decoded."""
-    elapsed, steps, blocks = 0.0, 0, 0
+    per_request, blocks = [], 0
     for x in instances:
         st = engine.new_request(x.prompt, x.gen_length)
         t0 = time.perf_counter()
         while not st.finished:
             engine.step([st], [threshold])
-        elapsed += time.perf_counter() - t0
-        steps += st.steps_done
+        per_request.append(1000 * (time.perf_counter() - t0) / st.steps_done)
         blocks += st.block_index + 1  # a request ends in the block of its first EOS
-    return 1000 * elapsed / max(1, steps), blocks / max(1, len(instances))
+    return statistics.median(per_request), blocks / max(1, len(instances))
 
 
 def step_ms_by_answer_blocks(engine: DenoisingEngine, n: int, repeats: int) -> tuple[dict, dict]:
