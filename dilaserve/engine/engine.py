@@ -196,12 +196,18 @@ class DenoisingEngine:
         return None if kv is None or not self.lm.block_causal else cache_to_bytes(kv)
 
     def import_cache(self, request_id: str, blob: bytes | None) -> bool:
-        """Adopt a shipped block-causal cache unless the request already has one here. The
-        next step uses it if it holds exactly the blocks the request's state says are done
-        (the prefix of a block-causal request never changes, so such a cache is exact)."""
-        if blob is None or not self.lm.block_causal or request_id in self._kv:
+        """Adopt a shipped block-causal cache unless the request has one here at least as long
+        (finished blocks only grow: a shorter one is stale, a longer one was built by a prefill
+        that ran before the shipped cache arrived). The next step uses it if it holds exactly
+        the blocks the request's state says are done (the prefix of a block-causal request
+        never changes, so such a cache is exact)."""
+        if blob is None or not self.lm.block_causal:
             return False
-        self._kv[request_id] = cache_from_bytes(blob, self.lm.device)
+        kv = cache_from_bytes(blob, self.lm.device)
+        held = self._kv.get(request_id)
+        if held is not None and held.shape[3] >= kv.shape[3]:
+            return False
+        self._kv[request_id] = kv
         return True
 
     def release(self, request_id: str) -> None:

@@ -136,11 +136,16 @@ def test_a_cache_of_other_blocks_is_replaced_by_a_prefill(bd_engine):
     while st.block_index == 0:
         bd_engine.step([st], [1.0])
     bd_engine.step([st], [1.0])  # appends block 0
+    current = bd_engine.export_cache(st.request_id)  # the prompt and block 0
     bd_engine.release(st.request_id)
     assert bd_engine.import_cache(st.request_id, old)  # e.g. left from an earlier visit
-    assert not bd_engine.import_cache(st.request_id, old)  # a cache already here is kept
     assert bd_engine.step([st], [1.0])[0].kind is StepKind.RECOMPUTE
     assert bd_engine._kv[st.request_id].shape[3] == st.prompt_len + BLOCK
+    # a shipped cache replaces a shorter (stale) one, never one at least as long
+    assert not bd_engine.import_cache(st.request_id, old)
+    bd_engine.release(st.request_id)
+    assert bd_engine.import_cache(st.request_id, old) and bd_engine.import_cache(st.request_id, current)
+    assert bd_engine.step([st], [1.0])[0].kind is StepKind.CACHE
     bd_engine.release(st.request_id)
 
 
