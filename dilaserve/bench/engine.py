@@ -33,8 +33,8 @@ Reports, on the embedded default model:
   canvas only lets an answer that has not ended run on, and the 1x decode is the
   first blocks of the 2x one;
 * ``step_ms_by_answer_blocks``: mean wall ms per step over a whole decode at batch 1
-  (threshold 0.9, cache on) of arith requests whose canvas is 1 and 4 blocks, the
-  median over requests and repetitions, ``{"1": ms, "4": ms}``; ``answer_blocks_decoded`` says how many blocks they
+  (threshold 0.9, cache on, one torch thread) of arith requests whose canvas is 1 and 4
+  blocks, the median over requests and repetitions, ``{"1": ms, "4": ms}``; ``answer_blocks_decoded`` says how many blocks they
   decoded on average. A block-causal step costs about one block whatever the
   answer's length; the dual cache's recompute steps grow with the canvas;
 * ``block_causal``: whether the checkpoint is a block-diffusion model;
@@ -163,7 +163,14 @@ def step_ms_by_answer_blocks(engine: DenoisingEngine, n: int, repeats: int) -> t
         ms, blocks[key] = decode_alone_ms_per_step(engine, sets[key])
         return ms
 
-    runs = interleaved({k: (lambda k=k: measure(k)) for k in sets}, repeats)
+    # one torch thread: a batch-1 step of a small model gains nothing from more, and on a
+    # machine shared with other work a second thread's stalls swamp what is measured
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        runs = interleaved({k: (lambda k=k: measure(k)) for k in sets}, repeats)
+    finally:
+        torch.set_num_threads(threads)
     return {k: round(statistics.median(v), 3) for k, v in runs.items()}, {k: round(v, 2) for k, v in blocks.items()}
 
 
