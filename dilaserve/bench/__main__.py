@@ -16,6 +16,7 @@ SUBCOMMANDS: dict[str, str] = {
     "chaos": "requests in flight while instance workers are killed and the cluster reconfigured",
     "control": "scheduler step handling and reconfiguration ILP solve times",
     "engine": "denoising engine step latency",
+    "migration": "shipping a block-causal request's cache vs rebuilding it by one prefill",
     "predictor": "remaining-step predictor accuracy and latency",
     "quality": "replay-mode quality estimate vs model-mode graded quality",
     "sim": "simulator throughput",

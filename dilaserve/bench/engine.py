@@ -29,6 +29,15 @@ Reports, on the embedded default model:
   canvas at 1x, 2x and 3x each task's generation length (capped at the
   context), the rest of the canvas left to EOS as a generous ``max_tokens``
   leaves it; ``accuracy_by_canvas_by_task`` splits it by task;
+  For a block-causal model it is null: a block never sees later blocks, so a larger
+  canvas only lets an answer that has not ended run on, and the 1x decode is the
+  first blocks of the 2x one;
+* ``step_ms_by_answer_blocks``: mean wall ms per step over a whole decode at batch 1
+  (threshold 0.9, cache on, one torch thread) of arith requests whose canvas is 1 and 4
+  blocks, the median over requests and repetitions, ``{"1": ms, "4": ms}``; ``answer_blocks_decoded`` says how many blocks they
+  decoded on average. A block-causal step costs about one block whatever the
+  answer's length; the dual cache's recompute steps grow with the canvas;
+* ``block_causal``: whether the checkpoint is a block-diffusion model;
 * ``family``: ``dila`` (the embedded model), ``llada`` or ``dream``, else the
   checkpoint's model_type;
 * ``machine``.
@@ -55,7 +64,7 @@ from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 from dilaserve.engine import DEFAULT_CHECKPOINT, DenoisingEngine
 from dilaserve.model.checkpoint import families
 from dilaserve.suite_decoding import accuracy_by_canvas, quality_table
-from dilaserve.tasks import TASKS, task_suite
+from dilaserve.tasks import BLOCK_LENGTH, TASKS, task_suite
 
 from .common import emit, interleaved, machine_info, median_ratio
 
@@ -118,6 +127,51 @@ def step_costs(engine: DenoisingEngine, prompts, gen_lengths, batch_sizes=(1, 32
         for st in states:
             engine.release(st.request_id)
     return out
+
+
+def arith_of_blocks(blocks: int, n: int, seed: int = 0) -> list:
+    """``n`` arith instances whose canvas is ``blocks`` blocks long."""
+    task = TASKS["arith"]
+    sizes = [s for s in task.sizes if task.sample(random.Random(0), s).gen_length == blocks * BLOCK_LENGTH]
+    rng = random.Random(seed)
+    return [task.sample(rng, rng.choice(sizes)) for _ in range(n)]
+
+
+def decode_alone_ms_per_step(engine: DenoisingEngine, instances, threshold: float = 0.9) -> tuple[float, float]:
+    """Wall ms per step of a whole decode of each instance alone (batch 1, cache on), the
+    median over the instances (a machine shared with other work slows some decodes a lot),
+    and the mean number of blocks each decoded."""
+    per_request, blocks = [], 0
+    for x in instances:
+        st = engine.new_request(x.prompt, x.gen_length)
+        t0 = time.perf_counter()
+        while not st.finished:
+            engine.step([st], [threshold])
+        per_request.append(1000 * (time.perf_counter() - t0) / st.steps_done)
+        blocks += st.block_index + 1  # a request ends in the block of its first EOS
+    return statistics.median(per_request), blocks / max(1, len(instances))
+
+
+def step_ms_by_answer_blocks(engine: DenoisingEngine, n: int, repeats: int) -> tuple[dict, dict]:
+    """Per-request step cost at batch 1 over whole decodes of 1- and 4-block answers (medians
+    over repetitions taken in turn), and the blocks those answers decoded."""
+    sets = {str(b): arith_of_blocks(b, n, seed=b) for b in (1, 4)}
+    decode_alone_ms_per_step(engine, sets["1"][:1])  # warm-up
+    blocks: dict = {}
+
+    def measure(key: str) -> float:
+        ms, blocks[key] = decode_alone_ms_per_step(engine, sets[key])
+        return ms
+
+    # one torch thread: a batch-1 step of a small model gains nothing from more, and on a
+    # machine shared with other work a second thread's stalls swamp what is measured
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        runs = interleaved({k: (lambda k=k: measure(k)) for k in sets}, repeats)
+    finally:
+        torch.set_num_threads(threads)
+    return {k: round(statistics.median(v), 3) for k, v in runs.items()}, {k: round(v, 2) for k, v in blocks.items()}
 
 
 def longest_instances(n: int, seed: int = 0):
@@ -206,7 +260,9 @@ def main(argv=None) -> int:
     # LLaDA and Dream do not speak the synthetic task language: no accuracy for them
     suite = [] if native else task_suite(10 if args.quick else 50, seed=2024)
     rows = quality_table(engine, suite, list(THRESHOLDS) + [math.inf]) if suite else None
-    canvas = accuracy_by_canvas(engine, suite) if suite else None
+    # meaningless for block diffusion (the module docstring says why)
+    canvas = accuracy_by_canvas(engine, suite) if suite and not engine.lm.block_causal else None
+    by_blocks, blocks_decoded = step_ms_by_answer_blocks(engine, 4 if args.quick else 16, repeats)
     result = {
         "family": family,
         "tokens_per_s": {k: round(v, 1) for k, v in tps.items()},
@@ -238,6 +294,9 @@ def main(argv=None) -> int:
         "accuracy_by_canvas_by_task": (
             {k: {t: round(a, 4) for t, a in v["by_task"].items()} for k, v in canvas.items()} if canvas else None
         ),
+        "step_ms_by_answer_blocks": by_blocks,
+        "answer_blocks_decoded": blocks_decoded,
+        "block_causal": engine.lm.block_causal,
         "suite_size": len(suite),
         "checkpoint": engine.lm.name,
         "device": args.device,

@@ -9,7 +9,10 @@ all-reduces, and rank 0's result is used.
 The scheduler runs on the server's asyncio loop. ``submit_step`` returns at
 once; a task awaits the actors' results and reports :class:`StepFinished`
 to the scheduler on the same loop. Request state crosses the process boundary
-as ``RequestState.to_bytes()`` (a few KB); the KV cache never does.
+as ``RequestState.to_bytes()`` (a few KB). The KV cache crosses it only when a
+block-causal request migrates between instances of one TP degree: its exact cache
+goes actor to actor (``ship_caches``; docs/architecture.md, "Block-diffusion
+models", prices it against the destination's prefill, which is the fallback).
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ class RayBackendConfig:
     """Intra-op threads per CPU worker (keep workers x threads <= cores)."""
     launch_timeout_s: float = 300.0
     """An instance that is not ready by then is reported as failed."""
+    ship_caches: bool = False
+    """Ship a migrating request's cache to its destination (a block-causal model's, exact)
+    instead of letting the destination rebuild it by a prefill."""
 
 
 @ray.remote(num_cpus=0)
@@ -95,6 +101,12 @@ class InstanceWorker:
     def release(self, request_ids: list[str]) -> None:
         for rid in request_ids:
             self.engine.release(rid)
+
+    def export_cache(self, request_id: str) -> bytes | None:
+        return self.engine.export_cache(request_id)
+
+    def import_cache(self, request_id: str, blob: bytes | None) -> bool:
+        return self.engine.import_cache(request_id, blob)
 
 
 def _free(inst: _Instance) -> None:
@@ -269,11 +281,19 @@ class RayBackend(Backend):
         self._emit(StepFinished(self.clock(), inst.spec.instance_id, states))
 
     def migrate(self, request_id: str, src: str, dst: str) -> None:
-        # The state travels with the next step; only the source's stale cache is dropped.
-        inst = self._instances.get(src)
-        if inst is not None:
-            for w in inst.workers:
-                w.release.remote([request_id])
+        # The state travels with the next step; the source's cache is dropped. With
+        # ship_caches, rank r of the source sends its shard to rank r of the destination
+        # first (one TP degree: the same heads per rank). Ray runs one caller's calls to an
+        # actor in order, so the import lands before the destination's next step; if the
+        # source is gone, the import fails, and that step rebuilds the cache instead.
+        inst, to = self._instances.get(src), self._instances.get(dst)
+        if inst is None:
+            return
+        if self.config.ship_caches and to is not None and len(to.workers) == len(inst.workers):
+            for w_src, w_dst in zip(inst.workers, to.workers):
+                w_dst.import_cache.remote(request_id, w_src.export_cache.remote(request_id))
+        for w in inst.workers:
+            w.release.remote([request_id])
 
     def release(self, instance_id: str, request_ids: list[str]) -> None:
         """Drop caches of cancelled requests."""

@@ -6,6 +6,11 @@ kinds: recompute requests run together over their whole canvases (and refresh
 their K/V cache), cache-step requests run together over their current blocks
 only. The scheduler above decides *which* requests step together; the engine
 only makes one step cheap and exact.
+
+A block-causal model's requests (docs/architecture.md, "Block-diffusion models")
+keep an exact cache of the prompt and finished blocks: their one recompute step,
+the prefill, runs only up to the current block's end, and the cache step that
+opens a block also feeds the block just finished and appends its K/V.
 """
 
 from __future__ import annotations
@@ -22,10 +27,13 @@ import torch
 
 from dilaserve.model.adapters import DiffusionLM, load_diffusion_lm
 
+from .cache_blob import cache_from_bytes, cache_to_bytes
 from .state import RequestState, StepKind, conf_statistics, new_request
 from .unmask import select_commits
 
 DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "data" / "models" / "dila-tiny"
+#: Block length of requests to a bidirectional model unless they say otherwise.
+DEFAULT_BLOCK_LENGTH = 32
 
 
 @dataclass
@@ -53,6 +61,31 @@ class Generation:
     finish_reason: str | None = None
     #: canvas positions committed over all steps (answer and EOS alone, before the EOS fill)
     tokens_committed: int = 0
+
+
+def cached_prefix(st: RequestState) -> int:
+    """Tokens a block-causal request's cache holds: the prompt and the finished blocks whose
+    K/V are in it (all but the last, while its append is pending)."""
+    return st.prompt_len + st.block_start - (st.block_length if st.append_pending else 0)
+
+
+def fed_length(st: RequestState) -> int:
+    """Tokens a cache step feeds: the block, plus the finished block it appends, if any."""
+    return st.block_length * (2 if st.append_pending else 1)
+
+
+def check_block_length(model_block: int | None, block_length: int) -> None:
+    """Raise if a request's block length differs from a block-causal model's (None: any)."""
+    if model_block is not None and block_length != model_block:
+        raise ValueError(
+            f"block_length {block_length} does not match this block-diffusion model, which was trained "
+            f"to denoise blocks of {model_block} tokens: use block length {model_block} "
+            f"(the server's --block-length {model_block})"
+        )
+
+
+def _kind_name(block_causal: bool) -> str:
+    return "block-causal" if block_causal else "bidirectional"
 
 
 def check_threshold(threshold: float) -> str | None:
@@ -109,7 +142,7 @@ class DenoisingEngine:
         self,
         prompt: str | Sequence[int],
         gen_length: int,
-        block_length: int = 32,
+        block_length: int | None = None,
         use_cache: bool = True,
         request_id: str | None = None,
         max_tokens: int | None = None,
@@ -117,11 +150,14 @@ class DenoisingEngine:
         """Validate and build a request (raises ``ValueError`` with a fix on bad input).
 
         ``gen_length`` is the canvas, an upper bound: the answer ends at the model's EOS.
-        ``max_tokens`` caps the answer inside it (None: the whole canvas).
+        ``max_tokens`` caps the answer inside it (None: the whole canvas). ``block_length``
+        defaults to a block-diffusion model's own, else 32.
         """
+        block_length = block_length or self.lm.block_length or DEFAULT_BLOCK_LENGTH
         ids = self.encode(prompt) if isinstance(prompt, str) else list(prompt)
         if not ids:
             raise ValueError("the prompt is empty: send at least one token")
+        check_block_length(self.lm.block_length, block_length)
         return new_request(
             request_id or f"req-{next(self._ids)}-{uuid.uuid4().hex[:6]}",
             ids,
@@ -132,13 +168,47 @@ class DenoisingEngine:
             use_cache=use_cache and self.lm.supports_cache,
             max_context=self.lm.max_context,
             max_tokens=max_tokens,
+            block_causal=self.lm.block_causal,
         )
 
-    def restore(self, blob: bytes) -> RequestState:
-        """Adopt a migrated request: its next step rebuilds the cache."""
+    def restore(self, blob: bytes, cache: bytes | None = None) -> RequestState:
+        """Adopt a migrated request. A block-causal request's ``cache`` (from
+        :meth:`export_cache` on the source) lets it go on with a cache step; without it, or for
+        a bidirectional request, the next step rebuilds the cache (block-causal: one prefill of
+        the prompt, the finished blocks and the current block). docs/architecture.md,
+        "Block-diffusion models", prices the two."""
         state = RequestState.from_bytes(blob)
+        if state.block_causal != self.lm.block_causal:
+            raise ValueError(
+                f"request {state.request_id} was decoded by a {_kind_name(state.block_causal)} model but this "
+                f"engine serves a {_kind_name(self.lm.block_causal)} one: migrate it only between instances "
+                "of the same checkpoint"
+            )
         state.block_cached = False
+        if cache is not None:
+            self.import_cache(state.request_id, cache)
         return state
+
+    def export_cache(self, request_id: str) -> bytes | None:
+        """A block-causal request's exact cache as bytes, to ship with a migration (None: no
+        cache here, or a bidirectional model, whose approximate cache is rebuilt instead)."""
+        kv = self._kv.get(request_id)
+        return None if kv is None or not self.lm.block_causal else cache_to_bytes(kv)
+
+    def import_cache(self, request_id: str, blob: bytes | None) -> bool:
+        """Adopt a shipped block-causal cache unless the request has one here at least as long
+        (finished blocks only grow: a shorter one is stale, a longer one was built by a prefill
+        that ran before the shipped cache arrived). The next step uses it if it holds exactly
+        the blocks the request's state says are done (the prefix of a block-causal request
+        never changes, so such a cache is exact)."""
+        if blob is None or not self.lm.block_causal:
+            return False
+        kv = cache_from_bytes(blob, self.lm.device)
+        held = self._kv.get(request_id)
+        if held is not None and held.shape[3] >= kv.shape[3]:
+            return False
+        self._kv[request_id] = kv
+        return True
 
     def release(self, request_id: str) -> None:
         """Drop a request's cache (finished, cancelled or migrated away)."""
@@ -146,6 +216,21 @@ class DenoisingEngine:
 
     def has_cache(self, request_id: str) -> bool:
         return request_id in self._kv
+
+    def _cache_ready(self, st: RequestState) -> bool:
+        """Whether ``st``'s next step can be a cache step on this engine.
+
+        A block-causal cache is exact and its prefix never changes, so it serves whenever it
+        holds exactly the prompt and the blocks the state says are done, whatever
+        ``block_cached`` says (a migration clears it; a shipped cache makes it moot). One of
+        another length (left by an earlier visit of a request that moved away and back) waits
+        for the prefill to replace it."""
+        kv = self._kv.get(st.request_id)
+        if not st.use_cache or kv is None:
+            return False
+        if st.block_causal:
+            return kv.shape[3] == cached_prefix(st)
+        return st.block_cached
 
     def decode(self, state: RequestState) -> str:
         return " ".join(self.tokenizer.convert_ids_to_tokens(state.answer_ids().tolist()))
@@ -165,20 +250,34 @@ class DenoisingEngine:
             err = check_threshold(thr) if thr != math.inf else None
             if err is None and st.finished:
                 err = f"request {st.request_id} is already finished"
+            if err is None and st.block_causal != self.lm.block_causal:
+                err = (
+                    f"request {st.request_id} is {_kind_name(st.block_causal)} but this engine serves a "
+                    f"{_kind_name(self.lm.block_causal)} model"
+                )
             if err is not None:
                 results[i] = StepResult(st.request_id, None, 0, st.finished, err)
-            elif st.use_cache and st.block_cached and st.request_id in self._kv:
+            elif self._cache_ready(st):
                 cached.append(i)
             else:
                 recompute.append(i)
-        # recompute passes run the whole canvas, so canvases of very different lengths
-        # run apart rather than padded to the longest
-        for group in length_groups(recompute, [batch[i].num_tokens for i in recompute]):
+        # recompute passes run the whole canvas (a block-causal prefill: up to the current
+        # block's end), so contexts of very different lengths run apart, not padded to the longest
+        for group in length_groups(recompute, [batch[i].context_tokens for i in recompute]):
             self._run(batch, thresholds, group, StepKind.RECOMPUTE, results)
-        # cache steps need one block length per forward pass (they feed the block alone,
-        # so canvas lengths only pad the attention, which costs too little to split for)
-        for bl in sorted({batch[i].block_length for i in cached}):
-            self._run(batch, thresholds, [i for i in cached if batch[i].block_length == bl], StepKind.CACHE, results)
+
+        # cache steps need one fed length per forward pass: the block, or for a block-causal
+        # request that opens a block, the finished block and the block. Context lengths only
+        # pad the attention, which costs too little to split for. Appending requests run
+        # apart rather than padding the others to twice the block: an append comes once per
+        # block, so most cache steps have none, and padding would double the fed tokens of
+        # the whole batch whenever one request appends (docs/architecture.md, "Block-diffusion
+        # models", has the measurement).
+        def shape(i: int) -> tuple[int, int]:
+            return batch[i].block_length, fed_length(batch[i])
+
+        for key in sorted({shape(i) for i in cached}):
+            self._run(batch, thresholds, [i for i in cached if shape(i) == key], StepKind.CACHE, results)
         return results  # type: ignore[return-value]
 
     def _run(self, batch, thresholds, idx: list[int], kind: StepKind, results: list) -> None:
@@ -222,12 +321,14 @@ class DenoisingEngine:
         """Full pass; refresh caches; return logits (B, P, V) at ``rows`` (B, P), positions
         in each request's current block."""
         dev = self.lm.device
-        T = max(s.num_tokens for s in states)
+        # a block-causal prefill stops at the current block's end: nothing before it sees later blocks
+        T = max(s.context_tokens for s in states)
         ids = torch.full((len(states), T), self.lm.pad_id, dtype=torch.long)
         attn = torch.zeros(len(states), T, dtype=torch.bool)
         for j, s in enumerate(states):
-            ids[j, : s.num_tokens] = torch.from_numpy(np.concatenate((s.prompt_ids, s.response)))
-            attn[j, : s.num_tokens] = True
+            n = s.context_tokens
+            ids[j, :n] = torch.from_numpy(np.concatenate((s.prompt_ids, s.response[: n - s.prompt_len])))
+            attn[j, :n] = True
         want_kv = any(s.use_cache for s in states)
         plen = torch.tensor([s.prompt_len for s in states])
         # only the blocks' rows get logits: at a vocabulary of 126k-152k the head over
@@ -242,40 +343,62 @@ class DenoisingEngine:
         )
         for j, s in enumerate(states):
             if s.use_cache and kv is not None:
+                # block-causal: keep the prompt and finished blocks only, whose K/V are exact;
+                # the current block's change with every commit and are fed at each step
+                n = s.prompt_len + s.block_start if s.block_causal else s.num_tokens
                 # (layers, 2, heads, T_j, head_dim), cloned so the batch tensor can be freed
-                self._kv[s.request_id] = torch.stack(
-                    [torch.stack((k[j, :, : s.num_tokens], v[j, :, : s.num_tokens])) for k, v in kv]
-                ).clone()
+                self._kv[s.request_id] = torch.stack([torch.stack((k[j, :, :n], v[j, :, :n])) for k, v in kv]).clone()
         return out
 
     def _cache_step(self, states: list[RequestState], rows: torch.Tensor) -> torch.Tensor:
         """Feed only the current blocks; attend to cached K/V outside them; logits (B, P, V)
-        at ``rows`` (B, P), positions in the block."""
+        at ``rows`` (B, P), positions in the block.
+
+        Block-causal requests with ``append_pending`` (all or none of ``states``) are fed the
+        finished block too; its fresh K/V, exact because nothing it attends to is masked or
+        later, are appended to the request's cache."""
         dev = self.lm.device
         B, Lb = len(states), states[0].block_length
-        S = max(s.num_tokens for s in states)
+        fed = fed_length(states[0])
+        back = fed - Lb  # tokens fed before the block: the finished block, when appending
+        S = max(s.context_tokens for s in states)
         first = self._kv[states[0].request_id]
         L, _, H, _, D = first.shape
         # One padded copy per step, laid out so each layer's K and V are contiguous;
-        # the model overwrites the blocks' entries in it, the request caches stay as they are.
+        # the model overwrites the fed entries in it, the request caches stay as they are.
         past = torch.zeros(L, 2, B, H, S, D, dtype=first.dtype, device=first.device)
         past_mask = torch.zeros(B, S, dtype=torch.bool)
         lead = self.lm.lead  # tokens before the block fed too (Dream predicts each from the one before)
-        ids = torch.empty(B, lead + Lb, dtype=torch.long)
-        pos = torch.empty(B, lead + Lb, dtype=torch.long)
+        ids = torch.empty(B, lead + fed, dtype=torch.long)
+        pos = torch.empty(B, lead + fed, dtype=torch.long)
         for j, s in enumerate(states):
             kvj = self._kv[s.request_id]
             past[:, :, j, :, : kvj.shape[3]] = kvj
             start = s.prompt_len + s.block_start
-            past_mask[j, : s.num_tokens] = True
-            block = s.response[s.block_slice]
+            past_mask[j, : kvj.shape[3]] = True
+            block = s.response[s.block_start - back : s.block_start + Lb]
             if lead:  # the prompt is never empty, so a token precedes every block
                 before = s.response[s.block_start - lead : s.block_start] if s.block_start else s.prompt_ids[-lead:]
                 block = np.concatenate((before, block))
             ids[j] = torch.from_numpy(block)
-            pos[j] = torch.arange(start - lead, start + Lb)
+            pos[j] = torch.arange(start - back - lead, start + Lb)
         past_kv = [(past[layer, 0], past[layer, 1]) for layer in range(L)]
-        return self.lm.block(ids.to(dev), pos.to(dev), past_kv, past_mask.to(dev), logit_positions=rows.to(dev))
+        plen = torch.tensor([s.prompt_len for s in states]) if self.lm.block_causal else None
+        logits = self.lm.block(
+            ids.to(dev),
+            pos.to(dev),
+            past_kv,
+            past_mask.to(dev),
+            logit_positions=(rows + back).to(dev),
+            prompt_lengths=None if plen is None else plen.to(dev),
+        )
+        if back:
+            for j, s in enumerate(states):
+                # the model wrote the finished block's K/V into this step's copy; the request's
+                # cache takes them (a copy: the batch tensor is freed after the step)
+                end = s.prompt_len + s.block_start
+                self._kv[s.request_id] = torch.cat((self._kv[s.request_id], past[:, :, j, :, end - back : end]), dim=3)
+        return logits
 
     # ------------------------------------------------------------ generate
     def generate(
@@ -283,7 +406,7 @@ class DenoisingEngine:
         prompts: Sequence[str | Sequence[int]],
         threshold: float = 0.9,
         gen_length: int | Sequence[int] = 64,
-        block_length: int = 32,
+        block_length: int | None = None,
         use_cache: bool = True,
         sequential: bool = False,
     ) -> list[Generation]:

@@ -4,8 +4,10 @@ A request's state between two steps is small: prompt ids, the response canvas,
 the current block, counters and the confidence statistics of the last step.
 It is plain numpy (no torch), so the control plane, the simulator and the
 serialiser can use it without loading a model. Migration ships exactly this
-object; the KV cache is *not* part of it and is rebuilt by the destination at
-the next recompute step.
+object; the KV cache is *not* part of it. The destination rebuilds a
+bidirectional request's cache at its next recompute step; a block-causal
+request's exact cache travels beside the state where it can (the engine's
+``export_cache``), else one prefill rebuilds it.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ class StepKind(str, enum.Enum):
 
     A block-causal (block-diffusion) request has one RECOMPUTE step, its prefill: the
     prompt, the finished blocks and the current block in one pass, which builds its exact
-    cache (on its first step, and again after a migration). Every other step is a CACHE
+    cache (on its first step, and again after a migration that did not bring the cache
+    along). Every other step is a CACHE
     step; the first one of each new block also feeds the block just finished, whose exact
     K/V it appends to the cache (``RequestState.append_pending``).
     """

@@ -7,7 +7,9 @@ The engine talks to a :class:`DiffusionLM`. It hides the differences:
   loads through ``AutoModelForMaskedLM`` and is decoded recompute-every-step;
 * mask ids differ (LLaDA 126336, Dream 151666, ours from the tokenizer);
 * Dream predicts token i from position i-1, so its logits shift right by one, and a
-  cache step feeds it the token before the block too (see :attr:`DiffusionLM.lead`).
+  cache step feeds it the token before the block too (see :attr:`DiffusionLM.lead`);
+* an embedded checkpoint with ``block_causal`` is a block-diffusion model: its requests
+  keep an exact cache across blocks (docs/architecture.md, "Block-diffusion models").
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ class DiffusionLM:
     name: str = "model"
     #: ``llada`` / ``dream`` (native), ``dila`` (embedded), else the config's model_type.
     family: str = "unknown"
+    #: Block diffusion (an embedded checkpoint with ``block_causal``): decoded in blocks of
+    #: ``block_length`` tokens against an exact cache of the prompt and finished blocks.
+    block_causal: bool = False
+    #: The model's block length in block-causal mode (None: any block length).
+    block_length: int | None = None
 
     @property
     def device(self) -> torch.device:
@@ -87,13 +94,22 @@ class DiffusionLM:
 
     @torch.no_grad()
     def block(
-        self, ids, positions, past_kv: KVCache, past_mask, logit_positions: torch.Tensor | None = None
+        self,
+        ids,
+        positions,
+        past_kv: KVCache,
+        past_mask,
+        logit_positions: torch.Tensor | None = None,
+        prompt_lengths: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Cache step over the current blocks: logits (B, Lb, V), or (B, P, V) at
         ``logit_positions`` (B, P), positions in the block, when given (the native models
         then run their head on those rows only).
 
         ``ids``/``positions`` (B, lead + Lb) start :attr:`lead` tokens before the block.
+        A block-causal model may be fed more than the block (the finished block before it,
+        whose exact K/V the step appends): ``logit_positions`` then count from the first
+        fed token, and ``prompt_lengths`` (B,) place every key's block.
         """
         ones = torch.ones_like(ids, dtype=torch.bool)
         # block position p reads the fed row p + lead, or the one before it where logits shift
@@ -107,8 +123,9 @@ class DiffusionLM:
                 past_mask=past_mask,
                 logit_positions=logit_positions + offset,
             ).logits
+        extra = {"prompt_lengths": prompt_lengths} if self.block_causal else {}
         logits = self.model(
-            ids, attention_mask=ones, position_ids=positions, past_kv=past_kv, past_mask=past_mask
+            ids, attention_mask=ones, position_ids=positions, past_kv=past_kv, past_mask=past_mask, **extra
         ).logits
         logits = logits[:, offset : offset + ids.shape[1] - self.lead]
         if logit_positions is not None:
@@ -139,6 +156,10 @@ class CheckpointInfo:
     name: str
     #: ``llada`` or ``dream`` for those families, else None.
     family: str | None = None
+    #: An embedded block-diffusion checkpoint (``DiLaConfig.block_causal``).
+    block_causal: bool = False
+    #: Its block length (None: not block-causal).
+    block_length: int | None = None
 
 
 def describe_checkpoint(path: str | Path) -> CheckpointInfo:
@@ -173,6 +194,8 @@ def describe_checkpoint(path: str | Path) -> CheckpointInfo:
         eos = tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id
         pad = tok.pad_token_id if tok.pad_token_id is not None else eos
     max_ctx = int(getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "max_sequence_length", 4096))
+    # only the embedded model has a block-causal mode; LLaDA, Dream and AutoModel stay bidirectional
+    block_causal = model_type == "dila" and bool(getattr(cfg, "block_causal", False))
     return CheckpointInfo(
         tok,
         int(mask_id),
@@ -182,6 +205,8 @@ def describe_checkpoint(path: str | Path) -> CheckpointInfo:
         model_type == "dila" or family is not None,
         path.name,
         family.name if family else None,
+        block_causal,
+        int(cfg.block_length) if block_causal else None,
     )
 
 
@@ -221,4 +246,6 @@ def load_diffusion_lm(path: str | Path, device: str = "cpu", dtype: torch.dtype 
         logit_shift=bool(family and family.logit_shift),
         name=info.name,
         family=family.name if family else str(read_config(path).get("model_type", "unknown")).lower(),
+        block_causal=info.block_causal,
+        block_length=info.block_length,
     )

@@ -26,15 +26,35 @@ def _cpu(st: dict) -> str:
     return f"{float(st['cpu_minutes']):.1f}" if st.get("cpu_minutes") is not None else ""
 
 
-def render(path: Path, rows, per_task: int, log: dict, canvas: dict | None = None) -> str:
-    cfg = log.get("config", {})
-    lines = [
-        f"# {path.name}: the embedded default masked-diffusion model",
+def _intro(path: Path, block_length: int | None) -> list[str]:
+    """The card's title and first paragraph: the bidirectional default or its block-diffusion twin."""
+    if block_length is None:
+        return [
+            f"# {path.name}: the embedded default masked-diffusion model",
+            "",
+            "A small HF-native masked-diffusion transformer (`DiLaForMaskedDiffusion`: bidirectional attention",
+            "over the response, a prompt that attends only to itself, rotary positions, SwiGLU, tied embeddings)",
+            "trained by `python -m dilaserve.model.train` on the synthetic task suite (`list`, `pairs`, `arith`;",
+            "`dilaserve/tasks/`).",
+        ]
+    return [
+        f"# {path.name}: the embedded block-diffusion model",
         "",
-        "A small HF-native masked-diffusion transformer (`DiLaForMaskedDiffusion`: bidirectional attention",
-        "over the response, a prompt that attends only to itself, rotary positions, SwiGLU, tied embeddings)",
-        "trained by `python -m dilaserve.model.train` on the synthetic task suite (`list`, `pairs`, `arith`;",
+        "The embedded architecture (`DiLaForMaskedDiffusion`, rotary positions, SwiGLU, tied embeddings) in",
+        f"block-causal mode (`block_causal`, blocks of {block_length} tokens): a token attends to the prompt, to",
+        "earlier blocks and to its own block, so the prompt and every finished block have an exact K/V cache and",
+        'only the current block is denoised (docs/architecture.md, "Block-diffusion models"). Trained by',
+        "`python -m dilaserve.model.train --block-causal` on the synthetic task suite (`list`, `pairs`, `arith`;",
         "`dilaserve/tasks/`).",
+    ]
+
+
+def render(
+    path: Path, rows, per_task: int, log: dict, canvas: dict | None = None, block_length: int | None = None
+) -> str:
+    """The card's Markdown; ``block_length`` is set for a block-causal checkpoint (None: bidirectional)."""
+    cfg = log.get("config", {})
+    lines = _intro(path, block_length) + [
         "",
         "## Training",
         "",
@@ -71,7 +91,9 @@ def render(path: Path, rows, per_task: int, log: dict, canvas: dict | None = Non
             )
     lines += [
         "",
-        f"## Quality ({per_task} prompts per task, seed 2024, dual cache on)",
+        f"## Quality ({per_task} prompts per task, seed 2024, "
+        + ("exact block cache" if block_length else "dual cache")
+        + " on)",
         "",
     ]
     tasks = sorted({t for r in rows for t in r.by_task})

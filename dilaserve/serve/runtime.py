@@ -24,6 +24,7 @@ from dilaserve.cluster import ray_local
 from dilaserve.cluster.base import InstanceSpec, StepFinished
 from dilaserve.cluster.ray_backend import RayBackend, RayBackendConfig
 from dilaserve.control.request import TrackedRequest
+from dilaserve.engine.engine import check_block_length
 from dilaserve.engine.state import RequestState, new_request
 from dilaserve.model.adapters import describe_checkpoint
 from dilaserve.reconfig.config import ClusterConfig
@@ -120,6 +121,8 @@ class ServingRuntime(SchedulerObserver):
             raise ValueError("the oracle policy needs the true remaining steps: it exists only in the simulator")
         self.policy = policy
         self.info = describe_checkpoint(cfg.model)
+        # a block-diffusion model denoises blocks of the length it was trained on
+        check_block_length(self.info.block_length, cfg.block_length)
         self.model_name = cfg.served_model_name or self.info.name
         self.metrics = ServeMetrics()
         self.handles: dict[str, RequestHandle] = {}
@@ -158,7 +161,14 @@ class ServingRuntime(SchedulerObserver):
         self.predictor_name = predictor.name if self.policy.selection != "fixed" else "none (fixed threshold)"
         self.profile_name = inputs.profile.name
         self.backend = RayBackend(
-            RayBackendConfig(cfg.model, cfg.device, cfg.torch_threads, launch_timeout_s=cfg.startup_timeout_s)
+            RayBackendConfig(
+                cfg.model,
+                cfg.device,
+                cfg.torch_threads,
+                launch_timeout_s=cfg.startup_timeout_s,
+                # a block-causal cache is exact and cheaper to ship than to rebuild (measured)
+                ship_caches=self.info.block_causal,
+            )
         )
         self.backend.on_failure = self._on_instance_failure
         self.backend.on_step_time = lambda spec, s: self.metrics.step_latency.labels(str(spec.tp)).observe(s)
@@ -275,6 +285,7 @@ class ServingRuntime(SchedulerObserver):
             use_cache=self.info.supports_cache,
             max_context=self.info.max_context,
             max_tokens=max_tokens,
+            block_causal=self.info.block_causal,
         )
         handle = RequestHandle(rid, len(ids), slo_s, now)
         handle.done = asyncio.get_running_loop().create_future()

@@ -57,3 +57,16 @@ def test_a_gen_length_off_the_block_grid_is_a_clear_usage_error(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--gen-length", "100", "--quick"])
     assert exit_.value.code == 2 and "multiple of the block length 32" in capsys.readouterr().err
+
+
+def test_step_ms_by_answer_blocks_times_whole_decodes_of_one_and_four_block_canvases(tiny_engine):
+    from dilaserve.bench.engine import arith_of_blocks, step_ms_by_answer_blocks
+
+    assert {x.gen_length for x in arith_of_blocks(1, 6)} == {32} and {x.gen_length for x in arith_of_blocks(4, 6)} == {
+        128
+    }
+    before = set(tiny_engine._kv)
+    ms, blocks = step_ms_by_answer_blocks(tiny_engine, n=1, repeats=1)
+    assert set(ms) == set(blocks) == {"1", "4"} and all(v > 0 for v in ms.values())
+    assert blocks["1"] == 1 and 1 <= blocks["4"] <= 4
+    assert set(tiny_engine._kv) == before  # finished requests released their caches

@@ -91,3 +91,24 @@ def test_the_model_package_imports_nothing_above_it():
             )
             offenders += [f"{path.name}: {n}" for n in names if n.startswith(above)]
     assert not offenders
+
+
+def test_a_block_causal_checkpoint_gets_the_same_table_and_says_what_it_is():
+    rows = [QualityRow(0.9, 0.92, 9.0, 30, {"arith": 0.9, "list": 1.0}), QualityRow(math.inf, 0.95, 40.0, 30)]
+    card = render(Path("dila-tiny-bd"), rows, 10, _log(50, 1.0, 1e-3), None, block_length=32)
+    assert card.startswith("# dila-tiny-bd: the embedded block-diffusion model") and "blocks of 32 tokens" in card
+    assert "exact block cache on" in card and "dual cache" not in card
+    assert "| threshold | accuracy | mean steps | tokens per step | `arith` | `list` |" in card
+    assert "| 0.9 | 0.920 | 9.00 |" in card and "Any canvas" not in card
+
+
+def test_the_card_command_measures_a_block_causal_checkpoint(tiny_bd_checkpoint, tmp_path, capsys):
+    import shutil
+
+    from dilaserve.model_card import main
+
+    folder = shutil.copytree(tiny_bd_checkpoint, tmp_path / "bd")  # the card is written into the folder
+    assert main([str(folder), "--per-task", "1"]) == 0
+    card = (folder / "README.md").read_text()
+    assert "embedded block-diffusion model" in card and "blocks of 8 tokens" in card
+    assert "| sequential |" in card and "Any canvas" not in card
