@@ -119,6 +119,18 @@ def law_root(law: str, root: PathLike | None = None) -> Path:
     return base if law == EMBEDDED_LAW else base / "laws" / law
 
 
+def root_for_checkpoint(checkpoint: PathLike, root: PathLike | None = None) -> Path:
+    """The artifact root built for ``checkpoint``: a configured law's folder when the
+    checkpoint is that law's (``data/models/dila-tiny-bd`` has ``laws/embedded-bd/``), else
+    ``root`` itself. A server then prices its model with the model's own step law, profile
+    and predictor rather than the default checkpoint's."""
+    target = Path(checkpoint).resolve()
+    for law, folder in LAW_CHECKPOINTS.items():
+        if (REPO_ROOT / folder).resolve() == target:
+            return law_root(law, root)
+    return artifact_paths(root).root
+
+
 def _need(path: Path, asset: str) -> Path:
     if not path.exists():
         raise MissingArtifactError(path, asset)

@@ -57,9 +57,19 @@ def quick_profile(checkpoint: str, device: str, tp_degrees=(1,)) -> LatencyProfi
 
 
 def load_control_inputs(
-    checkpoint: str, device: str, thresholds, artifacts_root: str, tp_degrees=(1,), block_length: int = 32
+    checkpoint: str,
+    device: str,
+    thresholds,
+    artifacts_root: str,
+    tp_degrees=(1,),
+    block_length: int = 32,
+    block_causal: bool = False,
 ) -> ControlInputs:
+    """What the control plane needs for ``checkpoint``, from the artifacts built for it (its
+    law's folder under ``artifacts_root`` where it has one), with a noted fallback for each
+    missing piece. ``block_causal`` prices the step law as block diffusion."""
     notes: list[str] = []
+    artifacts_root = str(artifacts.root_for_checkpoint(checkpoint, artifacts_root))
     paths = artifacts.artifact_paths(artifacts_root)
     profile = LatencyProfile.load(paths.measured_profile) if paths.measured_profile.exists() else None
     if profile is None or not all(profile.has(d) for d in tp_degrees):
@@ -85,6 +95,7 @@ def load_control_inputs(
         predictor = oneshot
 
     step_law = load_step_law(artifacts_root, thresholds, block_length, notes)
+    step_law = step_law.with_family(block_causal) if step_law is not None else None
     accuracy = load_accuracy(artifacts_root, thresholds, notes)
     for n in notes:
         log.warning(n)

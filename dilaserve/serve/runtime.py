@@ -155,6 +155,7 @@ class ServingRuntime(SchedulerObserver):
             cfg.artifacts,
             usable if self.info.supports_cache else (1,),
             cfg.block_length,
+            self.info.block_causal,
         )
         self.notes = inputs.notes
         predictor = inputs.oneshot if self.policy.predictor == "oneshot" else inputs.predictor
