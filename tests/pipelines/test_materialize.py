@@ -45,8 +45,10 @@ def test_artifacts_load_through_the_runtime_loaders(built):
 
     measured = artifacts.load_profile("measured", root)
     assert measured.tp_degrees == (1, 2) and measured.latency(2, 64, StepKind.CACHE) > 0
-    assert artifacts.available_profiles(root) == ["measured", "llada-8b-h100"]
+    assert artifacts.available_profiles(root) == ["measured", "llada-8b-h100", "llada-8b-h100-block"]
     assert artifacts.load_profile("llada-8b-h100", root).tp_degrees == (1, 2, 4)
+    block = artifacts.load_profile("llada-8b-h100-block", root)
+    assert block.tp_degrees == (1, 2, 4)
 
     assert set(artifacts.load_step_dynamics(root).mean_tokens_per_step()) == {0.5, 0.9}
     assert [r.threshold for r in artifacts.load_threshold_quality(root).fixed] == [0.5, 0.9]
