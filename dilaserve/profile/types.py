@@ -123,8 +123,11 @@ class LatencyProfile:
         return tp in self.recompute
 
     def curve(self, tp: int, kind: StepKind = StepKind.RECOMPUTE) -> StepCurve:
-        """The curve for ``tp``; raises :class:`MissingTPDegreeError` when it is absent."""
-        if kind is StepKind.CACHE and tp in self.cache:
+        """The curve for ``tp``; raises :class:`MissingTPDegreeError` when it is absent.
+
+        ``kind`` may be the member or its value (``"cache"``): an identity test would send a
+        plain string to the recompute curve without a word."""
+        if kind == StepKind.CACHE and tp in self.cache:
             return self.cache[tp]
         try:
             return self.recompute[tp]
