@@ -63,6 +63,17 @@ def test_arith_items_open_with_distinct_number_words_and_nothing_else_is_a_word(
         assert all(len(t) == 1 for i in inst.items for t in i[1:])
 
 
+def test_no_pairs_letter_is_the_successor_of_another():
+    """A letter that is also another item's successor would make a written item look done."""
+    from dilaserve.tasks.pairs import LETTERS
+
+    task, rng = get_task("pairs"), random.Random(6)
+    for _ in range(300):
+        letters = task.sample(rng, max(task.sizes)).prompt.split()[2:]
+        succ = {LETTERS[(LETTERS.index(c) + 1) % 26] for c in letters}
+        assert len(set(letters)) == len(letters) and not succ & set(letters)
+
+
 def test_answers_span_one_to_four_blocks():
     blocks = {i.gen_length // BLOCK_LENGTH for i in task_suite(60, seed=0)}
     assert blocks == {1, 2, 3, 4}
