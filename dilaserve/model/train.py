@@ -14,6 +14,16 @@ answer with a random number of extra ``[EOS]`` blocks, up to the context limit,
 as LLaDA's SFT pads its answers. The model then answers in any canvas at least
 as long as its answer, and a client's generous ``max_tokens`` is an upper bound
 rather than a length the answer must fill.
+
+Decode-shaped masks: a share of the sequences (``--decode-mask-share``) is masked
+item by item instead of token by token: each item (and the EOS tail) is either
+written or pending, as the canvas of a threshold decode is, where items are
+committed as units. Token-by-token masking almost never shows "all items but two
+written, those two open", yet that is the state where a decode at threshold 0.7
+decides between two equally likely items; trained on it, the model learns to split
+its confidence between them instead of committing the same item twice. The mask
+never depends on the answer's content (every item of a task has the same length),
+so the conditionals the loss targets are unchanged.
 """
 
 from __future__ import annotations
@@ -80,6 +90,12 @@ class TrainConfig:
         "context holds), so the model answers in any canvas at least as long as its answer; 0 trains every answer "
         "in its own canvas only",
     )
+    decode_mask_share: float = option(
+        0.0,
+        "share of sequences masked item by item (each item and the EOS tail written or pending, pending ones "
+        "masked at a rate drawn in [0.5, 1]) instead of token by token: the states a threshold decode passes "
+        "through, where the model must tell which items are still open",
+    )
     block_causal: bool = option(
         False,
         "train the block-diffusion variant (DiLaConfig.block_causal): each sequence is cut after a random "
@@ -99,6 +115,8 @@ class TrainConfig:
             raise ValueError("max_steps and batch_size must be at least 1")
         if not 0.0 <= self.extra_eos_share <= 1.0:
             raise ValueError(f"--extra-eos-share {self.extra_eos_share} must lie in [0, 1], e.g. 0.5")
+        if not 0.0 <= self.decode_mask_share <= 1.0:
+            raise ValueError(f"--decode-mask-share {self.decode_mask_share} must lie in [0, 1], e.g. 0.5")
 
     def stages(self) -> list[tuple[int, list[str]]]:
         """``task_stages`` parsed into ``(end_step, task names)``, ascending."""
@@ -142,6 +160,23 @@ def extra_blocks(rng: random.Random, share: float, room: int) -> int:
     return rng.randint(1, room)
 
 
+def decode_shaped_mask(spans: list[tuple[int, int]], t: float, length: int, gen: torch.Generator) -> torch.Tensor:
+    """One sequence's mask, unit by unit: each span ``[start, end)`` is pending with probability
+    ``t``, and a pending span's tokens are masked at one rate drawn in [0.5, 1] for the sequence.
+    At least one token is masked."""
+    mask = torch.zeros(length, dtype=torch.bool)
+    rate = 0.5 + 0.5 * torch.rand(1, generator=gen).item()
+    pending = torch.rand(len(spans), generator=gen) < t
+    if not pending.any():  # a sequence with nothing to predict would waste its share of the batch
+        pending[torch.randint(len(spans), (1,), generator=gen)] = True
+    open_spans = [(start, min(end, length)) for (start, end), p in zip(spans, pending.tolist()) if p]
+    for start, end in open_spans:
+        mask[start:end] = torch.rand(max(0, end - start), generator=gen) < rate
+    if not mask.any() and open_spans[0][0] < open_spans[0][1]:
+        mask[open_spans[0][0]] = True
+    return mask
+
+
 def make_batch(
     tasks: list[Task],
     tok,
@@ -153,6 +188,7 @@ def make_batch(
     extra_eos_share: float = 0.0,
     max_len: int = 256,
     block_causal: bool = False,
+    decode_mask_share: float = 0.0,
 ) -> Batch:
     """One training batch of a single task and generation length (little padding).
 
@@ -164,6 +200,8 @@ def make_batch(
     sequences end after a random answer block, the blocks before it stay clean, and only
     that block is noised. Under the block-causal mask the clean blocks never see it, so
     this is exactly the view a decode has when that block is the current one.
+
+    A ``decode_mask_share`` of the sequences is masked item by item (:func:`decode_shaped_mask`).
     """
     task = rng.choice(tasks)
     size = rng.choice(task.sizes)
@@ -180,12 +218,14 @@ def make_batch(
     if extra:
         insts = insts[: max(8, batch_size * (plen + target_len) // (plen + canvas))]
         batch_size = len(insts)
-    prompts, responses = [], []
+    prompts, responses, units = [], [], []
     eos = tok.eos_token_id
     for inst in insts:
-        ans = tok.convert_tokens_to_ids(task.sample_answer(inst, rng))
+        items = task.sample_answer_items(inst, rng)
+        ans = tok.convert_tokens_to_ids([t for item in items for t in item])
         prompts.append(tok.convert_tokens_to_ids(inst.prompt.split()))
         responses.append((ans + [eos] * (max(canvas, target_len) - len(ans)))[:canvas])
+        units.append(unit_spans([len(item) for item in items], len(prompts[-1]), canvas))
     T = plen + canvas
     ids = torch.full((batch_size, T), tok.pad_token_id, dtype=torch.long)
     attn = torch.zeros(batch_size, T, dtype=torch.bool)
@@ -204,10 +244,23 @@ def make_batch(
     else:
         t = eps + (1 - eps) * torch.rand(batch_size, 1, generator=gen)
     masked = (torch.rand(batch_size, T, generator=gen) < t) & is_resp
+    if decode_mask_share and not curriculum:
+        shaped = (torch.rand(batch_size, generator=gen) < decode_mask_share).nonzero().flatten().tolist()
+        for i in shaped:
+            masked[i] = decode_shaped_mask(units[i], float(t[i, 0]), T, gen) & is_resp[i]
     noisy = torch.where(masked, torch.full_like(ids, tok.mask_token_id), ids)
     weight = (~padding).float() if curriculum else torch.ones(batch_size, T)
     loss_length = BLOCK_LENGTH if block_causal else target_len
     return Batch(noisy, attn, ids, masked, t, canvas, loss_length, weight, torch.tensor([len(p) for p in prompts]))
+
+
+def unit_spans(item_lengths: list[int], start: int, canvas: int) -> list[tuple[int, int]]:
+    """Sequence positions ``[start, end)`` of each answer item and of the EOS tail after them."""
+    spans, pos = [], start
+    for n in item_lengths:
+        spans.append((pos, pos + n))
+        pos += n
+    return spans + [(pos, start + canvas)]
 
 
 def masked_diffusion_loss(logits, targets, masked, t, gen_length: int, weight=None) -> torch.Tensor:
@@ -311,6 +364,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> tuple[DiLaForMaskedDiffusi
             extra_eos_share=cfg.extra_eos_share,
             max_len=model.config.max_position_embeddings,
             block_causal=cfg.block_causal,
+            decode_mask_share=cfg.decode_mask_share,
         )
         logits = model(b.noisy, attention_mask=b.attention, prompt_lengths=b.prompt_lengths).logits
         loss = masked_diffusion_loss(logits, b.targets, b.masked, b.t, b.loss_length, b.weight)

@@ -57,13 +57,13 @@ class Task(abc.ABC):
 
     def sample_answer(self, inst: TaskInstance, rng: random.Random) -> list[str]:
         """A random valid answer: items shuffled, each form drawn by weight."""
+        return [tok for item in self.sample_answer_items(inst, rng) for tok in item]
+
+    def sample_answer_items(self, inst: TaskInstance, rng: random.Random) -> list[tuple[str, ...]]:
+        """:meth:`sample_answer` item by item (training masks whole items at a time)."""
         order = list(range(len(inst.items)))
         rng.shuffle(order)
-        out: list[str] = []
-        for i in order:
-            forms = inst.alternatives[i]
-            out.extend(rng.choices(forms, weights=inst.form_probs[i])[0])
-        return out
+        return [rng.choices(inst.alternatives[i], weights=inst.form_probs[i])[0] for i in order]
 
     def grade(self, inst: TaskInstance, answer: str | list[str]) -> bool:
         """True iff ``answer`` is some order of the items, each in a valid form."""

@@ -4,7 +4,7 @@ import torch
 
 from dilaserve.model import DiLaForMaskedDiffusion
 from dilaserve.model.tokenizer import build_tokenizer
-from dilaserve.model.train import TrainConfig, build_model, make_batch, masked_diffusion_loss, train
+from dilaserve.model.train import TrainConfig, build_model, make_batch, masked_diffusion_loss, train, unit_spans
 from dilaserve.tasks import TASKS
 
 
@@ -109,6 +109,34 @@ def test_extra_eos_blocks_grow_the_canvas_and_keep_the_answer_and_the_loss_scale
         resp = row[int(plen) : int(plen) + grown.gen_length].tolist()
         first = resp.index(eos)
         assert first <= 10 and set(resp[first:]) == {eos}  # answer, then EOS to the end of the canvas
+
+
+def test_unit_spans_cover_the_items_and_the_eos_tail():
+    assert unit_spans([4, 4], 3, 32) == [(3, 7), (7, 11), (11, 35)]
+
+
+def test_decode_shaped_masks_leave_whole_items_written_beside_open_ones():
+    """The state a threshold decode decides in (all items but one or two written, those open)
+    is rare under token-by-token masks and common under decode-shaped ones."""
+    tok = build_tokenizer()
+
+    def open_items_by_row(share: float) -> list[int]:
+        rng, gen, out = random.Random(3), torch.Generator().manual_seed(3), []
+        for _ in range(6):
+            b = make_batch([TASKS["pairs"]], tok, 64, rng, gen, 0.05, decode_mask_share=share)
+            for masked, target, plen in zip(b.masked, b.targets, b.prompt_lengths):
+                assert masked.any() or share == 0  # a decode-shaped sequence always has something to predict
+                answer = target[int(plen) : int(plen) + b.gen_length]
+                n_items = int((answer != tok.eos_token_id).sum()) // 4  # 4 tokens per item
+                items = masked[int(plen) : int(plen) + 4 * n_items].view(n_items, 4).any(dim=1)
+                out.append(int(items.sum()) if n_items >= 4 else -1)
+        return out
+
+    def share_deciding(rows: list[int]) -> float:
+        return sum(r in (1, 2) for r in rows) / sum(r >= 0 for r in rows)
+
+    token, shaped = share_deciding(open_items_by_row(0.0)), share_deciding(open_items_by_row(1.0))
+    assert shaped > 3 * token and shaped > 0.2
 
 
 def test_task_stages_introduce_tasks_in_order():
