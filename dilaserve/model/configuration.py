@@ -31,6 +31,12 @@ class DiLaConfig(PretrainedConfig):
             and only the current block is denoised. Implies an isolated prompt (the prompt
             is block -1), so every pass, cache steps included, needs ``prompt_lengths``.
         block_length: response tokens per block in block-causal mode.
+        logit_temperature: the logits are divided by it, so the probabilities a
+            threshold is compared with are calibrated (temperature scaling). It never
+            changes a top-1 token, only how confident the model says it is. Training
+            runs at 1.0; ``python -m dilaserve.model.calibrate`` fits it afterwards on
+            the states a threshold decode passes through (docs/architecture.md,
+            "Confidence calibration").
     """
 
     model_type = "dila"
@@ -52,6 +58,7 @@ class DiLaConfig(PretrainedConfig):
         isolate_prompt: bool = True,
         block_causal: bool = False,
         block_length: int = 32,
+        logit_temperature: float = 1.0,
         **kwargs,
     ):
         if hidden_size % num_heads:
@@ -76,6 +83,11 @@ class DiLaConfig(PretrainedConfig):
             )
         if block_length < 1:
             raise ValueError(f"block_length must be at least 1, got {block_length}; the embedded models use 32")
+        if not logit_temperature > 0:
+            raise ValueError(
+                f"logit_temperature must be positive, got {logit_temperature}; 1.0 leaves the logits as trained"
+            )
+        self.logit_temperature = float(logit_temperature)
         self.isolate_prompt = isolate_prompt
         self.block_causal = block_causal
         self.block_length = block_length

@@ -299,4 +299,6 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
             if return_kv:
                 kv_out.append(kv)
         logits = F.linear(self.norm(x), self.embed.weight)
+        if self.config.logit_temperature != 1.0:
+            logits = logits / self.config.logit_temperature
         return DiLaOutput(logits=logits, kv=kv_out if return_kv else None)

@@ -308,6 +308,9 @@ def load_for_training(checkpoint: str, tok) -> DiLaForMaskedDiffusion:
     """A checkpoint to continue from, its embedding grown to the tokenizer when the task
     language has gained words since (new rows start small and random, old ids keep theirs)."""
     model = DiLaForMaskedDiffusion.from_pretrained(checkpoint)
+    # calibration is fitted after training (dilaserve.model.calibrate) and leaves the weights
+    # alone: training goes on from the raw logits, and the run is calibrated afresh
+    model.config.logit_temperature = 1.0
     if model.config.vocab_size > len(tok):
         raise ValueError(
             f"{checkpoint} has {model.config.vocab_size} tokens but the task tokenizer only "
