@@ -42,7 +42,9 @@ def main(argv=None) -> int:
     canvas = None if engine.lm.block_causal else accuracy_by_canvas(engine, suite)
     log_path = path / "train_log.json"
     log = json.loads(log_path.read_text()) if log_path.exists() else {}
-    (path / "README.md").write_text(render(path, rows, args.per_task, log, canvas, engine.lm.block_length))
+    temperature = getattr(engine.lm.model.config, "logit_temperature", 1.0)
+    card = render(path, rows, args.per_task, log, canvas, engine.lm.block_length, temperature)
+    (path / "README.md").write_text(card)
     print((path / "README.md").read_text())
     return 0
 

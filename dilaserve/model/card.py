@@ -50,9 +50,16 @@ def _intro(path: Path, block_length: int | None) -> list[str]:
 
 
 def render(
-    path: Path, rows, per_task: int, log: dict, canvas: dict | None = None, block_length: int | None = None
+    path: Path,
+    rows,
+    per_task: int,
+    log: dict,
+    canvas: dict | None = None,
+    block_length: int | None = None,
+    temperature: float = 1.0,
 ) -> str:
-    """The card's Markdown; ``block_length`` is set for a block-causal checkpoint (None: bidirectional)."""
+    """The card's Markdown; ``block_length`` is set for a block-causal checkpoint (None: bidirectional),
+    ``temperature`` is the config's ``logit_temperature``."""
     cfg = log.get("config", {})
     lines = _intro(path, block_length) + [
         "",
@@ -61,6 +68,12 @@ def render(
         f"- last run: {log.get('steps')} steps, wall time {log.get('minutes')} min on {platform.machine()} CPU"
         + (f" ({_cpu(log)} CPU minutes)" if _cpu(log) else ""),
         f"- its config: `{json.dumps({k: v for k, v in cfg.items() if k != 'out'})}`",
+        f"- confidence temperature {temperature:g}"
+        + (
+            ": fitted after training by `python -m dilaserve.model.calibrate` (held-out NLL on decode-shaped canvases)"
+            if temperature != 1.0
+            else " (uncalibrated: the logits as trained)"
+        ),
     ]
     stages = training_stages(log)
     if len(stages) > 1:

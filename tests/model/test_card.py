@@ -35,6 +35,13 @@ def test_a_weak_checkpoint_is_called_under_trained():
     assert "Trained in" not in card
 
 
+def test_the_card_says_whether_the_confidences_are_calibrated():
+    rows = [QualityRow(0.9, 0.95, 10.0, 30)]
+    assert "confidence temperature 1 (uncalibrated" in render(Path("dila-tiny"), rows, 10, _log(50, 1.0, 1e-3))
+    card = render(Path("dila-tiny"), rows, 10, _log(50, 1.0, 1e-3), temperature=1.15)
+    assert "confidence temperature 1.15: fitted after training by `python -m dilaserve.model.calibrate`" in card
+
+
 def test_the_card_splits_accuracy_by_task():
     rows = [
         QualityRow(0.9, 0.9, 10.0, 30, {"arith": 0.8, "list": 1.0}),
