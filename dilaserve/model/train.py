@@ -16,9 +16,9 @@ as long as its answer, and a client's generous ``max_tokens`` is an upper bound
 rather than a length the answer must fill.
 
 Decode-shaped masks: a share of the sequences (``--decode-mask-share``) is masked
-as a threshold decode leaves its canvas, instead of token by token: the blocks
-before a current block written, the blocks after it all masks, and inside it each
-item (and the EOS tail) written or pending, since a decode commits items as units. Token-by-token masking almost never shows "all items but two
+item by item instead of token by token: each item (and the EOS tail) is either
+written or pending, as the canvas of a threshold decode is, where items are
+committed as units. Token-by-token masking almost never shows "all items but two
 written, those two open", yet that is the state where a decode at threshold 0.7
 decides between two equally likely items; trained on it, the model learns to split
 its confidence between them instead of committing the same item twice. The mask
@@ -92,10 +92,9 @@ class TrainConfig:
     )
     decode_mask_share: float = option(
         0.0,
-        "share of sequences masked as a threshold decode leaves its canvas instead of token by token: blocks "
-        "before a current block written, blocks after it all masks, and in it each item (and the EOS tail) "
-        "written or pending, pending ones masked at a rate drawn in [0.5, 1]; these are the states where the "
-        "model must tell which items are still open (not with --block-causal, which has its own shape)",
+        "share of sequences masked item by item (each item and the EOS tail written or pending, pending ones "
+        "masked at a rate drawn in [0.5, 1]) instead of token by token: the states a threshold decode passes "
+        "through, where the model must tell which items are still open",
     )
     block_causal: bool = option(
         False,
@@ -161,31 +160,20 @@ def extra_blocks(rng: random.Random, share: float, room: int) -> int:
     return rng.randint(1, room)
 
 
-def decode_shaped_mask(
-    spans: list[tuple[int, int]], t: float, length: int, gen: torch.Generator, block_length: int = BLOCK_LENGTH
-) -> torch.Tensor:
-    """One sequence's mask as a threshold decode leaves its canvas, whose blocks go left to right.
-
-    ``spans`` are the answer's units (items, then the EOS tail; :func:`unit_spans`). A current
-    block is drawn among those up to the answer's end. The blocks before it are written, the
-    blocks after it are all masks, and inside it each unit is written or pending: pending with
-    probability ``t``, its tokens masked at one rate drawn in [0.5, 1] for the sequence. At least
-    one token of the current block is masked.
-    """
-    start, answer_end = spans[0][0], spans[-1][0]
-    current = int(torch.randint((answer_end - start) // block_length + 1, (1,), generator=gen))
-    lo = start + current * block_length
-    hi = min(lo + block_length, spans[-1][1], length)
+def decode_shaped_mask(spans: list[tuple[int, int]], t: float, length: int, gen: torch.Generator) -> torch.Tensor:
+    """One sequence's mask, unit by unit: each span ``[start, end)`` is pending with probability
+    ``t``, and a pending span's tokens are masked at one rate drawn in [0.5, 1] for the sequence.
+    At least one token is masked."""
     mask = torch.zeros(length, dtype=torch.bool)
-    mask[hi:] = True  # the blocks after the current one (the caller keeps the response's part)
     rate = 0.5 + 0.5 * torch.rand(1, generator=gen).item()
     pending = torch.rand(len(spans), generator=gen) < t
-    for (a, b), p in zip(spans, pending.tolist()):
-        a, b = max(a, lo), min(b, hi)
-        if p and a < b:
-            mask[a:b] = torch.rand(b - a, generator=gen) < rate
-    if not mask[lo:hi].any():  # a block with nothing to predict would waste its share of the batch
-        mask[lo + int(torch.randint(hi - lo, (1,), generator=gen))] = True
+    if not pending.any():  # a sequence with nothing to predict would waste its share of the batch
+        pending[torch.randint(len(spans), (1,), generator=gen)] = True
+    open_spans = [(start, min(end, length)) for (start, end), p in zip(spans, pending.tolist()) if p]
+    for start, end in open_spans:
+        mask[start:end] = torch.rand(max(0, end - start), generator=gen) < rate
+    if not mask.any() and open_spans[0][0] < open_spans[0][1]:
+        mask[open_spans[0][0]] = True
     return mask
 
 
@@ -256,7 +244,7 @@ def make_batch(
     else:
         t = eps + (1 - eps) * torch.rand(batch_size, 1, generator=gen)
     masked = (torch.rand(batch_size, T, generator=gen) < t) & is_resp
-    if decode_mask_share and not curriculum and not block_causal:
+    if decode_mask_share and not curriculum:
         shaped = (torch.rand(batch_size, generator=gen) < decode_mask_share).nonzero().flatten().tolist()
         for i in shaped:
             masked[i] = decode_shaped_mask(units[i], float(t[i, 0]), T, gen) & is_resp[i]
