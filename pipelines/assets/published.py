@@ -38,8 +38,8 @@ class PublishedLawConfig(dg.Config):
     oversample: int = Field(
         32,
         ge=1,
-        description="resampled steps per recorded step, per threshold and bucket (8 left the 0.5 law 2-3% off its "
-        "target from resampling noise alone: a few whole-block EOS steps carry the tilt)",
+        description="resampled steps per recorded step, per threshold and bucket (systematic resampling: the law "
+        "meets the published tokens per step up to rounding)",
     )
     seed: int = Field(0, description="seeds the resampling and the replayed rollouts")
 

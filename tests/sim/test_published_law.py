@@ -7,7 +7,13 @@ import pytest
 
 from dilaserve.control.step_law import StepLaw
 from dilaserve.predict.dynamics import StepDynamics
-from dilaserve.predict.published import PUBLISHED_ACCURACY, calibrate, published_accuracy, published_quality
+from dilaserve.predict.published import (
+    PUBLISHED_ACCURACY,
+    calibrate,
+    published_accuracy,
+    published_quality,
+    systematic_resample,
+)
 from dilaserve.predict.schema import validate_step_table
 from dilaserve.sim.replay_rollouts import replay_rollouts
 from tests.sim.builders import dynamics, quality
@@ -55,3 +61,12 @@ def test_quality_curve_runs_through_the_published_points():
     assert [r.accuracy for r in table.fixed] == pytest.approx([published_accuracy(0.5), 0.785])
     assert "not a measurement" in table.meta["label"]
     assert np.isclose(table.estimate([0.9] * 4), 0.785)
+
+
+def test_systematic_resampling_draws_every_index_within_one_of_its_expected_count():
+    rng = np.random.default_rng(0)
+    weights = rng.exponential(size=37) ** 3  # a few heavy weights, as a strong tilt gives
+    n = 37 * 8
+    counts = np.bincount(systematic_resample(weights, n, rng), minlength=37)
+    assert counts.sum() == n
+    assert np.all(np.abs(counts - n * weights / weights.sum()) < 1 + 1e-9)
