@@ -6,11 +6,13 @@
 A threshold decode commits a token when the model's top-1 probability clears the threshold, so
 those probabilities must mean what they say. A model trained with token-by-token masks is
 calibrated on such canvases, but a decode's canvases look different: items are written as
-units, and the decisive states are "all items but two written, those two open". There a small
-model is overconfident, and at threshold 0.7 it commits the same item in two places.
+units, and the decisive states are "all items but two written, those two open". A model that
+has rarely seen them can be overconfident there, and this tool measures whether it is.
 
-Temperature scaling (one scalar that divides the logits) is the standard fix: it never changes a
-top-1 token, only its probability. The temperature is the one that minimises the negative
+Temperature scaling (one scalar that divides the logits) is the standard correction: it never
+changes a top-1 token, only its probability. It cannot remove joint errors (two positions that
+are each nearly calibrated but wrong together); decode-shaped training addresses those. The
+temperature is the one that minimises the negative
 log-likelihood of held-out decode-shaped canvases (``train.decode_shaped_mask``: every item
 and the EOS tail written or pending), drawn from the task generators with a seed that no
 training run uses. The objective is convex in the inverse temperature, so a golden-section

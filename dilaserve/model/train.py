@@ -167,13 +167,11 @@ def decode_shaped_mask(spans: list[tuple[int, int]], t: float, length: int, gen:
     mask = torch.zeros(length, dtype=torch.bool)
     rate = 0.5 + 0.5 * torch.rand(1, generator=gen).item()
     pending = torch.rand(len(spans), generator=gen) < t
-    if not pending.any():  # a sequence with nothing to predict would waste its share of the batch
-        pending[torch.randint(len(spans), (1,), generator=gen)] = True
-    open_spans = [(start, min(end, length)) for (start, end), p in zip(spans, pending.tolist()) if p]
-    for start, end in open_spans:
-        mask[start:end] = torch.rand(max(0, end - start), generator=gen) < rate
-    if not mask.any() and open_spans[0][0] < open_spans[0][1]:
-        mask[open_spans[0][0]] = True
+    for (start, end), p in zip(spans, pending.tolist()):
+        if p:
+            mask[start:end] = torch.rand(end - start, generator=gen) < rate
+    if not mask.any():  # a sequence with nothing to predict would waste its share of the batch
+        mask[int(torch.randint(spans[0][0], spans[-1][1], (1,), generator=gen))] = True
     return mask
 
 
