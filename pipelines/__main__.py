@@ -58,14 +58,29 @@ def law_run_config(law: str) -> dict:
     }
 
 
+def asset_names() -> set[str]:
+    """Every asset the definitions build (what ``materialize ASSET ...`` may name)."""
+    from pipelines.definitions import defs
+
+    return {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+
+
 def command(argv: list[str]) -> list[str]:
     law, argv = _law(argv)
-    if not argv or argv[0] not in ("dev", "materialize"):
+    if not argv or argv[0] not in ("dev", "materialize") or {"-h", "--help"} & set(argv[:1]):
         raise SystemExit(__doc__)
     if argv[0] == "dev":
         if law:
             raise SystemExit("--law applies to materialize only")
         return ["dev", "-w", str(REPO_ROOT / "workspace.yaml"), *argv[1:]]
+    if {"-h", "--help"} & set(argv[1:]):
+        raise SystemExit(__doc__)
+    unknown = [a for a in argv[1:] if a not in asset_names()]
+    if unknown:
+        raise SystemExit(
+            f"materialize: no asset named {', '.join(map(repr, unknown))}; name some of "
+            f"{', '.join(sorted(asset_names()))}, or none to build the whole graph"
+        )
     assets = argv[1:] or (list(LAW_ASSETS) if law else [])
     select = ",".join(f"*{a}" for a in assets) or "*"
     out = ["asset", "materialize", "-m", "pipelines.definitions", "--select", select]

@@ -54,6 +54,17 @@ def test_cli_wrapper_selects_upstream_of_named_assets():
         command(["deploy"])
 
 
+@pytest.mark.parametrize("argv", [["materialize", "--help"], ["--help"], ["materialize", "-h", "rollouts"]])
+def test_cli_wrapper_answers_help_with_its_usage(argv):
+    with pytest.raises(SystemExit, match="materialize"):
+        command(argv)
+
+
+def test_cli_wrapper_names_the_assets_for_an_unknown_one():
+    with pytest.raises(SystemExit, match="no asset named 'step_predicter'.*step_predictor"):
+        command(["materialize", "step_predicter"])
+
+
 def test_dev_silences_only_dagsters_dg_dev_notice():
     import warnings
 
