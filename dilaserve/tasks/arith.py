@@ -4,9 +4,11 @@ The prompt gives a two-step recipe over single digits and the numbers to apply
 it to, written as words: ``arith : + 3 - 2 : four five`` reads "take four and
 five, add 3 to each, then subtract 2". The answer works the recipe for every
 number in two written steps behind the number's word,
-``four 4 + 3 = 7 , 7 - 2 = 5 ;``, the numbers in any order. Every intermediate
-result stays a single digit. A commutative second step may also be written with
-its operands swapped (``2 + 7``), a second valid form that the grader accepts.
+``four 4 + 3 = 7 , 7 - 2 = 5 ;``, the numbers in the order the prompt gives
+them, as a GSM8K solution works its problem's quantities in the order they are
+stated. Every intermediate result stays a single digit. A commutative second
+step may also be written with its operands swapped (``2 + 7``), a second valid
+form that the grader accepts.
 
 Why this shape, for a model of under a million parameters:
 
@@ -22,8 +24,15 @@ Why this shape, for a model of under a million parameters:
   after it, a lookup it never learned (it paired labels and numbers at
   random); reading a digit off the word just before it is a fixed local map.
 
-The free order of items and the two forms of a step keep the speed-quality
-trade-off of parallel commits.
+* the items come in the prompt's order: with free order, two open items were
+  equally likely in two places, and at threshold 0.7 a step wrote the result
+  digits of one into the item whose word belonged to the other (most of the
+  task's losses there). Such a joint error is not in the per-token
+  probabilities, so no threshold or temperature removes it; a fixed order
+  leaves each position one answer, as most positions of real text have.
+
+The two forms of a step keep a few genuinely ambiguous positions, and the
+digits that wait on other digits still punish committing too early.
 """
 
 from __future__ import annotations
@@ -73,6 +82,7 @@ def _step_forms(a: int, op: str, b: int, r: int, end: str) -> list[tuple[tuple[s
 
 class Arith(Task):
     name = "arith"
+    ordered = True
 
     @property
     def sizes(self) -> range:

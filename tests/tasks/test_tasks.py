@@ -63,6 +63,24 @@ def test_arith_items_open_with_distinct_number_words_and_nothing_else_is_a_word(
         assert all(len(t) == 1 for i in inst.items for t in i[1:])
 
 
+def test_arith_takes_its_items_in_the_prompts_order_and_the_others_in_any():
+    rng = random.Random(5)
+    arith = get_task("arith")
+    inst = arith.sample(rng, 4)
+    words = inst.prompt.split(":")[-1].split()
+    assert [i[0] for i in inst.items] == words  # the canonical answer follows the prompt
+    for _ in range(20):
+        assert [i[0] for i in arith.sample_answer_items(inst, rng)] == words
+    swapped = [t for i in (inst.items[1], inst.items[0], *inst.items[2:]) for t in i]
+    verdict = arith.verdict(inst, swapped)
+    assert not verdict.correct and verdict.first_wrong == " ".join(inst.items[1])
+    assert "in this order" in verdict.markdown()
+    letters = get_task("list")
+    inst = letters.sample(rng, 5)
+    assert letters.grade(inst, [t for i in reversed(inst.items) for t in i])
+    assert "in any order" in letters.verdict(inst, []).markdown()
+
+
 def test_no_pairs_letter_is_the_successor_of_another():
     """A letter that is also another item's successor would make a written item look done."""
     from dilaserve.tasks.pairs import LETTERS
