@@ -254,6 +254,8 @@ _SLO3 = (
     "and the worse baseline"
 )
 #: Why a claim's number differs from ours (shown only where one of ours is over 20% off).
+#: ``{law[threshold]}`` fields are that law's cache steps per block (:func:`cache_steps_facts`),
+#: filled from the artifacts a run replays, so a retrained model never leaves a stale number.
 WHY: dict[str, str] = {
     "Table 4: SLO attainment, DiLaServe": _SLOW_PEAK,
     "Table 4: SLO attainment, Llumnix": _SLOW_PEAK,
@@ -266,17 +268,17 @@ WHY: dict[str, str] = {
     "capacity asks for it, so quality moves little; ours is accuracy x 10, the paper's a judge's score",
     "Benchmarks: best attainment gain over the better baseline": "our largest gain comes at 1.1x capacity, the "
     "highest quick load, from admission and lower thresholds; a lower threshold buys less on the embedded law "
-    "(cache steps per block 6.8 at 0.9, 5.1 at 0.7, and accuracy falls steeply below) than on the published "
-    "one (8.9 to 3.6 for 3 points of accuracy)",
+    "(cache steps per block {embedded[0.9]} at 0.9, {embedded[0.7]} at 0.7, and accuracy falls steeply below) "
+    "than on the published one ({published[0.9]} to {published[0.5]} for 3 points of accuracy)",
     "Benchmarks: accuracy change at that gain": "dilaserve keeps 0.9 unless a drop makes an SLO or the price of "
     "capacity says it pays; on the published law's flat quality curve the price lowers thresholds further "
     "under load, for a few percent of accuracy",
     "SLO scale 3: gain over the better baseline": _SLO3,
     "SLO scale 3: gain over the worse baseline": _SLO3,
     "Ablation: SLO-aware thresholds vs a fixed threshold": "with the dual cache a lower threshold saves only "
-    "cache steps (the recompute step stays): on the embedded law 6.8 to 5.1 per block from 0.9 to 0.7, on the "
-    "published law 8.9 to 5.3, where the gain is several times larger; the paper's 70.8 comes where a fixed 0.9 "
-    "collapses",
+    "cache steps (the recompute step stays): on the embedded law {embedded[0.9]} to {embedded[0.7]} per block "
+    "from 0.9 to 0.7, on the published law {published[0.9]} to {published[0.7]}, where the gain is larger; the "
+    "paper's 70.8 comes where a fixed 0.9 collapses",
     "Ablation: load control": "the runs with and without it are identical: at 1.0x capacity the paper's walk "
     "never finds the in-flight work past capacity, so its caps never bind",
     "Predictor: one-shot error, worst progress decile": "the worst decile is the last, where few steps remain "
@@ -298,10 +300,17 @@ WHY: dict[str, str] = {
 }
 
 
-def with_why(c: Claim) -> Claim:
-    """``c`` with its reason where one of ours is more than ``WHY_ABOVE`` off the paper's."""
+def cache_steps_facts(runs: dict[str, LawRun], block_length: int = 32) -> dict[str, dict[str, str]]:
+    """``{"embedded": {"0.9": "5.2", ...}, ...}``: each law's cache steps per block at each threshold."""
+    laws = {name: StepLaw.from_replay(r.inputs.table, block_length) for name, r in runs.items()}
+    return {name: {f"{t:g}": f"{law.cache_steps(t):.1f}" for t in law.thresholds} for name, law in laws.items()}
+
+
+def with_why(c: Claim, facts: dict[str, dict[str, str]] | None = None) -> Claim:
+    """``c`` with its reason where one of ours is more than ``WHY_ABOVE`` off the paper's;
+    ``facts`` fill the reason's measured fields (:data:`WHY`)."""
     big = any(math.isnan(v) or _rel(v, c.paper) > WHY_ABOVE for v in (c.embedded, c.published))
-    return replace(c, why=WHY[c.claim] if big else "")
+    return replace(c, why=WHY[c.claim].format_map(facts or {}) if big else "")
 
 
 def _gain(rows: dict, metric: str = "slo_attainment") -> tuple[float, str]:
@@ -337,9 +346,10 @@ def _tp_cut(setting: ClusterSetting, tp: int) -> float:
 
 def claims(runs: dict[str, LawRun]) -> list[Claim]:
     emb, pub = runs[EMBEDDED_LAW], runs[PUBLISHED_LAW]
+    facts = cache_steps_facts({"embedded": emb, "published": pub})
 
     def row(claim: str, paper: float, fn: Callable[[LawRun], float], unit: str) -> Claim:
-        return with_why(Claim(claim, paper, round(float(fn(emb)), 4), round(float(fn(pub)), 4), unit))
+        return with_why(Claim(claim, paper, round(float(fn(emb)), 4), round(float(fn(pub)), 4), unit), facts)
 
     att = lambda name: lambda r: 100 * r.trace()[name].slo_attainment
     lat = lambda base: lambda r: 100 * (r.trace()["dilaserve"].mean_latency_s / r.trace()[base].mean_latency_s - 1)

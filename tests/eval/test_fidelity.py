@@ -26,6 +26,29 @@ def test_a_reason_is_given_only_where_ours_is_over_20_percent_off():
     assert "| Table 4: SLO attainment, DiLaServe | 91.1 | 95 | 70 | % |" in text and "-1.5%" in text
 
 
+def test_reasons_quote_the_replayed_laws_cache_steps_not_fixed_numbers():
+    from types import SimpleNamespace
+
+    from dilaserve.control.step_law import StepLaw
+    from dilaserve.eval.fidelity import cache_steps_facts
+    from dilaserve.sim.replay import ReplayTable
+
+    fast = ReplayTable(dynamics({t: [8, 8, 8, 8] for t in (0.5, 0.7, 0.9)}, n_buckets=2))
+    slow = ReplayTable(dynamics({t: [2, 2, 4, 4] for t in (0.5, 0.7, 0.9)}, n_buckets=2))
+    runs = {
+        "embedded": SimpleNamespace(inputs=SimpleNamespace(table=fast)),
+        "published": SimpleNamespace(inputs=SimpleNamespace(table=slow)),
+    }
+    facts = cache_steps_facts(runs)
+    emb, pub = facts["embedded"], facts["published"]
+    assert emb["0.9"] == f"{StepLaw.from_replay(fast, 32).cache_steps(0.9):.1f}"
+    assert float(pub["0.7"]) > float(emb["0.7"])  # fewer tokens per step, more steps
+    name = "Ablation: SLO-aware thresholds vs a fixed threshold"
+    why = with_why(Claim(name, 70.8, 2.0, 15.0, "pp"), facts).why
+    assert f"on the embedded law {emb['0.9']} to {emb['0.7']} per block" in why
+    assert "{" not in why
+
+
 def _recorded():
     return dynamics({t: [1, 2, 3, 4, 6, 8, 10, 12, 16] for t in (0.5, 0.9)}, n_buckets=2)
 
