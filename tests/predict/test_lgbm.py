@@ -96,7 +96,10 @@ def test_predictions_scale_with_masked_tokens_beyond_the_rollout_lengths(trained
     # A request 4x longer than any rollout, at the same progress, is predicted to need
     # several times the steps (the booster predicts per masked token; its per-token rate
     # may still follow the longest rollouts); a step-count target would stay flat at 1x.
-    x = features_of(step_table.filter(pl.col("steps_ratio") == 0.0))[:20]
+    # The rows are the longest rollouts' first steps: scaling a short one lands inside the
+    # rollouts' lengths, where the measured rate per token may well be lower.
+    first = step_table.filter(pl.col("steps_ratio") == 0.0)
+    x = features_of(first.filter(pl.col("output_length") == first["output_length"].max()))[:20]
     longer = x.copy()
     longer[:, FEATURE_NAMES.index("output_length")] *= 4
     rows = PredictionBatch(tuple(str(i) for i in range(len(x))), (0.9,), x)
