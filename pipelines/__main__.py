@@ -67,7 +67,7 @@ def asset_names() -> set[str]:
 
 def command(argv: list[str]) -> list[str]:
     law, argv = _law(argv)
-    if not argv or argv[0] not in ("dev", "materialize") or {"-h", "--help"} & set(argv[:1]):
+    if not argv or argv[0] not in ("dev", "materialize"):
         raise SystemExit(__doc__)
     if argv[0] == "dev":
         if law:
@@ -75,11 +75,12 @@ def command(argv: list[str]) -> list[str]:
         return ["dev", "-w", str(REPO_ROOT / "workspace.yaml"), *argv[1:]]
     if {"-h", "--help"} & set(argv[1:]):
         raise SystemExit(__doc__)
-    unknown = [a for a in argv[1:] if a not in asset_names()]
+    known = asset_names() if argv[1:] else set()  # resolving the graph is not free: once, and only if needed
+    unknown = [a for a in argv[1:] if a not in known]
     if unknown:
         raise SystemExit(
             f"materialize: no asset named {', '.join(map(repr, unknown))}; name some of "
-            f"{', '.join(sorted(asset_names()))}, or none to build the whole graph"
+            f"{', '.join(sorted(known))}, or none to build the whole graph"
         )
     assets = argv[1:] or (list(LAW_ASSETS) if law else [])
     select = ",".join(f"*{a}" for a in assets) or "*"
