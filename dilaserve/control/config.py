@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.control.step_law import StepLaw
 from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 
@@ -34,6 +35,11 @@ class ControlConfig:
             time left, when they are within it now. The headroom absorbs prediction noise and
             the batch growing after a request is admitted (0.1: keep 10%; 0: protect only
             predicted hits).
+        operating_point: the threshold each priority tier's new arrivals are pinned to
+            (``OperatingPoint.static(0.8)``: every arrival admitted and run at 0.8), or
+            adaptive (the default: each request's threshold chosen per step from its allowed
+            set). The static frontier runs pinned points; the operating-point tuner moves
+            the point online.
     """
 
     thresholds: tuple[float, ...] = CANDIDATE_THRESHOLDS
@@ -44,6 +50,7 @@ class ControlConfig:
     step_law: StepLaw | None = None
     quality_budget: float | None = 0.1
     admission_headroom: float = 0.1
+    operating_point: OperatingPoint = OperatingPoint()
 
     def __post_init__(self) -> None:
         thr = tuple(sorted(float(t) for t in self.thresholds))
@@ -78,6 +85,16 @@ class ControlConfig:
             raise ValueError(
                 f"ControlConfig.admission_headroom={self.admission_headroom} must lie in [0, 1) "
                 "(the share of SLO time left kept free for requests in flight; try 0.1)"
+            )
+        bad_pins = [
+            t
+            for t in (self.operating_point.default, *(t for _, t in self.operating_point.pins))
+            if t is not None and t not in thr
+        ]
+        if bad_pins:
+            raise ValueError(
+                f"ControlConfig.operating_point pins thresholds {bad_pins} that are not candidates {thr}: "
+                "pin each tier to one of the candidate thresholds"
             )
         if self.capacity_batch_grid < 1:
             raise ValueError("ControlConfig.capacity_batch_grid must be >= 1 (try 64)")

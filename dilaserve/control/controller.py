@@ -29,6 +29,7 @@ from dilaserve.control.load import (
     request_load,
     split_cost_one,
 )
+from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.control.policies import Outlook, Rejection, admission_policies, load_controls, selection_policies
 from dilaserve.control.predictions import PredictionCache
 from dilaserve.control.quality_budget import quality_allowed
@@ -86,16 +87,20 @@ class ThresholdController:
         self.thresholds = np.array(config.thresholds)
         self.selection = selection_policies.get(selection)(config)
         self.slo_aware = self.selection.needs_predictor
-        if self.slo_aware and predictor is None:
+        #: Admission predicts a request's latency at the threshold it will run, whatever
+        #: picks that threshold: a fixed-threshold policy with admission predicts too.
+        self.admission_on = admission != "all"
+        self.predicting = self.slo_aware or self.admission_on
+        if self.predicting and predictor is None:
+            need = f"threshold selection {selection!r}" if self.slo_aware else f"admission {admission!r}"
             raise ValueError(
-                f"threshold selection {selection!r} needs a StepPredictor: pass one, or use the fixed "
-                "selection (a fixed-threshold policy)"
+                f"{need} needs a StepPredictor: pass one, or use the fixed selection with admission 'all' "
+                "(a fixed-threshold policy without admission)"
             )
         # Loads and predicted latencies need predictions: fixed thresholds run neither.
         self.load_control = load_controls.get(load_control if self.slo_aware else "none")(config)
         self.load_control_on = self.slo_aware and load_control != "none"
         self.admission = admission_policies.get(admission)(config)
-        self.admission_on = self.slo_aware and admission != "all"
         budget_mask = np.ones(len(self.thresholds), dtype=bool)
         if apply_quality_budget and config.quality_budget is not None:
             if accuracy is None:
@@ -108,6 +113,8 @@ class ThresholdController:
             budget_mask = quality_allowed(config.thresholds, accuracy, config.quality_budget)
         #: Candidates the quality budget allows (every request's allowed set starts here).
         self.budget_mask = budget_mask
+        #: Which thresholds new arrivals are pinned to, per tier (:meth:`set_point`).
+        self.point: OperatingPoint = config.operating_point
         #: Accuracy per candidate (ascending), for load controls that price quality; None
         #: without a table (or one that lacks a candidate), and such a piece then runs
         #: without its outlook.
@@ -130,7 +137,7 @@ class ThresholdController:
             PredictionCache(
                 predictor, config.thresholds, refresh_every_steps or config.refresh_every_steps, calibrate=calibrate
             )
-            if self.slo_aware
+            if self.predicting
             else None
         )
 
@@ -153,6 +160,7 @@ class ThresholdController:
         allowed = floor & self.budget_mask
         if not allowed.any():
             allowed = floor
+        allowed = self._pinned(allowed, floor, req.priority)
         if req.slo_left(now) <= 0:
             req.late_on_arrival = True
             if self.selection.degrade_late_arrivals:
@@ -169,9 +177,28 @@ class ThresholdController:
         req.cap_index = t - 1 - int(np.argmax(allowed[::-1]))
         if self.slo_aware:
             req.threshold_index = req.cap_index
-            self.predictions.refresh([req])
         else:
             req.threshold_index = self.selection.choose(allowed, req.cap_index, _never_called, 0.0)
+        if self.predicting:
+            self.predictions.refresh([req])
+
+    def _pinned(self, allowed: np.ndarray, floor: np.ndarray, priority: int) -> np.ndarray:
+        """``allowed`` narrowed to the operating point's pin for ``priority`` (unchanged where
+        the tier is adaptive). A pin below the client's quality floor gives way to the lowest
+        threshold the floor accepts: the client asked for at least that quality."""
+        pin = self.point.pin(priority)
+        if pin is None:
+            return allowed
+        j = self.config.index_of(pin)
+        if not floor[j]:
+            j = int(np.argmax(floor))
+        one = np.zeros(len(self.thresholds), dtype=bool)
+        one[j] = True
+        return one
+
+    def set_point(self, point: OperatingPoint) -> None:
+        """Pin new arrivals as ``point`` says from now on (requests in flight keep theirs)."""
+        self.point = point
 
     def check_admission(
         self,
@@ -194,7 +221,7 @@ class ThresholdController:
         predicted = None
         if placement is not None:
             tp, tokens, n = placement
-            predicted = self._remaining_fn(req, tp, tokens, n)(int(np.argmax(req.allowed)))
+            predicted = self._remaining_fn(req, tp, tokens, n)(self.promise_index(req))
             margin = 1.0 - self.config.admission_headroom
             harmed = sum(1 for m in members if self._pushed_past_slo(m, tp, tokens, n, req.tokens, margin, now))
             return self.admission.check(predicted, req.slo_left(now), harmed)
@@ -208,9 +235,15 @@ class ThresholdController:
         (``tokens`` and ``n`` count the newcomer)."""
         if member.steps_pred is None:
             return False
-        lowest, left = int(np.argmax(member.allowed)), margin * member.slo_left(now)
-        before = self._remaining_fn(member, tp, tokens - newcomer_tokens, n - 1)(lowest)
-        return before <= left < self._remaining_fn(member, tp, tokens, n)(lowest)
+        j, left = self.promise_index(member), margin * member.slo_left(now)
+        before = self._remaining_fn(member, tp, tokens - newcomer_tokens, n - 1)(j)
+        return before <= left < self._remaining_fn(member, tp, tokens, n)(j)
+
+    def promise_index(self, req: TrackedRequest) -> int:
+        """The threshold index a request is admitted on: the one it will run at."""
+        if not self.slo_aware:
+            return req.threshold_index
+        return int(np.argmax(req.allowed))
 
     def on_finish(self, req: TrackedRequest) -> None:
         """A request finished: what it really took calibrates the predictions."""

@@ -18,6 +18,7 @@ from dilaserve.predict.dynamics import StepDynamics
 from dilaserve.predict.quality import ThresholdQuality
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig
 from dilaserve.schedule.policies import get_policy
+from dilaserve.schedule.tuner import TunerConfig
 from dilaserve.sim.arrivals import TRACE_LENGTHS, with_lengths
 from dilaserve.sim.capacity import nominal_capacity_rps
 from dilaserve.sim.lengths import LENGTH_MODELS
@@ -25,6 +26,7 @@ from dilaserve.sim.progress import ReplayProgress
 from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.setting import ClusterSetting, Predictors, with_dynamics
 from dilaserve.sim.simulator import SimConfig, SimResult, Simulator
+from dilaserve.sim.slo import DEFAULT_SLO_TIERS, parse_slo_tiers
 from dilaserve.sim.traces import AZURE_CONV, Trace, load_trace
 
 log = logging.getLogger(__name__)
@@ -156,6 +158,17 @@ class EvalOptions:
         experiment also sweeps ``TRACE_LOADS``; given, the trace runs that load alone.
     dynamics: replay this step law in every setting (None: each setting's own).
     policies: run these policies instead of each experiment's own list (None: the list).
+    slo_tiers: SLO tiers of the trace experiments, ``NAME:SHARE:SCALE,...`` (SCALE x a
+        request's own isolated TP-1 latency at 0.9; the tighter a tier, the higher its
+        priority), or ``default`` for ``interactive:0.3:1.5,standard:0.5:5,batch:0.2:20``;
+        None: one SLO for all (5 x the mean isolated latency).
+    static_tp: the cluster every policy starts from (and static policies keep): ``1``,
+        ``2`` or ``4`` (every GPU at that TP degree), or ``stage1`` (the two-stage
+        program's plan for the trace's mean load); None: TP-1.
+    hindsight: with ``frontier``: run the static grid on the one workload (threshold x
+        admission x static TP mix, and per-tier thresholds with ``--slo-tiers``) and report
+        the best static point in hindsight against dilaserve, instead of the load sweep.
+    jobs: simulator runs in parallel (processes) where an experiment runs a grid.
     """
 
     quick: bool = False
@@ -170,6 +183,10 @@ class EvalOptions:
     high_load: float | None = None
     policies: tuple[str, ...] | None = None
     dynamics: str | None = None
+    slo_tiers: str | None = None
+    static_tp: str | None = None
+    hindsight: bool = False
+    jobs: int = 2
 
     def __post_init__(self) -> None:
         if self.phase_s is not None and self.phase_s <= 0:
@@ -186,11 +203,26 @@ class EvalOptions:
             )
         if self.dynamics is not None and self.dynamics not in DYNAMICS_LAWS:
             raise ValueError(f"--dynamics {self.dynamics!r} is unknown: use one of {', '.join(DYNAMICS_LAWS)}")
+        if self.slo_tiers is not None:
+            parse_slo_tiers(self.tiers_text)  # a malformed spec fails here, saying how to write it
+        if self.static_tp is not None and self.static_tp not in STATIC_TP_MIXES:
+            raise ValueError(f"--static-tp {self.static_tp!r} is unknown: use one of {', '.join(STATIC_TP_MIXES)}")
+        if self.jobs < 1:
+            raise ValueError(f"--jobs {self.jobs} must be at least 1 (parallel simulator runs; 2 on 2 cores)")
         for name in self.policies or ():
             get_policy(name)  # an unknown name fails here, listing the registered ones
         bad = [s for s in self.settings if s not in SETTINGS]
         if bad or not self.settings:
             raise ValueError(f"unknown settings {bad or list(self.settings)}: choose from {sorted(SETTINGS)}")
+
+    @property
+    def tiers_text(self) -> str | None:
+        """``--slo-tiers`` as a spec (``default`` spelled out)."""
+        return DEFAULT_SLO_TIERS if self.slo_tiers == "default" else self.slo_tiers
+
+
+#: ``--static-tp`` choices: every GPU at one TP degree, or stage 1's plan for the mean load.
+STATIC_TP_MIXES = ("1", "2", "4", "stage1")
 
 
 class EvalContext:
@@ -282,7 +314,10 @@ class EvalContext:
         if self.options.quick:
             # Phases of a quick run last ~a minute: tick often enough for reconfiguration to act.
             return SimConfig(
-                backend=replace(backend, launch_time_s=5.0), reconfig_interval_s=30.0, telemetry_bin_s=10.0
+                backend=replace(backend, launch_time_s=5.0),
+                reconfig_interval_s=30.0,
+                telemetry_bin_s=10.0,
+                tuner=TunerConfig(interval_s=10.0, window_s=15.0),
             )
         return SimConfig(backend=backend)
 

@@ -28,12 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dilaserve.eval.context import TRACE_LOW_LOAD, EvalContext
+from dilaserve.eval.hindsight import hindsight, mix_layout, with_layout
 from dilaserve.schedule.policies import FIXED_POLICIES, VARIANTS
 from dilaserve.sim.arrivals import PhaseSpec, poisson_workload, shape_trace
 from dilaserve.sim.lengths import GSM8K_OUTPUT_TOKENS, GSM8K_PROMPT_TOKENS
 from dilaserve.sim.setting import ClusterSetting
 from dilaserve.sim.simulator import SimResult
-from dilaserve.sim.slo import DEFAULT_SLO_SCALE, workload_slo
+from dilaserve.sim.slo import DEFAULT_SLO_SCALE, parse_slo_tiers, with_slo_tiers, workload_slo
 from dilaserve.sim.workload import Phase, Workload
 
 #: The paper's algorithms with one mechanism off or one quality-aware piece added, then the
@@ -79,6 +80,8 @@ class ExperimentOutput:
     name: str
     runs: list[Run] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Sections of the JSON line beside ``policies`` (the hindsight frontier's verdict).
+    extra: dict = field(default_factory=dict)
 
 
 def _slo(ctx: EvalContext, setting: ClusterSetting, wl: Workload, scale: float) -> float:
@@ -99,7 +102,29 @@ def trace_workload(
     cap = ctx.capacity(setting, tr.prompt_tokens, tr.output_tokens)
     dur = phase_s or ctx.options.phase_s or (75.0 if ctx.options.quick else 3600.0)
     low, high = TRACE_LOW_LOAD * cap, (high_load or ctx.high_load_of(setting)) * cap
-    return shape_trace(tr, [PhaseSpec("low", dur, low), PhaseSpec("high", dur, high)], name="trace")
+    wl = shape_trace(tr, [PhaseSpec("low", dur, low), PhaseSpec("high", dur, high)], name="trace")
+    if ctx.options.slo_tiers is None:
+        return wl
+    table = ctx.slo_law_of(setting).table
+    fixed = setting.control.fixed_threshold
+    tiers = parse_slo_tiers(ctx.options.tiers_text)
+    return with_slo_tiers(
+        wl, tiers, setting.profile, table, setting.block_length, fixed, setting.block_causal, ctx.options.seed
+    )
+
+
+def _static_mix(ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo: float) -> ClusterSetting:
+    """``setting`` starting from ``--static-tp``'s cluster (unchanged without it)."""
+    mix = ctx.options.static_tp
+    if mix is None:
+        return setting
+    layout = mix_layout(setting, mix, wl, slo)
+    if layout is None:
+        raise ValueError(
+            f"--static-tp {mix}: setting {setting.name!r} cannot run it (TP degrees {setting.cluster.tp_degrees}, "
+            "or stage 1 found no plan for this load)"
+        )
+    return with_layout(setting, layout)
 
 
 def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: tuple[float, ...] | None = None) -> ExperimentOutput:
@@ -120,7 +145,7 @@ def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: tuple[float, 
                 f"{rates} (high {load:g} x nominal capacity); SLO {slo:.2f} s"
             )
             label = "" if len(loads) == 1 else f" high x{load:g}"
-            for res in ctx.run_policies(setting, policies, wl, slo, label):
+            for res in ctx.run_policies(_static_mix(ctx, setting, wl, slo), policies, wl, slo, label):
                 out.runs.append(
                     Run(
                         name,
@@ -148,7 +173,51 @@ def trace(ctx: EvalContext) -> ExperimentOutput:
 
 
 def frontier(ctx: EvalContext) -> ExperimentOutput:
+    if ctx.options.hindsight:
+        return frontier_hindsight(ctx)
     return _trace_runs(ctx, "frontier", TRACE_POLICIES, FRONTIER_LOADS[ctx.options.quick])
+
+
+def frontier_hindsight(ctx: EvalContext) -> ExperimentOutput:
+    """The static grid against dilaserve on the one trace workload (:mod:`dilaserve.eval.hindsight`)."""
+    out = ExperimentOutput("hindsight")
+    for setting in ctx.settings:
+        wl = trace_workload(ctx, setting)
+        slo = _slo(ctx, setting, wl, DEFAULT_SLO_SCALE)
+        tiers = f"; SLO tiers {wl.meta['slo_tiers']}" if "slo_tiers" in wl.meta else ""
+        out.notes.append(
+            f"{setting.name} ({ctx.law_of(setting).name} step law): {wl.meta['source']}, {len(wl)} requests, "
+            f"high {ctx.high_load_of(setting):g} x nominal capacity; SLO {slo:.2f} s{tiers}"
+        )
+        verdict = hindsight(ctx, setting, wl, slo)
+        runs = verdict.pop("_runs")
+        best = verdict["best_static"]["policy"]
+        for label, res in runs.items():
+            headline = label in ("dilaserve", best)
+            out.runs.append(
+                Run(
+                    "hindsight",
+                    setting.name,
+                    res,
+                    "trace",
+                    wl.mean_rate,
+                    DEFAULT_SLO_SCALE,
+                    phases=wl.phases,
+                    headline=headline,
+                )
+            )
+        out.notes.append(
+            f"{setting.name}: best static point in hindsight {best} ({best_pct(verdict)}); dilaserve "
+            f"{verdict['dilaserve']['goodput']:.1%} (margin {100 * verdict['margin']:+.1f} points), "
+            f"without reconfiguration {verdict['dilaserve-no-reconfig']['goodput']:.1%}"
+        )
+        key = "" if setting.name == ctx.options.settings[0] else f"@{setting.name}"
+        out.extra.update({f"{k}{key}": v for k, v in verdict.items()})
+    return out
+
+
+def best_pct(verdict: dict) -> str:
+    return f"{verdict['best_static']['goodput']:.1%} goodput"
 
 
 def ablation(ctx: EvalContext) -> ExperimentOutput:

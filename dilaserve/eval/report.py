@@ -99,6 +99,8 @@ def extra_json(out: ExperimentOutput) -> dict:
     (LOAD the high-phase load as a fraction of nominal capacity, e.g. ``"1.2"``; high_rate
     that phase's rate in requests/s); for a trace run at several loads, the same as
     ``"load_sweep"``."""
+    if out.extra:
+        return out.extra
     loads = {r.x for r in out.runs if r.x is not None}
     if out.name != "frontier" and not (out.name == "trace" and len(loads) > 1):
         return {}

@@ -8,7 +8,7 @@ point or finish) and stopped. Old instances nobody needs keep serving.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dilaserve.cluster.base import InstanceSpec
@@ -53,6 +53,25 @@ def static_layout(cluster: ClusterConfig, tp: int = 1, prefix: str = "inst") -> 
         for n in range(cluster.nodes)
         for g in range(0, cluster.gpus_per_node - tp + 1, tp)
     ]
+
+
+def layout_from_node_counts(
+    cluster: ClusterConfig, node_counts: Sequence[Mapping[int, int]], prefix: str = "inst"
+) -> list[InstanceSpec]:
+    """Instances for ``node_counts`` (per node, instances per TP degree), each TP group on
+    aligned GPUs, the largest degrees first so the groups pack the node."""
+    out = []
+    for n, counts in enumerate(node_counts):
+        g = 0
+        for tp in sorted(counts, reverse=True):
+            for _ in range(int(counts[tp])):
+                if g + tp > cluster.gpus_per_node:
+                    raise ValueError(f"node {n}: {dict(counts)} needs more than {cluster.gpus_per_node} GPUs")
+                out.append(
+                    InstanceSpec(f"{prefix}-{n}-{g}", tp, n, tuple(range(g, g + tp)), cluster.max_batch_tokens[tp])
+                )
+                g += tp
+    return out
 
 
 def build_plan(

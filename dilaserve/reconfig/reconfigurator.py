@@ -104,6 +104,11 @@ class Reconfigurator:
             return None
         return plan
 
+    def capacity_plan(self, classes: Sequence[RequestClass]) -> CapacityPlan | None:
+        """Stage 1 alone for ``classes`` (None when infeasible or unsolved): e.g. the plan a
+        static cluster would be built to for a workload's mean load."""
+        return self._stage1(self.problem(classes), "given classes") if classes and self.degrees else None
+
     def propose(self, now: float, existing: Sequence[InstanceSpec]) -> ReconfigPlan | None:
         """A plan to apply now, or None to keep the current configuration."""
         classes = self.monitor.classes(now)

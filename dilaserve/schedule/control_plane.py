@@ -24,6 +24,7 @@ from dilaserve.schedule.events import RequestOutcome
 from dilaserve.schedule.observer import SchedulerObserver
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
 from dilaserve.schedule.scheduler import GlobalScheduler
+from dilaserve.schedule.tuner import OperatingPointTuner, TunerConfig, WindowEvaluator
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class ControlPlaneSpec:
     monitor: how the workload monitor groups and counts requests.
     accuracy: measured accuracy per candidate threshold (the quality budget's input).
     scheduler: scheduler settings that are not part of a policy.
+    tuner: how the operating-point tuner replays (policies that ``tune``).
+    evaluator: the replay the tuner runs (the simulator's, or the server's from its
+        artifacts); None leaves a tuning policy at its configured operating point.
     """
 
     profile: LatencyProfile
@@ -45,6 +49,8 @@ class ControlPlaneSpec:
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     accuracy: Mapping[float, float] | None = None
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    tuner: TunerConfig = field(default_factory=TunerConfig)
+    evaluator: WindowEvaluator | None = None
 
 
 def build_control_plane(
@@ -62,15 +68,20 @@ def build_control_plane(
     reconfigurator = None
     if pol.reconfig and spec.reconfig is not None:
         reconfigurator = Reconfigurator(spec.cluster, spec.profile, spec.reconfig, WorkloadMonitor(spec.monitor))
-    return GlobalScheduler(
+    sched = GlobalScheduler(
         backend,
         spec.profile,
         pol,
         control=spec.control,
         config=spec.scheduler,
-        predictor=predictor if pol.selection != "fixed" else None,
+        predictor=predictor if pol.predictor is not None else None,
         reconfigurator=reconfigurator,
         on_outcome=on_outcome,
         accuracy=spec.accuracy,
         observer=observer,
     )
+    if pol.tune and spec.evaluator is not None:
+        ctl = sched.controller
+        pins = [t for t, ok in zip(ctl.config.thresholds, ctl.budget_mask.tolist()) if ok]
+        sched.tuner = OperatingPointTuner(spec.evaluator, pins, spec.tuner)
+    return sched

@@ -60,6 +60,9 @@ class SchedulerPolicy:
     fixed_threshold: overrides ``ControlConfig.fixed_threshold``, the threshold of a
         policy without SLO-aware thresholds (None: use the config's); must be one of
         ``ControlConfig.thresholds``.
+    tune: move the operating point online by replaying recent arrivals against every
+        static point and the adaptive one (the operating-point tuner); needs a replay from
+        the layer that builds the control plane, and runs without it otherwise.
     """
 
     name: str
@@ -77,6 +80,7 @@ class SchedulerPolicy:
     predictor: str | None = "learned"
     refresh_every_steps: int | None = None
     fixed_threshold: float | None = None
+    tune: bool = False
 
     def control_for(self, control: ControlConfig) -> ControlConfig:
         """``control`` with this policy's overrides applied."""
@@ -96,7 +100,7 @@ policies: Registry[SchedulerPolicy] = Registry("scheduler policy")
 _FIXED = dict(
     selection="fixed", load_control="none", admission="all", quality_budget=False, reconfig=False, predictor=None
 )
-DILASERVE = policies.add("dilaserve", SchedulerPolicy("dilaserve"))
+DILASERVE = policies.add("dilaserve", SchedulerPolicy("dilaserve", tune=True))
 PAPER = policies.add(
     "dilaserve-paper",
     SchedulerPolicy(
@@ -143,7 +147,8 @@ _variant(DILASERVE, "-per-work-price", load_control="per_work_price")
 _variant(DILASERVE, "-no-quality-budget", quality_budget=False)
 _variant(DILASERVE, "-no-reconfig", reconfig=False)
 _variant(DILASERVE, "-no-calibration", calibrate=False)
-policies.add("oracle", replace(DILASERVE, name="oracle", predictor="oracle", refresh_every_steps=1))
+_variant(DILASERVE, "-no-tuner", tune=False)
+policies.add("oracle", replace(DILASERVE, name="oracle", predictor="oracle", refresh_every_steps=1, tune=False))
 
 
 # The static frontier: INFaaS-like dispatch at each candidate threshold (fixed@0.5 ... fixed@0.9).
@@ -153,6 +158,18 @@ def _fixed_at(threshold: float) -> SchedulerPolicy:
 
 
 FIXED_POLICIES: tuple[str, ...] = tuple(_fixed_at(t).name for t in CANDIDATE_THRESHOLDS)
+
+
+# The static frontier with admission: the same fixed thresholds, refusing on arrival what is
+# predicted to miss its SLO at that threshold (admission is generic: any static server can
+# have it, so every adaptive mechanism is measured against these).
+def _fixed_with_admission(threshold: float) -> SchedulerPolicy:
+    base = policies.get(fixed_policy_name(threshold))
+    name = f"{base.name}+admission"
+    return policies.add(name, replace(base, name=name, admission="slo", predictor="learned"))
+
+
+FIXED_ADMISSION_POLICIES: tuple[str, ...] = tuple(_fixed_with_admission(t).name for t in CANDIDATE_THRESHOLDS)
 
 
 def get_policy(policy: SchedulerPolicy | str) -> SchedulerPolicy:

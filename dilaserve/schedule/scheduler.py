@@ -41,6 +41,7 @@ from dilaserve.schedule.migration_points import migration_points
 from dilaserve.schedule.observer import SchedulerObserver
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
 from dilaserve.schedule.pool import InstancePool
+from dilaserve.schedule.tuner import OperatingPointTuner
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ class GlobalScheduler:
         self.controller = ThresholdController(
             control,
             profile,
-            predictor if p.selection != "fixed" else None,
+            predictor if p.predictor is not None else None,
             selection=p.selection,
             load_control=p.load_control,
             admission=p.admission,
@@ -104,6 +105,8 @@ class GlobalScheduler:
         self._handling = False
         self._max_batch_seen = 0
         self._cancelled: set[str] = set()
+        #: Moves the controller's operating point online (set by ``build_control_plane``).
+        self.tuner: OperatingPointTuner | None = None
         backend.bind(self.handle)
 
     # ================================================================ public
@@ -185,6 +188,11 @@ class GlobalScheduler:
             )
             self._reject(req, f"needs {req.tokens} tokens > batch limit {limit}")
             return
+        if self.tuner is not None:
+            self.tuner.observe(req, self.now)
+            point = self.tuner.maybe_tune(self.now, self.pool.active_specs(), self.controller.point)
+            if point is not None:
+                self.controller.set_point(point)
         self.controller.admit(req, self.now)
         if self.reconfigurator is not None:
             # Refused requests are demand too: the planner sizes the cluster for them.

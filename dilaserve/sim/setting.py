@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.config import ControlConfig
 from dilaserve.control.step_law import StepLaw
 from dilaserve.predict.base import OneShotPredictor, StepPredictor
@@ -43,6 +44,8 @@ class ClusterSetting:
     monitor: workload monitor settings.
     initial_tp: every policy starts from a static cluster of this TP degree (the
         baselines stay on it).
+    initial_layout: start from these instances instead (a static TP mix, or the slice
+        of a live cluster a replay runs on); None: every GPU at ``initial_tp``.
     block_length: denoising block length of the served model.
     block_causal: the served model's family: False for a bidirectional DLM with the dual
         cache, True for block diffusion (a prefill per request, no recompute steps per
@@ -56,6 +59,7 @@ class ClusterSetting:
     reconfig: ReconfigConfig = field(default_factory=ReconfigConfig)
     monitor: MonitorConfig = field(default_factory=MonitorConfig)
     initial_tp: int = 1
+    initial_layout: tuple[InstanceSpec, ...] | None = None
     block_length: int = 32
     block_causal: bool = False
 

@@ -23,9 +23,10 @@ from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_plane
 from dilaserve.schedule.events import ReconfigTick, RequestArrived, RequestOutcome
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
+from dilaserve.schedule.tuner import TunerConfig
 from dilaserve.sim.loop import EventLoop
 from dilaserve.sim.metrics import PolicySummary, summarize
-from dilaserve.sim.progress import ProgressModel
+from dilaserve.sim.progress import ProgressModel, ReplayProgress
 from dilaserve.sim.setting import ClusterSetting, Predictors
 from dilaserve.sim.telemetry import Telemetry
 from dilaserve.sim.workload import Workload, WorkloadRequest
@@ -42,12 +43,15 @@ class SimConfig:
     telemetry_bin_s: time bin of the threshold-over-time series.
     drain_limit_s: after the last arrival, give up on requests still unfinished this
         much later (they count as SLO misses); guards against a stuck cluster.
+    tuner: how a tuning policy's operating-point tuner replays its recent arrivals (on
+        this simulator's own step law, through :class:`~dilaserve.sim.window_replay.WindowReplay`).
     """
 
     backend: SimBackendConfig = field(default_factory=SimBackendConfig)
     reconfig_interval_s: float = 300.0
     telemetry_bin_s: float = 60.0
     drain_limit_s: float = 3600.0
+    tuner: TunerConfig = field(default_factory=TunerConfig)
 
     def __post_init__(self) -> None:
         if self.reconfig_interval_s <= 0:
@@ -82,6 +86,7 @@ class SimResult:
 REQUEST_COLUMNS = {
     "request_id": pl.Utf8,
     "phase": pl.Utf8,
+    "tier": pl.Utf8,
     "status": pl.Utf8,
     "arrival_s": pl.Float64,
     "finish_s": pl.Float64,
@@ -157,10 +162,12 @@ class Simulator:
             monitor=st.monitor,
             accuracy=self.predictors.accuracy(st.control.thresholds),
             scheduler=SchedulerConfig(warn_interval_s=300.0),
+            tuner=cfg.tuner,
+            evaluator=self._window_replay(pol),
         )
         sched = build_control_plane(backend, pol, spec, self._predictor(pol, live), on_outcome)
         reconfigurator = sched.reconfigurator
-        initial = static_layout(st.cluster, st.initial_tp)
+        initial = list(st.initial_layout) if st.initial_layout else static_layout(st.cluster, st.initial_tp)
         with backend.instant_launches():
             sched.start(initial)
 
@@ -168,9 +175,9 @@ class Simulator:
             wr = reqs[i]
             state = self.progress.new_state(wr, st.block_length)
             live[wr.request_id] = (wr, state)
-            sched.handle(
-                RequestArrived(loop.now, TrackedRequest(state, arrival=wr.arrival, deadline=wr.arrival + slo_s))
-            )
+            slo = wr.slo_s if wr.slo_s is not None else slo_s
+            tracked = TrackedRequest(state, arrival=wr.arrival, deadline=wr.arrival + slo, priority=wr.priority)
+            sched.handle(RequestArrived(loop.now, tracked))
             if i + 1 < len(reqs):
                 loop.at(reqs[i + 1].arrival, lambda: arrive(i + 1))
 
@@ -215,6 +222,15 @@ class Simulator:
             quality_estimator=self.progress.quality_estimator,
         )
 
+    def _window_replay(self, policy: SchedulerPolicy):
+        """The tuner's replay for ``policy`` (None where it does not tune, or where no
+        recorded step law and quality table exist to replay, as in model mode)."""
+        if not policy.tune or self.predictors.quality is None or not isinstance(self.progress, ReplayProgress):
+            return None
+        from dilaserve.sim.window_replay import WindowReplay  # builds Simulators: imported at use
+
+        return WindowReplay(self.setting, self.progress, self.predictors, self.config, policy)
+
     def _row(self, wr: WorkloadRequest, state, o: RequestOutcome | None) -> tuple:
         finished = o is not None and o.status == "finished"
         status = o.status if o is not None else "unfinished"
@@ -222,6 +238,7 @@ class Simulator:
         return (
             wr.request_id,
             wr.phase,
+            wr.tier,
             status,
             wr.arrival,
             o.time if finished else None,

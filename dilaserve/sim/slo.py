@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
 import numpy as np
 
 from dilaserve.control.step_law import step_split
@@ -66,3 +69,81 @@ def workload_slo(
     if scale <= 0:
         raise ValueError(f"SLO scale {scale} must be positive (the paper sweeps 1 to 10, default 5)")
     return scale * mean_isolated_latency(workload, profile, table, block_length, threshold, block_causal)
+
+
+@dataclass(frozen=True)
+class SloTier:
+    """One SLO tier of a workload: ``share`` of the requests, each with an SLO of ``scale`` x
+    its own isolated TP-1 latency at the baselines' threshold (0.9)."""
+
+    name: str
+    share: float
+    scale: float
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"SLO tier name {self.name!r} must be a word, e.g. interactive")
+        if not 0 < self.share <= 1:
+            raise ValueError(f"SLO tier {self.name!r}: share {self.share} must lie in (0, 1]")
+        if self.scale <= 0:
+            raise ValueError(f"SLO tier {self.name!r}: scale {self.scale} must be positive (x isolated latency)")
+
+
+#: ``--slo-tiers`` default: a third interactive, half standard, a fifth batch.
+DEFAULT_SLO_TIERS = "interactive:0.3:1.5,standard:0.5:5,batch:0.2:20"
+
+
+def parse_slo_tiers(text: str) -> tuple[SloTier, ...]:
+    """``NAME:SHARE:SCALE,...`` (shares summing to 1) as tiers."""
+    tiers = []
+    for part in text.split(","):
+        fields = part.strip().split(":")
+        if len(fields) != 3:
+            raise ValueError(f"SLO tier {part.strip()!r} is not NAME:SHARE:SCALE: write e.g. {DEFAULT_SLO_TIERS!r}")
+        name, share, scale = fields
+        try:
+            tiers.append(SloTier(name, float(share), float(scale)))
+        except ValueError as e:
+            if "could not convert" in str(e):
+                raise ValueError(f"SLO tier {part.strip()!r}: SHARE and SCALE must be numbers") from None
+            raise
+    if len({t.name for t in tiers}) != len(tiers):
+        raise ValueError(f"SLO tiers {text!r} name a tier twice: give each tier one entry")
+    total = sum(t.share for t in tiers)
+    if abs(total - 1.0) > 1e-6:
+        raise ValueError(f"SLO tier shares of {text!r} sum to {total:g}: make them sum to 1")
+    return tuple(tiers)
+
+
+def tier_priorities(tiers: Sequence[SloTier]) -> dict[str, int]:
+    """Each tier's priority: the tighter its SLO scale, the higher (load control caps the
+    highest priority last; the loosest tier gets 0)."""
+    scales = sorted({t.scale for t in tiers}, reverse=True)
+    return {t.name: scales.index(t.scale) for t in tiers}
+
+
+def with_slo_tiers(
+    workload: Workload,
+    tiers: Sequence[SloTier],
+    profile: LatencyProfile,
+    table: ReplayTable,
+    block_length: int,
+    threshold: float,
+    block_causal: bool = False,
+    seed: int = 0,
+) -> Workload:
+    """``workload`` with each request drawn into a tier (seeded, by share) and given that
+    tier's priority and an SLO of its scale x its own isolated TP-1 latency at ``threshold``."""
+    rng = np.random.default_rng(seed + 7919)
+    shares = np.array([t.share for t in tiers])
+    picks = rng.choice(len(tiers), size=len(workload), p=shares / shares.sum())
+    prio = tier_priorities(tiers)
+    out = []
+    for r, k in zip(workload.requests, picks.tolist()):
+        tier = tiers[k]
+        alone = isolated_latency(
+            profile, table, r.prompt_tokens, r.output_tokens, block_length, threshold, 1, block_causal
+        )
+        out.append(replace(r, tier=tier.name, priority=prio[tier.name], slo_s=tier.scale * alone))
+    meta = {**workload.meta, "slo_tiers": ",".join(f"{t.name}:{t.share:g}:{t.scale:g}" for t in tiers)}
+    return Workload(workload.name, out, workload.phases, meta)

@@ -16,7 +16,9 @@ class WorkloadRequest:
 
     ``output_tokens`` is the answer length the trace or benchmark asks for; the simulated
     canvas rounds it up to whole blocks. ``prompt`` is set only where a real model decodes
-    the request (model mode) and grades its answer.
+    the request (model mode) and grades its answer. ``tier``, ``priority`` and ``slo_s``
+    come from SLO tiers (:func:`dilaserve.sim.slo.with_slo_tiers`); without them the run's
+    one SLO applies.
     """
 
     request_id: str
@@ -25,6 +27,9 @@ class WorkloadRequest:
     output_tokens: int
     phase: str = ""
     prompt: Prompt | None = None
+    tier: str = ""
+    priority: int = 0
+    slo_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,79 @@
+"""Operating points: which thresholds new arrivals may use, per priority tier.
+
+A static server runs one threshold (or one per SLO tier) for the whole run; DiLaServe's
+default walks every allowed threshold per request. Both are operating points of the same
+controller: a tier pinned to ``tau`` admits and runs its arrivals at ``tau`` alone (admission
+judges them there, selection has nothing else to pick), and an adaptive tier keeps the
+policy's full allowed set. The operating-point tuner (docs/architecture.md, "Operating
+points") moves between them online; the static frontier runs them fixed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+#: A tier's entry meaning "every threshold the policy allows" (per-request adaptive choice).
+ADAPTIVE = None
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """The threshold each priority tier's new arrivals are pinned to, or none.
+
+    Attributes:
+        pins: ``(priority, threshold)`` pairs, sorted by priority; a tier that is absent
+            (or pinned to ``None``) is adaptive. Use :meth:`static` and :meth:`per_tier`.
+        default: the pin of every priority not listed (``None``: adaptive).
+    """
+
+    pins: tuple[tuple[int, float | None], ...] = ()
+    default: float | None = ADAPTIVE
+
+    def __post_init__(self) -> None:
+        pins = tuple(sorted((int(p), None if t is None else float(t)) for p, t in self.pins))
+        if len({p for p, _ in pins}) != len(pins):
+            raise ValueError(f"OperatingPoint pins {pins} name a priority twice: give each tier one threshold")
+        object.__setattr__(self, "pins", pins)
+        if self.default is not None:
+            object.__setattr__(self, "default", float(self.default))
+
+    @classmethod
+    def adaptive(cls) -> OperatingPoint:
+        return cls()
+
+    @classmethod
+    def static(cls, threshold: float) -> OperatingPoint:
+        """Every tier at ``threshold``."""
+        return cls(default=threshold)
+
+    @classmethod
+    def per_tier(cls, pins: Mapping[int, float | None] | Iterable[tuple[int, float | None]]) -> OperatingPoint:
+        items = pins.items() if isinstance(pins, Mapping) else pins
+        return cls(tuple(items))
+
+    def pin(self, priority: int) -> float | None:
+        """The threshold of ``priority``'s arrivals, or None where they are adaptive."""
+        for p, t in self.pins:
+            if p == priority:
+                return t
+        return self.default
+
+    def with_pin(self, priority: int, threshold: float | None) -> OperatingPoint:
+        """This point with one tier changed."""
+        rest = [(p, t) for p, t in self.pins if p != priority]
+        return OperatingPoint((*rest, (priority, threshold)), self.default)
+
+    @property
+    def is_adaptive(self) -> bool:
+        return self.default is None and all(t is None for _, t in self.pins)
+
+    @property
+    def label(self) -> str:
+        """``adaptive``, ``static@0.8``, or ``tiers(2:0.7,1:adaptive,0:0.9)`` (highest priority first)."""
+        if not self.pins:
+            return "adaptive" if self.default is None else f"static@{self.default}"
+        parts = [f"{p}:{'adaptive' if t is None else t}" for p, t in reversed(self.pins)]
+        if self.default is not None:
+            parts.append(f"*:{self.default}")
+        return f"tiers({','.join(parts)})"

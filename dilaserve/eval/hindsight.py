@@ -1,0 +1,208 @@
+"""``python -m dilaserve.eval frontier --hindsight``: the best static operating point in
+hindsight against dilaserve, on one workload (docs/architecture.md, "The static frontier").
+
+A static server picks a threshold, whether to refuse what cannot make its SLO, and a TP
+mix, once. The grid runs every such point on the workload: each candidate threshold, with
+admission on and off, on every static TP mix (every GPU at TP 1, 2 or 4 where the setting
+allows it, and stage 1's plan for the workload's mean load); with SLO tiers, also one
+threshold per tier (coordinate search from the best uniform point: each tier moved to each
+threshold with the others held, repeated while it improves). The best of the grid by
+goodput is the frontier an adaptive policy is measured against: dilaserve's margin is its
+goodput minus that point's. Quick runs keep admission off on TP-1 only (a static cluster
+without admission is the classic baseline; on other mixes it is dominated in every run
+measured) and do one coordinate pass.
+
+Runs go through a process pool (``--jobs``); each is a deterministic simulator run, so the
+grid's numbers do not depend on the order or the parallelism.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from dilaserve.cluster.base import InstanceSpec
+from dilaserve.control.operating_point import OperatingPoint
+from dilaserve.eval.context import EvalContext
+from dilaserve.reconfig.monitor import WorkloadMonitor
+from dilaserve.reconfig.plan import layout_from_node_counts, static_layout
+from dilaserve.reconfig.reconfigurator import Reconfigurator
+from dilaserve.schedule.policies import fixed_policy_name
+from dilaserve.sim.progress import canvas_length
+from dilaserve.sim.setting import ClusterSetting
+from dilaserve.sim.simulator import SimResult
+from dilaserve.sim.workload import Workload
+
+#: The adaptive policies every hindsight run reports beside the grid.
+ADAPTIVE = ("dilaserve", "dilaserve-no-reconfig")
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One static operating point: a threshold (or one per tier), admission, a TP mix."""
+
+    threshold: float
+    admission: bool
+    mix: str
+    #: Per-tier pins (None: every tier at ``threshold``).
+    tiers: OperatingPoint | None = None
+
+    @property
+    def policy(self) -> str:
+        base = fixed_policy_name(self.threshold)
+        return f"{base}+admission" if self.admission else base
+
+    @property
+    def label(self) -> str:
+        what = self.tiers.label if self.tiers is not None else self.policy
+        if self.tiers is not None and self.admission:
+            what += "+admission"
+        return what if self.mix == "1" else f"{what} tp={self.mix}"
+
+
+def mix_layout(setting: ClusterSetting, mix: str, wl: Workload, slo_s: float) -> tuple[InstanceSpec, ...] | None:
+    """The static cluster of ``mix`` (``1``/``2``/``4``: every GPU at that TP degree;
+    ``stage1``: stage 1's plan for ``wl``'s mean load), or None where the setting cannot
+    run it (a TP degree it does not allow, or no feasible plan)."""
+    if mix != "stage1":
+        tp = int(mix)
+        return tuple(static_layout(setting.cluster, tp)) if tp in setting.cluster.tp_degrees else None
+    monitor = WorkloadMonitor(replace(setting.monitor, window_s=wl.duration_s + 1.0))
+    for r in wl.requests:
+        gen = canvas_length(r.output_tokens, setting.block_length)
+        monitor.observe(r.arrival, r.prompt_tokens, gen, r.slo_s if r.slo_s is not None else slo_s)
+    planner = Reconfigurator(setting.cluster, setting.profile, setting.reconfig, monitor)
+    plan = planner.capacity_plan(monitor.classes(wl.duration_s))
+    return None if plan is None else tuple(layout_from_node_counts(setting.cluster, plan.node_counts))
+
+
+def with_layout(setting: ClusterSetting, layout: Sequence[InstanceSpec] | None) -> ClusterSetting:
+    return setting if layout is None else replace(setting, initial_layout=tuple(layout))
+
+
+# The pool's workers inherit the context and workload by fork; a job names only its point.
+_SHARED: dict = {}
+
+
+def _run(job: tuple[str, str, tuple | None, OperatingPoint | None]) -> tuple[str, SimResult]:
+    label, policy, layout, point = job
+    ctx, setting, wl, slo = _SHARED["ctx"], _SHARED["setting"], _SHARED["wl"], _SHARED["slo"]
+    st = with_layout(setting, layout)
+    if point is not None:
+        st = replace(st, control=replace(st.control, operating_point=point))
+    t0 = time.perf_counter()
+    res = ctx.simulator(st).run(policy, wl, slo)
+    s = res.summary
+    print(
+        f"  [{setting.name}] {label:<44} goodput {s.goodput:6.1%}  attainment {s.slo_attainment:6.1%}  "
+        f"quality {s.quality:.3f}  ({time.perf_counter() - t0:.0f}s wall)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return label, replace(res, policy=label)
+
+
+class GridRunner:
+    """Runs labelled simulator jobs on one workload, ``jobs`` at a time."""
+
+    def __init__(self, ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo_s: float):
+        _SHARED.update(ctx=ctx, setting=setting, wl=wl, slo=slo_s)
+        self.jobs = ctx.options.jobs
+        self.results: dict[str, SimResult] = {}
+
+    def run(self, jobs: Sequence[tuple[str, str, tuple | None, OperatingPoint | None]]) -> None:
+        todo = [j for j in jobs if j[0] not in self.results]
+        if self.jobs == 1 or len(todo) == 1:
+            done = map(_run, todo)
+        else:
+            pool = multiprocessing.get_context("fork").Pool(min(self.jobs, len(todo)))
+            try:
+                done = pool.map(_run, todo, chunksize=1)
+            finally:
+                pool.close()
+                pool.join()
+        self.results.update(dict(done))
+
+    def goodput(self, label: str) -> float:
+        return self.results[label].summary.goodput
+
+
+def static_grid(ctx: EvalContext, layouts: dict[str, tuple | None]) -> list[GridPoint]:
+    """Every uniform point: threshold x admission x mix (quick: admission off on TP-1 only)."""
+    thresholds = ctx.setting(ctx.options.settings[0]).control.thresholds
+    points = []
+    for mix in layouts:
+        for adm in (False, True):
+            if not adm and ctx.options.quick and mix != "1":
+                continue
+            points.extend(GridPoint(t, adm, mix) for t in thresholds)
+    return points
+
+
+def _job(p: GridPoint, layouts: dict[str, tuple | None]):
+    return (p.label, p.policy, layouts[p.mix], p.tiers)
+
+
+def tier_search(
+    runner: GridRunner, best: GridPoint, priorities: Sequence[int], thresholds: Sequence[float], layouts, passes: int
+) -> GridPoint:
+    """Coordinate search over one threshold per tier from the best uniform point: each pass
+    moves each tier to each threshold with the others held and keeps the best."""
+    current = replace(best, tiers=OperatingPoint.static(best.threshold))
+    runner.results.setdefault(current.label, runner.results[best.label])
+    for _ in range(passes):
+        moves = [
+            replace(current, tiers=current.tiers.with_pin(p, t))
+            for p in priorities
+            for t in thresholds
+            if current.tiers.pin(p) != t
+        ]
+        runner.run([_job(m, layouts) for m in moves])
+        top = max([current, *moves], key=lambda m: runner.goodput(m.label))
+        if top == current:
+            break
+        current = top
+    return current
+
+
+def hindsight(ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo_s: float) -> dict:
+    """The grid, dilaserve and its no-reconfiguration variant on ``wl``; returns the JSON
+    section (``best_static``, ``dilaserve``, ``dilaserve-no-reconfig``, ``margin``, ``grid``)
+    and keeps every run in ``results`` for the tables."""
+    runner = GridRunner(ctx, setting, wl, slo_s)
+    mixes = ("1", "2", "4", "stage1")
+    layouts: dict[str, tuple | None] = {}
+    for mix in mixes:
+        lay = mix_layout(setting, mix, wl, slo_s)
+        if lay is None:
+            continue
+        tps = sorted(s.tp for s in lay)
+        if any(sorted(s.tp for s in other or static_layout(setting.cluster, 1)) == tps for other in layouts.values()):
+            continue  # the same mix under another name (e.g. stage 1 planned all TP-1)
+        layouts[mix] = None if mix == "1" else lay
+    grid = static_grid(ctx, layouts)
+    jobs = [_job(p, layouts) for p in grid] + [(name, name, None, None) for name in ADAPTIVE]
+    runner.run(jobs)
+    best = max(grid, key=lambda p: runner.goodput(p.label))
+    priorities = sorted({r.priority for r in wl.requests}, reverse=True)
+    if len(priorities) > 1:
+        start = max((p for p in grid if p.admission), key=lambda p: runner.goodput(p.label))
+        passes = 1 if ctx.options.quick else 3
+        tiered = tier_search(runner, start, priorities, setting.control.thresholds, layouts, passes)
+        best_label = max((best.label, tiered.label), key=runner.goodput)
+    else:
+        best_label = best.label
+    res = runner.results
+    summary = {k: r.summary.as_json() for k, r in res.items()}
+    top = res[best_label].summary
+    return {
+        "best_static": {"policy": best_label, **top.as_json()},
+        **{name: summary[name] for name in ADAPTIVE},
+        "margin": res["dilaserve"].summary.goodput - top.goodput,
+        "mixes": {m: (sorted(s.tp for s in lay) if lay else "all TP-1") for m, lay in layouts.items()},
+        "grid": summary,
+        "_runs": res,
+    }

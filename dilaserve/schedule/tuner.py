@@ -1,0 +1,143 @@
+"""The operating-point tuner: model-predictive control over static and adaptive points.
+
+Every ``interval_s`` the tuner replays the arrivals of the last ``window_s`` through the
+simulator, which runs this same control plane, once per candidate operating point: every
+tier pinned to each threshold the quality budget allows, and the adaptive walk (with
+tiers, each tier's alternatives with the others held). New arrivals then run at the point
+that made the most goodput on the replay; the current point is kept unless another beats
+it by ``min_gain``. The candidates include every static point the budget allows, so over a
+stationary stretch the cluster runs at the best static point in hindsight of the last
+window, and where the load or the tier mix moves it follows (docs/architecture.md,
+"Operating points").
+
+The replay itself is a :class:`WindowEvaluator` that the layer above supplies (the
+simulator, or the server from its artifacts): the control plane never imports the
+simulator.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from dilaserve.cluster.base import InstanceSpec
+from dilaserve.control.operating_point import OperatingPoint
+from dilaserve.control.request import TrackedRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TunerConfig:
+    """How often and on what the operating-point tuner replays.
+
+    Attributes:
+        interval_s: seconds between two tunings (of event time).
+        window_s: the arrivals of the last this many seconds are replayed.
+        sample: the share of the window's arrivals, and of the instances, replayed: a
+            quarter of the cluster under a quarter of the traffic keeps each instance's
+            load and costs a quarter of a full replay.
+        min_gain: switch only to a point whose replayed goodput beats the current point's
+            by at least this much (a share of requests): noise must not flap the point.
+        min_arrivals: tune only once the window holds this many (sampled) arrivals.
+    """
+
+    interval_s: float = 60.0
+    window_s: float = 60.0
+    sample: float = 0.25
+    min_gain: float = 0.005
+    min_arrivals: int = 40
+
+    def __post_init__(self) -> None:
+        if self.interval_s <= 0 or self.window_s <= 0:
+            raise ValueError(
+                f"TunerConfig interval_s={self.interval_s} and window_s={self.window_s} must be positive seconds"
+            )
+        if not 0 < self.sample <= 1:
+            raise ValueError(f"TunerConfig.sample={self.sample} must lie in (0, 1]: the share replayed, e.g. 0.25")
+        if self.min_gain < 0:
+            raise ValueError(f"TunerConfig.min_gain={self.min_gain} must be >= 0 (a share of requests, e.g. 0.005)")
+
+
+@dataclass(frozen=True)
+class WindowArrival:
+    """What the replay needs of one recent arrival: when, how large, how urgent."""
+
+    arrival: float
+    prompt_tokens: int
+    output_tokens: int
+    slo_s: float
+    priority: int
+    min_threshold: float
+
+
+class WindowEvaluator(Protocol):
+    """Replays ``arrivals`` on a cluster of ``layout`` once per point; returns each point's
+    goodput (share of the replayed requests on time and correct)."""
+
+    def __call__(
+        self, arrivals: Sequence[WindowArrival], layout: Sequence[InstanceSpec], points: Sequence[OperatingPoint]
+    ) -> list[float]: ...
+
+
+class OperatingPointTuner:
+    """Args:
+    evaluate: the replay (:class:`WindowEvaluator`).
+    thresholds: the thresholds a tier may be pinned to (those the quality budget allows).
+    config: interval, window, sample and hysteresis.
+    """
+
+    def __init__(self, evaluate: WindowEvaluator, thresholds: Sequence[float], config: TunerConfig = TunerConfig()):
+        self.evaluate = evaluate
+        self.thresholds = tuple(float(t) for t in thresholds)
+        self.config = config
+        self._window: deque[WindowArrival] = deque()
+        self._last = None
+        #: ``(time, point label, replayed goodput per candidate label)`` of every tuning.
+        self.history: list[tuple[float, str, dict[str, float]]] = []
+
+    def observe(self, req: TrackedRequest, now: float) -> None:
+        """Record an arrival (admitted or not: refused requests are demand too)."""
+        st = req.state
+        prompt = st.num_tokens - st.gen_length
+        self._window.append(WindowArrival(now, prompt, st.gen_length, req.slo, req.priority, req.min_threshold))
+        if self._last is None:
+            self._last = now  # the first window starts with the first arrival
+
+    def maybe_tune(self, now: float, layout: Sequence[InstanceSpec], current: OperatingPoint) -> OperatingPoint | None:
+        """The point to switch to, or None to keep ``current`` (also when no tuning is due)."""
+        cfg = self.config
+        if self._last is None or now - self._last < cfg.interval_s:
+            return None
+        self._last = now
+        while self._window and self._window[0].arrival < now - cfg.window_s:
+            self._window.popleft()
+        if len(self._window) * cfg.sample < cfg.min_arrivals or not layout:
+            return None
+        candidates = self.candidates(current, {a.priority for a in self._window})
+        scores = self.evaluate(list(self._window), layout, candidates)
+        by_label = {p.label: s for p, s in zip(candidates, scores)}
+        best = max(range(len(candidates)), key=lambda i: scores[i])
+        chosen = candidates[best] if scores[best] > scores[0] + cfg.min_gain else current
+        self.history.append((now, chosen.label, by_label))
+        log.info("tuner at %.0fs: %s (replayed goodput %s)", now, chosen.label, by_label)
+        return None if chosen == current else chosen
+
+    def candidates(self, current: OperatingPoint, priorities: set[int]) -> list[OperatingPoint]:
+        """``current`` first, then every uniform point (each threshold, and adaptive), then,
+        with tiers, each tier moved alone to each alternative."""
+        out = [current, OperatingPoint.adaptive(), *(OperatingPoint.static(t) for t in self.thresholds)]
+        if len(priorities) > 1:
+            options = (None, *self.thresholds)
+            for p in sorted(priorities, reverse=True):
+                out.extend(current.with_pin(p, t) for t in options)
+        unique, seen = [], set()
+        for point in out:
+            key = tuple((p, point.pin(p)) for p in sorted(priorities))
+            if key not in seen:
+                seen.add(key)
+                unique.append(point)
+        return unique

@@ -1,0 +1,98 @@
+"""The operating-point tuner's replay, on the simulator (docs/architecture.md, "Operating points").
+
+A :class:`WindowReplay` answers the tuner's question "what goodput would each candidate
+point have made on the last window's arrivals, on this cluster?" by running the window
+through the simulator once per point: a sampled slice of the live layout under the same
+share of the arrivals (each instance keeps its load), every candidate on the same sample
+and the same replayed step outcomes (common random numbers, so the comparison is not
+drowned in sampling noise). The replayed policy is the tuning policy itself with its
+point pinned, without tuning or reconfiguration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from dilaserve.cluster.base import InstanceSpec
+from dilaserve.control.operating_point import OperatingPoint
+from dilaserve.schedule.policies import SchedulerPolicy
+from dilaserve.schedule.tuner import WindowArrival
+from dilaserve.sim.progress import ReplayProgress
+from dilaserve.sim.setting import ClusterSetting, Predictors
+from dilaserve.sim.simulator import SimConfig, Simulator
+from dilaserve.sim.workload import Workload, WorkloadRequest
+
+
+def layout_slice(layout: Sequence[InstanceSpec], share: float) -> list[InstanceSpec]:
+    """About ``share`` of the instances, spread evenly over the layout ordered by TP degree,
+    so the slice keeps the layout's TP mix (at least one instance)."""
+    ordered = sorted(layout, key=lambda s: (s.tp, s.node, s.gpus))
+    keep = max(1, round(len(ordered) * share))
+    picks = sorted({int(round(i)) for i in np.linspace(0, len(ordered) - 1, keep)})
+    return [ordered[i] for i in picks]
+
+
+class WindowReplay:
+    """Args:
+    setting: the simulated cluster (its control settings and profile).
+    progress: the replay whose step law and quality table the window is replayed on.
+    predictors: the policy's predictors.
+    config: the simulator's config (its ``tuner`` field sets the sample).
+    policy: the tuning policy; replayed pinned, without tuning or reconfiguration.
+    """
+
+    def __init__(
+        self,
+        setting: ClusterSetting,
+        progress: ReplayProgress,
+        predictors: Predictors,
+        config: SimConfig,
+        policy: SchedulerPolicy,
+    ):
+        self.setting, self.predictors = setting, predictors
+        self.table, self.quality = progress.table, progress.quality_table
+        self.seed, self.block_causal = progress.seed, progress.block_causal
+        self.sample = config.tuner.sample
+        self.config = config
+        self.policy = replace(policy, name=f"{policy.name}:replay", tune=False, reconfig=False)
+        self.calls = 0
+
+    def __call__(
+        self, arrivals: Sequence[WindowArrival], layout: Sequence[InstanceSpec], points: Sequence[OperatingPoint]
+    ) -> list[float]:
+        self.calls += 1
+        part = layout_slice(layout, self.sample)
+        share = len(part) / len(layout)
+        rng = np.random.default_rng((self.seed, self.calls))
+        kept = [a for a, u in zip(arrivals, rng.random(len(arrivals)).tolist()) if u < share]
+        if not kept:
+            return [0.0] * len(points)
+        t0 = kept[0].arrival
+        wl = Workload(
+            "window",
+            [
+                WorkloadRequest(
+                    f"window-{self.calls}-{i}",
+                    a.arrival - t0,
+                    a.prompt_tokens,
+                    a.output_tokens,
+                    priority=a.priority,
+                    slo_s=a.slo_s,
+                )
+                for i, a in enumerate(kept)
+            ],
+        )
+        slo = max(a.slo_s for a in kept)
+        # A request still running this long after the window's last arrival is a miss anyway.
+        config = replace(self.config, drain_limit_s=4 * slo + 1.0)
+        base = replace(self.setting, initial_layout=tuple(part))
+        out = []
+        for point in points:
+            setting = replace(base, control=replace(base.control, operating_point=point))
+            progress = ReplayProgress(self.table, self.quality, seed=self.seed, block_causal=self.block_causal)
+            res = Simulator(setting, progress, self.predictors, config).run(self.policy, wl, slo)
+            out.append(res.summary.goodput)
+        return out

@@ -1,0 +1,69 @@
+"""The operating-point tuner: it replays the window against each candidate and moves to
+the best, with hysteresis, and only when a tuning is due."""
+
+from __future__ import annotations
+
+from dilaserve.cluster.base import InstanceSpec
+from dilaserve.control.operating_point import OperatingPoint
+from dilaserve.schedule.tuner import OperatingPointTuner, TunerConfig
+from tests.control.builders import make_request
+
+LAYOUT = [InstanceSpec(f"i{g}", 1, 0, (g,), 4096) for g in range(4)]
+
+
+class ScriptedReplay:
+    """A replay whose goodput per point is a given function of the point (recorded calls)."""
+
+    def __init__(self, score):
+        self.score, self.calls = score, []
+
+    def __call__(self, arrivals, layout, points):
+        self.calls.append((len(arrivals), list(layout), list(points)))
+        return [self.score(p) for p in points]
+
+
+def _fill(tuner: OperatingPointTuner, n: int, t0: float, t1: float, priorities=(0,)) -> None:
+    for i in range(n):
+        now = t0 + (t1 - t0) * i / n
+        tuner.observe(make_request(f"r{t0}-{i}", arrival=now, priority=priorities[i % len(priorities)]), now)
+
+
+def test_moves_to_the_best_replayed_point_once_a_tuning_is_due():
+    replay = ScriptedReplay(lambda p: 0.9 if p == OperatingPoint.static(0.8) else 0.5)
+    tuner = OperatingPointTuner(replay, (0.7, 0.8, 0.9), TunerConfig(interval_s=10, window_s=10, sample=1.0))
+    _fill(tuner, 50, 0.0, 9.0)
+    assert tuner.maybe_tune(9.0, LAYOUT, OperatingPoint.adaptive()) is None and not replay.calls  # not due yet
+    assert tuner.maybe_tune(10.0, LAYOUT, OperatingPoint.adaptive()) == OperatingPoint.static(0.8)
+    ((n, layout, points),) = replay.calls
+    assert n == 50 and layout == LAYOUT
+    labels = [p.label for p in points]
+    assert labels[0] == "adaptive" and set(labels) == {"adaptive", "static@0.7", "static@0.8", "static@0.9"}
+
+
+def test_keeps_the_current_point_unless_another_beats_it_by_the_margin():
+    replay = ScriptedReplay(lambda p: 0.802 if p == OperatingPoint.static(0.7) else 0.8)
+    tuner = OperatingPointTuner(replay, (0.7, 0.9), TunerConfig(interval_s=5, window_s=5, sample=1.0, min_gain=0.005))
+    _fill(tuner, 50, 0.0, 5.0)
+    assert tuner.maybe_tune(5.0, LAYOUT, OperatingPoint.adaptive()) is None
+    assert tuner.history[-1][1] == "adaptive"
+
+
+def test_only_the_window_is_replayed_and_a_thin_window_is_not():
+    replay = ScriptedReplay(lambda p: 0.5)
+    tuner = OperatingPointTuner(replay, (0.9,), TunerConfig(interval_s=10, window_s=5, sample=0.5, min_arrivals=10))
+    _fill(tuner, 30, 0.0, 10.0)  # 15 in the last 5 s: 7.5 sampled, under 10
+    tuner.maybe_tune(10.0, LAYOUT, OperatingPoint.adaptive())
+    assert not replay.calls
+    _fill(tuner, 60, 10.0, 20.0)
+    tuner.maybe_tune(20.0, LAYOUT, OperatingPoint.adaptive())
+    assert replay.calls and replay.calls[0][0] == 30  # the arrivals of (15, 20]
+
+
+def test_with_tiers_each_tier_is_moved_alone():
+    tuner = OperatingPointTuner(ScriptedReplay(lambda p: 0.5), (0.7, 0.9), TunerConfig(sample=1.0))
+    current = OperatingPoint.static(0.9)
+    cands = tuner.candidates(current, {0, 1})
+    assert cands[0] == current
+    assert current.with_pin(1, 0.7) in cands and current.with_pin(0, None) in cands
+    keys = [tuple(c.pin(p) for p in (0, 1)) for c in cands]
+    assert len(keys) == len(set(keys))  # no point replayed twice

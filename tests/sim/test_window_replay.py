@@ -1,0 +1,53 @@
+"""The tuner's replay on the simulator, and the static layouts it and the frontier run on."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from dilaserve.control.operating_point import OperatingPoint
+from dilaserve.reconfig.config import ClusterConfig
+from dilaserve.reconfig.plan import layout_from_node_counts, static_layout
+from dilaserve.schedule.policies import get_policy
+from dilaserve.schedule.tuner import WindowArrival
+from dilaserve.sim.progress import ReplayProgress
+from dilaserve.sim.replay import ReplayTable
+from dilaserve.sim.simulator import SimConfig
+from dilaserve.sim.window_replay import WindowReplay, layout_slice
+from tests.sim.builders import predictors, quality, small_setting, varied_dynamics
+
+
+def test_layouts_from_node_counts_pack_aligned_groups():
+    cluster = ClusterConfig(nodes=2, gpus_per_node=4)
+    layout = layout_from_node_counts(cluster, [{1: 2, 2: 1}, {4: 1}])
+    assert [(s.node, s.tp, s.gpus) for s in layout] == [
+        (0, 2, (0, 1)),
+        (0, 1, (2,)),
+        (0, 1, (3,)),
+        (1, 4, (0, 1, 2, 3)),
+    ]
+
+
+def test_a_slice_keeps_the_tp_mix():
+    cluster = ClusterConfig(nodes=4, gpus_per_node=4)
+    layout = layout_from_node_counts(cluster, [{1: 4}, {1: 4}, {2: 2}, {2: 2}])
+    part = layout_slice(layout, 0.25)
+    assert Counter(s.tp for s in part) == {1: 2, 2: 1}
+    assert len(layout_slice(layout, 0.01)) == 1
+
+
+def test_the_replay_ranks_a_slow_point_below_a_fast_one_under_overload():
+    """On a window that overloads the cluster at 0.9, pinning 0.5 (more tokens per step)
+    serves more requests on time; every candidate replays the same sampled requests."""
+    dyn = varied_dynamics()
+    table = ReplayTable(dyn)
+    setting = small_setting(dyn, tp_degrees=(1,))
+    progress = ReplayProgress(table, quality())
+    replay = WindowReplay(setting, progress, predictors(table), SimConfig(), get_policy("dilaserve"))
+    arrivals = [WindowArrival(0.02 * i, 200, 256, 0.6, 0, 0.0) for i in range(300)]
+    layout = static_layout(setting.cluster, 1)
+    fast, slow, adaptive = replay(
+        arrivals, layout, [OperatingPoint.static(0.5), OperatingPoint.static(0.9), OperatingPoint.adaptive()]
+    )
+    assert fast > slow
+    assert 0.0 <= min(fast, slow, adaptive) and max(fast, slow, adaptive) <= 1.0
+    assert replay(arrivals, layout, [OperatingPoint.static(0.5)]) != [] and replay.calls == 2
