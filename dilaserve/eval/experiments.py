@@ -84,6 +84,11 @@ class ExperimentOutput:
     extra: dict = field(default_factory=dict)
 
 
+def trace_slo(ctx: EvalContext, setting: ClusterSetting, wl: Workload) -> float:
+    """The trace experiments' SLO for ``wl`` (the default scale)."""
+    return _slo(ctx, setting, wl, DEFAULT_SLO_SCALE)
+
+
 def _slo(ctx: EvalContext, setting: ClusterSetting, wl: Workload, scale: float) -> float:
     """The SLO from the isolated latency of the setting's SLO law, in its family."""
     table = ctx.slo_law_of(setting).table
@@ -183,7 +188,7 @@ def frontier_hindsight(ctx: EvalContext) -> ExperimentOutput:
     out = ExperimentOutput("hindsight")
     for setting in ctx.settings:
         wl = trace_workload(ctx, setting)
-        slo = _slo(ctx, setting, wl, DEFAULT_SLO_SCALE)
+        slo = trace_slo(ctx, setting, wl)
         tiers = f"; SLO tiers {wl.meta['slo_tiers']}" if "slo_tiers" in wl.meta else ""
         out.notes.append(
             f"{setting.name} ({ctx.law_of(setting).name} step law): {wl.meta['source']}, {len(wl)} requests, "
@@ -207,17 +212,14 @@ def frontier_hindsight(ctx: EvalContext) -> ExperimentOutput:
                 )
             )
         out.notes.append(
-            f"{setting.name}: best static point in hindsight {best} ({best_pct(verdict)}); dilaserve "
+            f"{setting.name}: best static point in hindsight {best} "
+            f"({verdict['best_static']['goodput']:.1%} goodput); dilaserve "
             f"{verdict['dilaserve']['goodput']:.1%} (margin {100 * verdict['margin']:+.1f} points), "
             f"without reconfiguration {verdict['dilaserve-no-reconfig']['goodput']:.1%}"
         )
         key = "" if setting.name == ctx.options.settings[0] else f"@{setting.name}"
         out.extra.update({f"{k}{key}": v for k, v in verdict.items()})
     return out
-
-
-def best_pct(verdict: dict) -> str:
-    return f"{verdict['best_static']['goodput']:.1%} goodput"
 
 
 def ablation(ctx: EvalContext) -> ExperimentOutput:

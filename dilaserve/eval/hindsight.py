@@ -18,6 +18,7 @@ grid's numbers do not depend on the order or the parallelism.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import sys
 import time
@@ -83,8 +84,19 @@ def with_layout(setting: ClusterSetting, layout: Sequence[InstanceSpec] | None) 
     return setting if layout is None else replace(setting, initial_layout=tuple(layout))
 
 
-# The pool's workers inherit the context and workload by fork; a job names only its point.
+# Each pool worker rebuilds the context and the workload once (spawned, not forked: a
+# forked polars or LightGBM thread pool can deadlock); a job names only its point.
 _SHARED: dict = {}
+
+
+def _init_worker(options, setting_name: str) -> None:
+    from dilaserve.eval.experiments import trace_slo, trace_workload  # the experiments import this module
+
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    ctx = EvalContext(options)
+    setting = ctx.setting(setting_name)
+    wl = trace_workload(ctx, setting)
+    _SHARED.update(ctx=ctx, setting=setting, wl=wl, slo=trace_slo(ctx, setting, wl))
 
 
 def _run(job: tuple[str, str, tuple | None, OperatingPoint | None]) -> tuple[str, SimResult]:
@@ -106,7 +118,9 @@ def _run(job: tuple[str, str, tuple | None, OperatingPoint | None]) -> tuple[str
 
 
 class GridRunner:
-    """Runs labelled simulator jobs on one workload, ``jobs`` at a time."""
+    """Runs labelled simulator jobs on one workload, ``jobs`` at a time. In parallel, the
+    workload must be the trace experiments' own for the context's options (each worker
+    rebuilds it from them); in-process (``jobs=1``) any workload runs."""
 
     def __init__(self, ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo_s: float):
         _SHARED.update(ctx=ctx, setting=setting, wl=wl, slo=slo_s)
@@ -118,7 +132,10 @@ class GridRunner:
         if self.jobs == 1 or len(todo) == 1:
             done = map(_run, todo)
         else:
-            pool = multiprocessing.get_context("fork").Pool(min(self.jobs, len(todo)))
+            ctx, setting = _SHARED["ctx"], _SHARED["setting"]
+            pool = multiprocessing.get_context("spawn").Pool(
+                min(self.jobs, len(todo)), _init_worker, (ctx.options, setting.name)
+            )
             try:
                 done = pool.map(_run, todo, chunksize=1)
             finally:
@@ -171,7 +188,8 @@ def tier_search(
 def hindsight(ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo_s: float) -> dict:
     """The grid, dilaserve and its no-reconfiguration variant on ``wl``; returns the JSON
     section (``best_static``, ``dilaserve``, ``dilaserve-no-reconfig``, ``margin``, ``grid``)
-    and keeps every run in ``results`` for the tables."""
+    and keeps every run under ``_runs`` for the tables; every grid point's numbers are in
+    the JSON line's ``policies``)."""
     runner = GridRunner(ctx, setting, wl, slo_s)
     mixes = ("1", "2", "4", "stage1")
     layouts: dict[str, tuple | None] = {}
@@ -196,13 +214,14 @@ def hindsight(ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo_s: fl
     else:
         best_label = best.label
     res = runner.results
-    summary = {k: r.summary.as_json() for k, r in res.items()}
+    summary = {name: res[name].summary.as_json() for name in ADAPTIVE}
     top = res[best_label].summary
     return {
         "best_static": {"policy": best_label, **top.as_json()},
         **{name: summary[name] for name in ADAPTIVE},
         "margin": res["dilaserve"].summary.goodput - top.goodput,
         "mixes": {m: (sorted(s.tp for s in lay) if lay else "all TP-1") for m, lay in layouts.items()},
-        "grid": summary,
+        # Where dilaserve's margin comes from: the point it ran at after each tuning.
+        "dilaserve_tunings": [[round(t, 1), label] for t, label in res["dilaserve"].tunings],
         "_runs": res,
     }

@@ -77,6 +77,8 @@ class SimResult:
     #: instances launched by reconfiguration plans (0 for a static cluster)
     reconfig_launches: int
     quality_estimator: str
+    #: ``(time, point)`` of every operating-point tuning (empty for a policy that does not tune).
+    tunings: tuple[tuple[float, str], ...] = ()
 
     @property
     def sim_speedup(self) -> float:
@@ -220,6 +222,7 @@ class Simulator:
             migrations=sched.migrations,
             reconfig_launches=backend.launches - len(initial),
             quality_estimator=self.progress.quality_estimator,
+            tunings=tuple((t, label) for t, label, _ in sched.tuner.history) if sched.tuner else (),
         )
 
     def _window_replay(self, policy: SchedulerPolicy):

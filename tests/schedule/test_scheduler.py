@@ -1,4 +1,5 @@
 import logging
+from dataclasses import replace
 
 import pytest
 
@@ -192,9 +193,15 @@ def test_policy_registry():
         policies.get("nope")
     with pytest.raises(ValueError, match="needs a oracle predictor"):
         GlobalScheduler(RecordingBackend(), default_profile(), "oracle", predictor=OneShotPredictor(SPT))
-    custom = SchedulerPolicy("custom", dispatch="least_tokens", selection="fixed", load_control="none", predictor=None)
+    custom = SchedulerPolicy(
+        "custom", dispatch="least_tokens", selection="fixed", load_control="none", admission="all", predictor=None
+    )
     sched = GlobalScheduler(RecordingBackend(), default_profile(), custom)
     assert sched.policy.name == "custom"
+    # Admission predicts a fixed threshold's latency, so it needs a predictor too.
+    with pytest.raises(ValueError, match="admission 'slo' needs a StepPredictor"):
+        GlobalScheduler(RecordingBackend(), default_profile(), replace(custom, admission="slo"))
+    assert "fixed@0.7+admission" in policies.names()
 
 
 def test_cancel_frees_the_slot_and_drops_the_in_flight_result():
