@@ -15,6 +15,15 @@ goodput_high}}}``: every policy run, keyed by name for the first setting and
 ``slo-sweep`` they are those at scale 5; for ``all``, the trace and ablation runs (the
 sweeps are in their tables). ``frontier`` adds ``"frontier": {LOAD: {NAME: {...}}}``, the
 same numbers per high-phase load.
+
+``frontier --hindsight`` runs the static grid on the one trace workload instead (each
+candidate threshold x admission on/off x static TP mix, and one threshold per tier by
+coordinate search with ``--slo-tiers``; :mod:`dilaserve.eval.hindsight`, in ``--jobs``
+processes) and ends with ``{"policies": {...every grid point...}, "best_static": {"policy",
+goodput, ...}, "dilaserve": {...}, "dilaserve-no-reconfig": {...}, "margin": dilaserve's
+goodput minus the best static point's, "mixes": {...}, "dilaserve_tunings": [[time,
+point], ...]}``. ``--slo-tiers NAME:SHARE:SCALE,...`` (or ``default``) gives the trace
+experiments tiered SLOs; ``--static-tp 1|2|4|stage1`` starts every policy from that cluster.
 """
 
 from __future__ import annotations

@@ -186,7 +186,7 @@ def frontier(ctx: EvalContext) -> ExperimentOutput:
 def frontier_hindsight(ctx: EvalContext) -> ExperimentOutput:
     """The static grid against dilaserve on the one trace workload (:mod:`dilaserve.eval.hindsight`)."""
     out = ExperimentOutput("hindsight")
-    for setting in ctx.settings:
+    for i, setting in enumerate(ctx.settings):
         wl = trace_workload(ctx, setting)
         slo = trace_slo(ctx, setting, wl)
         tiers = f"; SLO tiers {wl.meta['slo_tiers']}" if "slo_tiers" in wl.meta else ""
@@ -217,7 +217,7 @@ def frontier_hindsight(ctx: EvalContext) -> ExperimentOutput:
             f"{verdict['dilaserve']['goodput']:.1%} (margin {100 * verdict['margin']:+.1f} points), "
             f"without reconfiguration {verdict['dilaserve-no-reconfig']['goodput']:.1%}"
         )
-        key = "" if setting.name == ctx.options.settings[0] else f"@{setting.name}"
+        key = "" if i == 0 else f"@{setting.name}"
         out.extra.update({f"{k}{key}": v for k, v in verdict.items()})
     return out
 
