@@ -9,8 +9,8 @@ threshold per tier (coordinate search from the best uniform point: each tier mov
 threshold with the others held, repeated while it improves). The best of the grid by
 goodput is the frontier an adaptive policy is measured against: dilaserve's margin is its
 goodput minus that point's. Quick runs keep admission off on TP-1 only (a static cluster
-without admission is the classic baseline; on other mixes it is dominated in every run
-measured) and do one coordinate pass.
+without admission is the classic baseline), run the other mixes at TP-1's three best
+thresholds, and do one coordinate pass.
 
 Runs go through a process pool (``--jobs``); each is a deterministic simulator run, so the
 grid's numbers do not depend on the order or the parallelism.
@@ -147,15 +147,25 @@ class GridRunner:
         return self.results[label].summary.goodput
 
 
-def static_grid(ctx: EvalContext, layouts: dict[str, tuple | None]) -> list[GridPoint]:
-    """Every uniform point: threshold x admission x mix (quick: admission off on TP-1 only)."""
-    thresholds = ctx.setting(ctx.options.settings[0]).control.thresholds
+#: Quick grids run the other TP mixes at this many of TP-1's best thresholds (with admission).
+QUICK_MIX_THRESHOLDS = 3
+
+
+def static_grid(
+    thresholds: Sequence[float], mixes: Sequence[str], quick: bool, ranked: Sequence[float] | None = None
+) -> list[GridPoint]:
+    """The uniform points: threshold x admission x mix. Quick grids run admission off on
+    TP-1 only, and the other mixes (admission on) at the ``QUICK_MIX_THRESHOLDS`` thresholds
+    that did best on TP-1 (``ranked``, best first): the grid is then sized for minutes."""
     points = []
-    for mix in layouts:
+    for mix in mixes:
         for adm in (False, True):
-            if not adm and ctx.options.quick and mix != "1":
-                continue
-            points.extend(GridPoint(t, adm, mix) for t in thresholds)
+            if quick and mix != "1":
+                if not adm:
+                    continue
+                points.extend(GridPoint(t, adm, mix) for t in (ranked or thresholds)[:QUICK_MIX_THRESHOLDS])
+            else:
+                points.extend(GridPoint(t, adm, mix) for t in thresholds)
     return points
 
 
@@ -201,9 +211,12 @@ def hindsight(ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo_s: fl
         if any(sorted(s.tp for s in other or static_layout(setting.cluster, 1)) == tps for other in layouts.values()):
             continue  # the same mix under another name (e.g. stage 1 planned all TP-1)
         layouts[mix] = None if mix == "1" else lay
-    grid = static_grid(ctx, layouts)
-    jobs = [_job(p, layouts) for p in grid] + [(name, name, None, None) for name in ADAPTIVE]
-    runner.run(jobs)
+    thresholds, quick = setting.control.thresholds, ctx.options.quick
+    tp1 = static_grid(thresholds, ["1"], quick)
+    runner.run([_job(p, layouts) for p in tp1] + [(name, name, None, None) for name in ADAPTIVE])
+    ranked = sorted(thresholds, key=lambda t: -runner.goodput(GridPoint(t, True, "1").label))
+    grid = tp1 + static_grid(thresholds, [m for m in layouts if m != "1"], quick, ranked)
+    runner.run([_job(p, layouts) for p in grid])
     best = max(grid, key=lambda p: runner.goodput(p.label))
     priorities = sorted({r.priority for r in wl.requests}, reverse=True)
     if len(priorities) > 1:

@@ -17,7 +17,7 @@ def test_the_grid_covers_threshold_admission_and_mix_and_the_margin_is_against_i
     labels = {r.result.policy for r in out.runs}
     # Admission on and off on TP-1 at every candidate; admission on the other static mixes.
     assert {"fixed@0.5", "fixed@0.9", "fixed@0.5+admission", "fixed@0.9+admission"} <= labels
-    assert {"fixed@0.7+admission tp=2", "fixed@0.7+admission tp=4"} <= labels
+    assert sum(label.endswith("tp=2") for label in labels) == 3  # quick: TP-1's three best thresholds
     assert "fixed@0.7 tp=2" not in labels  # quick: admission off on TP-1 only
     grid = {r.result.policy: r.result.summary.goodput for r in out.runs if r.result.policy.startswith("fixed@")}
     best = max(grid, key=grid.get)
