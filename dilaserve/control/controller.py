@@ -179,6 +179,8 @@ class ThresholdController:
             req.threshold_index = req.cap_index
         else:
             req.threshold_index = self.selection.choose(allowed, req.cap_index, _never_called, 0.0)
+            # A fixed threshold is the only one it runs: its remaining time is priced at it.
+            req.cap_index = req.threshold_index
         if self.predicting:
             self.predictions.refresh([req])
 

@@ -75,7 +75,7 @@ def test_fixed_threshold_admission_predicts_at_the_fixed_threshold_not_the_lowes
     assert at[0.5] < at[0.9]
     req = make_request("r", gen=128, slo=(at[0.5] + at[0.9]) / 2)
     ctl.admit(req, 0.0)
-    assert ctl.threshold(req) == 0.9
+    assert ctl.threshold(req) == 0.9 and req.cap_index == req.threshold_index  # priced where it runs
     refusal = ctl.check_admission(req, (1, float(req.tokens), 1), 0.0)
     assert refusal is not None and "SLO" in refusal.reason
     roomy = make_request("roomy", gen=128, slo=2 * at[0.9])
