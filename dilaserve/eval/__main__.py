@@ -1,5 +1,8 @@
 """``python -m dilaserve.eval EXPERIMENT [--quick] [--json] [--trace PATH] ...``
 
+``report`` writes docs/results.md from the runs recorded with ``--record NAME``
+(:mod:`dilaserve.eval.results_doc`).
+
 Experiments: ``trace``, ``rate-sweep``, ``slo-sweep``, ``ablation``, ``frontier``, ``all``
 (every experiment but ``frontier``, which costs the trace once per load), and ``fidelity``
 (every claim of the paper against ours on both step laws: results/fidelity/, and with
@@ -39,16 +42,23 @@ from dilaserve.eval.context import SETTINGS, EvalContext, EvalOptions
 from dilaserve.eval.experiments import ALL_EXPERIMENTS, EXPERIMENTS
 from dilaserve.eval.fidelity import run_fidelity
 from dilaserve.eval.report import extra_json, policies_json, write
+from dilaserve.eval.results_doc import RESULTS_DIR, record, write_report
 from dilaserve.sim.traces import TraceFormatError
 from dilaserve.utils.cli import add_dataclass_arguments, build_dataclass, flag_error, values_for
 
 
-def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool]:
+def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool, str | None]:
     ap = argparse.ArgumentParser(
         prog="python -m dilaserve.eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("experiment", choices=[*EXPERIMENTS, "all", "fidelity"])
+    ap.add_argument("experiment", choices=[*EXPERIMENTS, "all", "fidelity", "report"])
     ap.add_argument("--json", action="store_true", help="end with one JSON line of per-policy results")
+    ap.add_argument(
+        "--record",
+        metavar="NAME",
+        default=None,
+        help="also store the JSON line, with this command, as docs/results/NAME.json (for `report`)",
+    )
     # By hand: the default follows --quick.
     ap.add_argument(
         "--settings",
@@ -72,11 +82,14 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool]:
     except (ValueError, TypeError) as e:
         ap.error(flag_error(EvalOptions, e))
     names = list(ALL_EXPERIMENTS) if a.experiment == "all" else [a.experiment]
-    return names, opts, a.json
+    return names, opts, a.json, a.record
 
 
 def main(argv: list[str]) -> int:
-    names, opts, as_json = parse(argv)
+    names, opts, as_json, record_as = parse(argv)
+    if names == ["report"]:
+        print(f"wrote {write_report()} from {RESULTS_DIR}/*.json")
+        return 0
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     ctx = EvalContext(opts)
     if names == ["fidelity"]:
@@ -98,8 +111,12 @@ def main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    line = json.dumps({"policies": policies, **extras})
     if as_json:
-        print(json.dumps({"policies": policies, **extras}))
+        print(line)
+    if record_as:
+        args = " ".join(argv)
+        print(f"recorded {record(record_as, f'python -m dilaserve.eval {args}', line)}", file=sys.stderr)
     return 0
 
 

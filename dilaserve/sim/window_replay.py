@@ -96,3 +96,17 @@ class WindowReplay:
             res = Simulator(setting, progress, self.predictors, config).run(self.policy, wl, slo)
             out.append(res.summary.goodput)
         return out
+
+
+def serving_replay(
+    setting: ClusterSetting,
+    table,
+    quality,
+    predictors: Predictors,
+    tuner,
+    policy: SchedulerPolicy,
+) -> WindowReplay:
+    """The replay a server's tuner runs: its own cluster, profile and control settings
+    (``setting``), the step law and quality table its artifacts recorded, its predictors."""
+    progress = ReplayProgress(table, quality, block_causal=setting.block_causal)
+    return WindowReplay(setting, progress, predictors, SimConfig(tuner=tuner), policy)

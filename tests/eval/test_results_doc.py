@@ -1,0 +1,65 @@
+"""docs/results.md is generated from the recorded runs, and every number it shows is one a run printed."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from dilaserve.eval.results_doc import RESULTS_DIR, RESULTS_DOC, load, record, render
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _numbers(obj) -> set[float]:
+    """Every number in a JSON document, as the report prints shares: x 100, one decimal."""
+    out: set[float] = set()
+    if isinstance(obj, dict):
+        for v in obj.values():
+            out |= _numbers(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            out |= _numbers(v)
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        out.add(round(100 * obj, 1))
+        out.add(round(obj, 1))
+    return out
+
+
+def test_the_committed_report_is_what_the_recorded_runs_generate():
+    docs = load(ROOT / RESULTS_DIR)
+    assert docs, "no recorded runs under docs/results/"
+    assert (ROOT / RESULTS_DOC).read_text() == render(docs), "run `python -m dilaserve.eval report`"
+
+
+def test_every_number_in_a_row_is_found_in_the_run_it_names():
+    docs = load(ROOT / RESULTS_DIR)
+    rows = [line for line in (ROOT / RESULTS_DOC).read_text().splitlines() if line.startswith("| `")]
+    assert rows
+    for row in rows:
+        name = re.match(r"\| `([^`]+)`", row).group(1)
+        doc = docs[name]
+        known = _numbers(doc["output"])
+        out = doc["output"]
+        pol = out["policies"]
+        # Margins are differences of two printed shares.
+        shares = sorted({round(100 * v["goodput"], 6) for v in pol.values()})
+        margins = {round(a - b, 1) for a in shares for b in shares}
+        if "margin" in out:
+            margins.add(round(100 * out["margin"], 1))
+        cells = row.split("|")[2:]
+        for cell in cells:
+            for num in re.findall(r"[-+]?\d+\.\d+", cell.split("(")[0] if "x" not in cell else ""):
+                value = float(num)
+                assert value in known or value in margins, f"{name}: {value} is not in {name}.json"
+
+
+def test_record_keeps_the_command_and_the_printed_line(tmp_path):
+    line = json.dumps({"policies": {"dilaserve": {"goodput": 0.5}}})
+    path = record("demo", "python -m dilaserve.eval trace --quick", line, tmp_path)
+    doc = json.loads(path.read_text())
+    assert doc["command"].endswith("trace --quick") and doc["output"]["policies"]["dilaserve"]["goodput"] == 0.5
+    with pytest.raises(json.JSONDecodeError):
+        record("bad", "cmd", "not json", tmp_path)
