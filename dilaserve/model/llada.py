@@ -11,7 +11,7 @@ the multiplier. The mask token is 126336.
 
 from __future__ import annotations
 
-from .checkpoint import Family, WeightMap
+from .family import Family, WeightMap
 from .native import NativeSpec
 
 MASK_ID = 126336
