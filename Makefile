@@ -5,7 +5,8 @@
 # More:
 #   make demo        decode task prompts at a few thresholds and print accuracy / steps
 #   make artifacts   materialise the offline pipeline (predictor, profiles, quality, dynamics)
-#   make lint        ruff (lint rules, format check) and import-linter (the layers); configuration in pyproject.toml
+#   make lint        ruff (lint rules, format check), import-linter (the layers) and vulture (dead code);
+#                    configuration in pyproject.toml
 #
 # GPU hosts install their own CUDA build of torch first and skip ours:
 #   make setup TORCH_SPEC=
@@ -63,7 +64,8 @@ test: setup $(ARTIFACTS_STAMP)
 
 # Read-only: reports what to change; `ruff check --fix` / `ruff format` apply it. The
 # import contracts (pyproject.toml, [tool.importlinter]) keep every import pointing down
-# the layers of docs/architecture.md section 2.
+# the layers of docs/architecture.md section 2; vulture reports code nothing uses
+# (vulture_whitelist.py lists the names only a framework reads).
 lint: setup
 	$(MAKE) --no-print-directory lint-checks
 
@@ -71,6 +73,7 @@ lint-checks:
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache
+	$(PY) -m vulture
 
 bench: setup
 	$(PY) -m dilaserve.bench engine --json
