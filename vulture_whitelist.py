@@ -63,3 +63,6 @@ submissions  # serve.app_logic: counts submissions, so the page's cell re-runs o
 calls  # control.predictions.PredictionCache
 calibrated_on  # control.predictions.PredictionCache
 finish_time  # control.request.TrackedRequest, set by schedule.scheduler
+
+# Python calls a module's __getattr__ for a name it lacks (PEP 562: dilaserve.engine's lazy names)
+__getattr__
