@@ -5,7 +5,8 @@
 # More:
 #   make demo        decode task prompts at a few thresholds and print accuracy / steps
 #   make artifacts   materialise the offline pipeline (predictor, profiles, quality, dynamics)
-#   make lint        ruff: lint rules and the format check (configuration in pyproject.toml)
+#   make lint        ruff (lint rules, format check), import-linter (the layers) and vulture (dead code);
+#                    configuration in pyproject.toml
 #
 # GPU hosts install their own CUDA build of torch first and skip ours:
 #   make setup TORCH_SPEC=
@@ -15,7 +16,7 @@ PY := $(VENV)/bin/python
 # The CPU build; a bare `torch` would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup run demo artifacts test lint bench clean-venv
+.PHONY: setup run demo artifacts test lint lint-checks bench clean-venv
 
 # Built once on a fresh checkout (data/artifacts/ is git-ignored); `make artifacts` rebuilds.
 ARTIFACTS_STAMP := data/artifacts/.built
@@ -58,14 +59,21 @@ $(SERVING_STAMP): $(VENV)/.installed
 # The benchmarks' tests run against the pipeline's artifacts, as a user's run would.
 # Lint first: it takes seconds and fails before the suite's minutes.
 test: setup $(ARTIFACTS_STAMP)
-	$(PY) -m ruff check .
-	$(PY) -m ruff format --check .
+	$(MAKE) --no-print-directory lint-checks
 	$(PY) -m pytest -q
 
-# Read-only: reports what to change; `ruff check --fix` / `ruff format` apply it.
+# Read-only: reports what to change; `ruff check --fix` / `ruff format` apply it. The
+# import contracts (pyproject.toml, [tool.importlinter]) keep every import pointing down
+# the layers of docs/architecture.md section 2; vulture reports code nothing uses
+# (vulture_whitelist.py lists the names only a framework reads).
 lint: setup
+	$(MAKE) --no-print-directory lint-checks
+
+lint-checks:
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
+	$(PY) -m vulture
 
 bench: setup
 	$(PY) -m dilaserve.bench engine --json

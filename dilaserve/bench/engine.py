@@ -43,11 +43,22 @@ Reports, on the embedded default model:
 * ``machine``.
 All ratios come from one run on one machine.
 
+* ``wall_s``: seconds the whole benchmark took, model load included.
+
 ``--checkpoint`` takes any servable folder, e.g. one from ``python -m
 dilaserve.model.make_tiny``. LLaDA and Dream do not speak the synthetic task language,
-so for them the accuracy fields are null; with ``--quick`` on CPU their throughput
-workloads shrink too (batches up to 8, 4 requests at 256 tokens for ``cache_speedup``),
-since a random tiny checkpoint commits one token per step.
+so for them the accuracy fields are null.
+
+``--quick`` shortens every workload (``sizes`` in the JSON lists what ran): 2
+repetitions instead of 3, a smaller task suite, 12 continuous requests instead of 128, 8
+requests for ``cache_speedup`` instead of 32, 4 answers per length for
+``step_ms_by_answer_blocks`` instead of 16. On a LLaDA or Dream folder on CPU it shortens
+further, since a random tiny checkpoint commits one token per step and every step runs
+its head over a 126k-152k vocabulary: batches up to 4 (``batch_speedup`` is batch 4 over
+batch 1), canvases of one block (32 tokens) for ``tokens_per_s``, of at most two for
+``continuous`` (8 requests), 2 requests at 128 tokens for ``cache_speedup`` (the full run:
+256; ``--gen-length`` sets it) and 2 answers per length. On a default ``make_tiny`` folder
+that finishes in a few minutes on two cores.
 """
 
 from __future__ import annotations
@@ -57,6 +68,7 @@ import math
 import random
 import statistics
 import time
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -180,6 +192,51 @@ def longest_instances(n: int, seed: int = 0):
     return [task.sample(rng, max(task.sizes)) for _ in range(n)]
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """How much each part of the benchmark decodes (``--quick`` shrinks these)."""
+
+    #: repetitions of every ratio, measured in turn
+    repeats: int = 3
+    #: requests of ``tokens_per_s``, and its largest batch
+    batch: int = 32
+    #: longest canvas of ``tokens_per_s`` and ``continuous`` (None: the tasks' own)
+    canvas_cap: int | None = None
+    #: task-suite size per task the continuous pool is drawn from, and the pool's size
+    pool_per_task: int = 43
+    pool: int = 128
+    #: requests of ``cache_speedup`` (at the longest task length, or ``cache_gen_length``)
+    cache_requests: int = 32
+    cache_gen_length: int | None = None
+    #: task-suite size per task of the accuracy tables
+    suite_per_task: int = 50
+    #: answers per length of ``step_ms_by_answer_blocks``
+    answers_per_length: int = 16
+
+
+FULL = Sizes()
+QUICK = Sizes(repeats=2, pool_per_task=4, pool=12, cache_requests=8, suite_per_task=10, answers_per_length=4)
+#: A random tiny LLaDA / Dream on CPU commits one token per step, each step's head spans the
+#: family's whole vocabulary: short canvases and small batches keep a quick run to minutes.
+QUICK_NATIVE_CPU = Sizes(
+    repeats=2,
+    batch=4,
+    canvas_cap=32,
+    pool_per_task=4,
+    pool=8,
+    cache_requests=2,
+    cache_gen_length=128,
+    suite_per_task=0,
+    answers_per_length=2,
+)
+
+
+def sizes_for(quick: bool, native: bool, device: str) -> Sizes:
+    if not quick:
+        return Sizes(cache_gen_length=256) if native else FULL
+    return QUICK_NATIVE_CPU if native and device == "cpu" else QUICK
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m dilaserve.bench engine",
@@ -188,60 +245,71 @@ def main(argv=None) -> int:
     )
     p.add_argument("--checkpoint", default=str(DEFAULT_CHECKPOINT))
     p.add_argument("--device", default="cpu", help="torch device the engine runs on, e.g. cuda")
-    p.add_argument("--quick", action="store_true", help="small suite, one repeat (under a minute)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="shorter workloads and 2 repetitions; on a LLaDA / Dream folder on CPU also one-block canvases, "
+        "batches up to 4 and 2 requests at 128 tokens for cache_speedup (the description lists every cut)",
+    )
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.add_argument(
         "--gen-length",
         type=int,
         default=None,
-        help="canvas of the cache_speedup comparison (default: the longest task's; 256 for LLaDA / Dream)",
+        help="canvas of the cache_speedup comparison (default: the longest task's; for LLaDA / Dream 256, "
+        "128 with --quick on CPU)",
     )
     args = p.parse_args(argv)
     if args.gen_length is not None and (args.gen_length < 32 or args.gen_length % 32):
         p.error(f"--gen-length {args.gen_length}: use a positive multiple of the block length 32, e.g. 256")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error(f"--device {args.device}: this torch build sees no CUDA GPU; run on a GPU host or use --device cpu")
+    started = time.perf_counter()
     engine = DenoisingEngine.from_pretrained(args.checkpoint, device=args.device)
-    # Ratios are medians over repetitions taken in turn (see the module docstring).
-    repeats = 2 if args.quick else 3
     family = engine.lm.family
     native = family in families()
-    # a random tiny LLaDA / Dream commits one token per step: quick CPU runs keep batches small
-    small = native and args.quick and args.device == "cpu"
-    top = 8 if small else 32
+    size = sizes_for(args.quick, native, args.device)
+    # Ratios are medians over repetitions taken in turn (see the module docstring).
+    repeats = size.repeats
+    top = size.batch
+
+    def capped(gen_lengths: list[int]) -> list[int]:
+        return [min(g, size.canvas_cap) for g in gen_lengths] if size.canvas_cap else gen_lengths
 
     mixed = task_suite(12, seed=1)
     random.Random(0).shuffle(mixed)
     workload = mixed[:top]
+    work_prompts, work_lengths = [x.prompt for x in workload], capped([x.gen_length for x in workload])
     tps_runs = interleaved(
         {
-            str(bs): (
-                lambda bs=bs: throughput(
-                    engine, [x.prompt for x in workload], [x.gen_length for x in workload], True, 1, bs
-                )
-            )
-            for bs in (1, 8, 32)
+            str(bs): (lambda bs=bs: throughput(engine, work_prompts, work_lengths, True, 1, bs))
+            for bs in sorted({1, 8, top})
             if bs <= top
         },
         repeats,
     )
     tps = {k: statistics.median(v) for k, v in tps_runs.items()}
 
-    pool = task_suite(4 if args.quick else 43, seed=5)[: top if small else 12 if args.quick else 128]
+    pool = task_suite(size.pool_per_task, seed=5)[: size.pool]
     random.Random(0).shuffle(pool)
+    # continuous canvases keep two lengths where a cap applies, so slots free at different times
+    pool_prompts = [x.prompt for x in pool]
+    pool_lengths = (
+        [min(x.gen_length, 2 * size.canvas_cap) for x in pool]
+        if size.canvas_cap
+        else capped([x.gen_length for x in pool])
+    )
     flow_runs = interleaved(
         {
-            str(n): (
-                lambda n=n: continuous_throughput(engine, [x.prompt for x in pool], [x.gen_length for x in pool], n)
-            )
-            for n in (1, top)
+            str(n): (lambda n=n: continuous_throughput(engine, pool_prompts, pool_lengths, n))
+            for n in (1, min(top, len(pool)))
         },
         repeats,
     )
     flowing = {k: statistics.median(v) for k, v in flow_runs.items()}
 
-    longest = longest_instances(4 if small else 8 if args.quick else 32)
-    gen_length = args.gen_length or (256 if native else None)
+    longest = longest_instances(size.cache_requests)
+    gen_length = args.gen_length or size.cache_gen_length
     prompts = [x.prompt for x in longest]
     lengths = [gen_length or x.gen_length for x in longest]
     cache_runs = interleaved(
@@ -254,15 +322,15 @@ def main(argv=None) -> int:
     cached, recompute = statistics.median(cache_runs["cached"]), statistics.median(cache_runs["recompute"])
     cache_speedup, cache_spread = median_ratio(cache_runs["cached"], cache_runs["recompute"])
     batch_speedup, batch_spread = median_ratio(tps_runs[str(top)], tps_runs["1"])
-    flow_speedup, flow_spread = median_ratio(flow_runs[str(top)], flow_runs["1"])
+    flow_speedup, flow_spread = median_ratio(flow_runs[str(min(top, len(pool)))], flow_runs["1"])
     costs = step_costs(engine, prompts, lengths, (1, len(longest)))
 
     # LLaDA and Dream do not speak the synthetic task language: no accuracy for them
-    suite = [] if native else task_suite(10 if args.quick else 50, seed=2024)
+    suite = [] if native or not size.suite_per_task else task_suite(size.suite_per_task, seed=2024)
     rows = quality_table(engine, suite, list(THRESHOLDS) + [math.inf]) if suite else None
     # meaningless for block diffusion (the module docstring says why)
     canvas = accuracy_by_canvas(engine, suite) if suite and not engine.lm.block_causal else None
-    by_blocks, blocks_decoded = step_ms_by_answer_blocks(engine, 4 if args.quick else 16, repeats)
+    by_blocks, blocks_decoded = step_ms_by_answer_blocks(engine, size.answers_per_length, repeats)
     result = {
         "family": family,
         "tokens_per_s": {k: round(v, 1) for k, v in tps.items()},
@@ -301,6 +369,8 @@ def main(argv=None) -> int:
         "checkpoint": engine.lm.name,
         "device": args.device,
         "quick": args.quick,
+        "sizes": asdict(size),
+        "wall_s": round(time.perf_counter() - started, 1),
         "machine": machine_info(),
     }
     emit(result, args.json)

@@ -40,16 +40,16 @@ import torch
 
 from dilaserve import artifacts
 from dilaserve.bench.common import emit, machine_info
-from dilaserve.cluster.sim_backend import SimBackendConfig
 from dilaserve.engine import DenoisingEngine
 from dilaserve.engine.state import RequestState
 from dilaserve.predict.prompts import synthetic_prompts
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.config import ClusterConfig
 from dilaserve.schedule.policies import policies as registry
 from dilaserve.sim.arrivals import prompt_workload
+from dilaserve.sim.backend import SimBackendConfig
 from dilaserve.sim.capacity import nominal_capacity_rps
 from dilaserve.sim.progress import ModelProgress, ReplayProgress
-from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.setting import ClusterSetting, Predictors, with_dynamics
 from dilaserve.sim.simulator import SimConfig, Simulator
 from dilaserve.sim.slo import workload_slo

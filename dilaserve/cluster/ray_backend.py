@@ -141,7 +141,6 @@ class _Instance:
     workers: list
     pg: object
     ready: bool = False
-    step_task: asyncio.Task | None = None
     dead: bool = False
     pids: tuple[int, ...] = ()  # the workers' process ids, once ready
 
@@ -172,10 +171,6 @@ class RayBackend(Backend):
     def _emit(self, event) -> None:
         if self._sink is not None:
             self._sink(event)
-
-    @property
-    def instance_ids(self) -> list[str]:
-        return [i for i, inst in self._instances.items() if not inst.dead]
 
     def worker_pids(self) -> dict[str, list[int]]:
         """Process ids of each ready instance's workers, rank order (for operators and fault drills)."""

@@ -18,7 +18,7 @@ algorithms): load control's instance capacity, stage 1 of reconfiguration, the n
 capacity of a static cluster and a request's isolated latency.
 
 The law comes from the recorded step dynamics where they exist (the exact expected steps
-per block of their Markov chain, :meth:`~dilaserve.sim.replay.ReplayTable.block_steps`),
+per block of their Markov chain, :meth:`~dilaserve.predict.replay.ReplayTable.block_steps`),
 else from a per-threshold tokens-per-step or steps-per-token table.
 """
 
@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # the replay table lives in the simulator package, which imports control
+if TYPE_CHECKING:  # annotations only
+    from dilaserve.predict.replay import ReplayTable
     from dilaserve.profile.types import StepCurve
-    from dilaserve.sim.replay import ReplayTable
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ class StepLaw:
     @classmethod
     def from_dynamics(cls, dynamics, block_length: int, thresholds: Iterable[float] | None = None) -> StepLaw:
         """:meth:`from_replay` over a :class:`~dilaserve.predict.dynamics.StepDynamics`."""
-        from dilaserve.sim.replay import ReplayTable
+        from dilaserve.predict.replay import ReplayTable
 
         return cls.from_replay(ReplayTable(dynamics), block_length, thresholds)
 

@@ -28,10 +28,10 @@ import torch
 from dilaserve.model.adapters import DiffusionLM, load_diffusion_lm
 
 from .cache_blob import cache_from_bytes, cache_to_bytes
+from .defaults import DEFAULT_CHECKPOINT
 from .state import RequestState, StepKind, conf_statistics, new_request
 from .unmask import select_commits
 
-DEFAULT_CHECKPOINT = Path(__file__).resolve().parents[2] / "data" / "models" / "dila-tiny"
 #: Block length of requests to a bidirectional model unless they say otherwise.
 DEFAULT_BLOCK_LENGTH = 32
 

@@ -13,17 +13,17 @@ from pathlib import Path
 
 from dilaserve import artifacts
 from dilaserve.artifacts import BLOCK_LAW, DYNAMICS_LAWS, EMBEDDED_LAW
-from dilaserve.cluster.sim_backend import SimBackendConfig
 from dilaserve.predict.dynamics import StepDynamics
 from dilaserve.predict.quality import ThresholdQuality
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig
 from dilaserve.schedule.policies import get_policy
 from dilaserve.schedule.tuner import TunerConfig
 from dilaserve.sim.arrivals import TRACE_LENGTHS, with_lengths
+from dilaserve.sim.backend import SimBackendConfig
 from dilaserve.sim.capacity import nominal_capacity_rps
 from dilaserve.sim.lengths import LENGTH_MODELS
 from dilaserve.sim.progress import ReplayProgress
-from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.setting import ClusterSetting, Predictors, with_dynamics
 from dilaserve.sim.simulator import SimConfig, SimResult, Simulator
 from dilaserve.sim.slo import DEFAULT_SLO_TIERS, parse_slo_tiers

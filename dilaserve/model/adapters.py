@@ -78,17 +78,20 @@ class DiffusionLM:
         source = logit_positions
         if source is not None and self.logit_shift:
             source = (source - 1).clamp(min=0)
-        if isinstance(self.model, NativeDiffusionLM):
+        native = isinstance(self.model, NativeDiffusionLM)
+        if native:
+            # the head runs on the ``source`` rows only, which already carry the shift
             out = self.model(ids, attention_mask=attn, return_kv=return_kv, logit_positions=source)
-            return out.logits, out.kv
-        if self.supports_cache:
+            logits, kv = out.logits, out.kv
+        elif self.supports_cache:
             out = self.model(ids, attention_mask=attn, return_kv=return_kv, prompt_lengths=prompt_lengths)
             logits, kv = out.logits, out.kv
         else:
             logits, kv = self.model(input_ids=ids, attention_mask=attn.long()).logits, None
-            if self.logit_shift and source is None:
+        if source is None:
+            if self.logit_shift:
                 logits = torch.cat((logits[:, :1], logits[:, :-1]), dim=1)
-        if source is not None:
+        elif not native:
             logits = logits.gather(1, source[..., None].expand(-1, -1, logits.shape[-1]))
         return logits, kv
 

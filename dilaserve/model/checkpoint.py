@@ -4,7 +4,7 @@ A folder as the model's authors publish it holds ``config.json``, the weights as
 safetensors (one ``model.safetensors``, or shards listed by
 ``model.safetensors.index.json``) and the tokenizer files. A :class:`Family` says how to
 read its config into a :class:`NativeSpec` and which published tensors make each native
-parameter (a fused projection is several published tensors stacked along rows). The
+parameter (:mod:`dilaserve.model.family`) (a fused projection is several published tensors stacked along rows). The
 loader checks the folder's tensor names against that map before reading anything, so a
 wrong or truncated download fails at once with the tensors that are missing or
 unexpected, not with a shape error deep inside a layer.
@@ -13,13 +13,13 @@ unexpected, not with a shape error deep inside a layer.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from .native import NativeDiffusionLM, NativeSpec
+from . import dream, llada
+from .family import Family
+from .native import NativeDiffusionLM
 
 INDEX = "model.safetensors.index.json"
 #: Names listed in an error before "... and N more".
@@ -32,27 +32,8 @@ class CheckpointError(ValueError):
     """A checkpoint path that cannot be loaded, with what to do about it."""
 
 
-#: native parameter name -> the published tensors stacked (along rows) to make it
-WeightMap = dict[str, tuple[str, ...]]
-
-
-@dataclass(frozen=True)
-class Family:
-    """One published model family: how its folder is read."""
-
-    name: str
-    #: ``model_type`` values of its config.json (compared in lower case)
-    model_types: tuple[str, ...]
-    mask_id: int
-    logit_shift: bool
-    spec_from_config: Callable[[dict], NativeSpec]
-    weight_map: Callable[[NativeSpec], WeightMap]
-
-
 def families() -> dict[str, Family]:
-    """The native families by name (imported here: each family module imports this one)."""
-    from . import dream, llada
-
+    """The native families by name."""
     return {f.name: f for f in (llada.FAMILY, dream.FAMILY)}
 
 

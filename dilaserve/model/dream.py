@@ -12,7 +12,7 @@ are token i's. The mask token is 151666.
 
 from __future__ import annotations
 
-from .checkpoint import Family, WeightMap
+from .family import Family, WeightMap
 from .native import NativeSpec
 
 MASK_ID = 151666

@@ -11,7 +11,7 @@ the multiplier. The mask token is 126336.
 
 from __future__ import annotations
 
-from .checkpoint import Family, WeightMap
+from .family import Family, WeightMap
 from .native import NativeSpec
 
 MASK_ID = 126336
@@ -57,6 +57,8 @@ def spec_from_config(config: dict) -> NativeSpec:
         eos_token_id=int(config.get("eos_token_id", EOS_ID)),
         pad_token_id=int(config.get("pad_token_id", config.get("eos_token_id", EOS_ID))),
         logit_shift=False,
+        # OLMo's default, and on in LLaDA-8B's config: rotate q and k in float32
+        rope_full_precision=bool(config.get("rope_full_precision", True)),
     )
 
 

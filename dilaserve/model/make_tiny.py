@@ -3,8 +3,9 @@
     python -m dilaserve.model.make_tiny --arch {llada,dream} --out DIR [--layers 8 --hidden 192 ...]
 
 The folder is what the family's authors publish, shrunk: ``config.json`` with the
-official keys, the weights under the published tensor names split over two safetensors
-shards with their ``model.safetensors.index.json``, and a tokenizer. The vocabulary keeps
+official keys, ``generation_config.json`` (Dream's with its sampler's published defaults),
+the weights under the published tensor names split over two safetensors shards with their
+``model.safetensors.index.json``, and a tokenizer. The vocabulary keeps
 the family's real size, so the mask, end-of-sequence and padding ids are the family's
 (LLaDA 126336 / 126081, Dream 151666 / 151643) and the embedding and head are full-height.
 The tokenizer is a small local word-level one: the task language's words take the first
@@ -134,6 +135,33 @@ def dream_config(shape: TinyShape) -> dict:
     }
 
 
+def generation_config(arch: str) -> dict:
+    """The published folder's ``generation_config.json``: the special ids, and for Dream the
+    defaults of its own sampler (``diffusion_generate``), which the engine does not read."""
+    if arch == "dream":
+        return {
+            "_from_model_config": True,
+            "alg": "origin",
+            "alg_temp": None,
+            "bos_token_id": dream.EOS_ID,
+            "eos_token_id": dream.EOS_ID,
+            "eps": 0.001,
+            "mask_token_id": None,
+            "output_history": False,
+            "pad_token_id": dream.EOS_ID,
+            "steps": 512,
+            "temperature": 0.0,
+            "top_k": None,
+            "top_p": None,
+        }
+    return {
+        "_from_model_config": True,
+        "bos_token_id": SPECIALS["llada"]["<|startoftext|>"],
+        "eos_token_id": llada.EOS_ID,
+        "pad_token_id": llada.EOS_ID,
+    }
+
+
 #: The family's special tokens at their published ids; the first is the end of sequence.
 SPECIALS = {
     "llada": {"<|endoftext|>": 126081, "<|startoftext|>": 126080, "<|mdm_mask|>": 126336, "<|eot_id|>": 126348},
@@ -211,6 +239,7 @@ def make_tiny(arch: str, out: str | Path, shape: TinyShape | None = None, seed: 
     out.mkdir(parents=True, exist_ok=True)
     config = (llada_config if arch == "llada" else dream_config)(shape)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (out / "generation_config.json").write_text(json.dumps(generation_config(arch), indent=2) + "\n")
     weights = random_weights(published_shapes(arch, config), seed)
     # two shards, as a published multi-file checkpoint: the vocabulary-sized tensors, then the layers
     big = {n for n, t in weights.items() if t.shape[0] == config["vocab_size"]}

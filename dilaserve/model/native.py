@@ -49,6 +49,10 @@ class NativeSpec:
         tie_embeddings: the head reuses the embedding matrix.
         mask_token_id / eos_token_id / pad_token_id: the family's reserved ids.
         logit_shift: token i is predicted from position i - 1 (Dream).
+        rope_full_precision: q and k are rotated in float32 and cast back (LLaDA's
+            ``rope_full_precision``, on in its published config); off, the rotary tables are
+            cast to the activations' dtype and the rotation runs there (Dream, as Qwen2).
+            In float32 the two are the same; in bfloat16 they round differently.
     """
 
     family: str
@@ -68,6 +72,7 @@ class NativeSpec:
     eos_token_id: int
     pad_token_id: int
     logit_shift: bool
+    rope_full_precision: bool = False
 
     def __post_init__(self) -> None:
         if (
@@ -107,10 +112,16 @@ def rotary_cos_sin(head_dim: int, length: int, theta: float, device) -> tuple[to
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotary positions on (B, H, T, D) with the two halves of each head paired."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+    """Rotary positions on (B, H, T, D) with the two halves of each head paired.
+
+    The rotation runs in the tables' dtype and the result comes back in ``x``'s: float32
+    tables rotate a bfloat16 ``x`` in full precision (LLaDA), tables cast to ``x``'s dtype
+    rotate it there (Dream).
+    """
+    h = x.to(cos.dtype)
+    half = h.shape[-1] // 2
+    rotated = torch.cat((-h[..., half:], h[..., :half]), dim=-1)
+    return (h * cos + rotated * sin).to(x.dtype)
 
 
 class NativeAttention(nn.Module):
@@ -221,7 +232,8 @@ class NativeDiffusionLM(nn.Module):
         vocabulary of 126k-152k the head over a whole canvas would cost more than the
         layers. ``prompt_lengths`` is accepted and ignored: these models attend
         bidirectionally over prompt and response alike. Logits are not shifted here
-        (the adapter applies Dream's shift).
+        (the adapter applies Dream's shift, in :meth:`DiffusionLM.full` with or without
+        ``logit_positions``).
         """
         B, T = input_ids.shape
         dev = input_ids.device
@@ -237,7 +249,8 @@ class NativeDiffusionLM(nn.Module):
         key_mask, block_index = key_mask_for(attention_mask, position_ids, past_kv, past_mask)
         x = self.embed(input_ids)
         cos, sin = self.rope(last + 1, dev)
-        cos, sin = cos[position_ids].unsqueeze(1).to(x.dtype), sin[position_ids].unsqueeze(1).to(x.dtype)
+        rope_dtype = torch.float32 if self.spec.rope_full_precision else x.dtype
+        cos, sin = cos[position_ids].unsqueeze(1).to(rope_dtype), sin[position_ids].unsqueeze(1).to(rope_dtype)
         kv_out: KVCache = []
         for i, layer in enumerate(self.layers):
             x, kv = layer(x, cos, sin, key_mask, None if past_kv is None else past_kv[i], block_index)

@@ -120,11 +120,6 @@ def oneshot_rates(table: pl.DataFrame) -> dict[float, float]:
     return {float(t): float(v) for t, v in zip(spt["threshold"], spt["spt"])}
 
 
-def fit_oneshot(table: pl.DataFrame) -> OneShotPredictor:
-    """The one-shot baseline of docs/architecture.md section 4, fitted on ``table``."""
-    return OneShotPredictor(oneshot_rates(table))
-
-
 # ------------------------------------------------------------------ predictor
 class LightGBMPredictor(StepPredictor):
     """A LightGBM booster over the 11 features; predicts remaining steps."""

@@ -61,7 +61,7 @@ def published_accuracy(threshold: float) -> float:
 
 def _block_steps(tokens_by_bucket: list[np.ndarray], weights_by_bucket: list[np.ndarray], block_length: int) -> float:
     """Expected steps of one block under weighted bucket pools (the replay's Markov chain,
-    :meth:`dilaserve.sim.replay.ReplayTable.block_steps`, with weights)."""
+    :meth:`dilaserve.predict.replay.ReplayTable.block_steps`, with weights)."""
     n = len(tokens_by_bucket)
     e = np.zeros(block_length + 1)
     for u in range(block_length - 1, -1, -1):

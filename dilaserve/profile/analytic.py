@@ -238,10 +238,3 @@ def analytic_profile(
     }
     name = f"{model}-{gpu}{BLOCK_SUFFIX if block_causal else ''}"
     return LatencyProfile(name, curves[StepKind.RECOMPUTE], curves[StepKind.CACHE], meta)
-
-
-def all_analytic_profiles(
-    tp_degrees: Sequence[int] = (1, 2, 4, 8), p: RooflineParams = ROOFLINE
-) -> dict[str, LatencyProfile]:
-    profiles = (analytic_profile(m, g, tp_degrees, p, bc) for m in MODELS for g in GPUS for bc in (False, True))
-    return {prof.name: prof for prof in profiles}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import platform
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -169,9 +169,3 @@ def measure_profile(
         },
     }
     return LatencyProfile(name=name or f"{Path(checkpoint).name}-{device}", recompute=recompute, cache=cache, meta=meta)
-
-
-def tp_speedups(profile: LatencyProfile, tokens: float, tp_degrees: Sequence[int]) -> dict[int, float]:
-    """Recompute-step latency of each TP degree relative to TP-1 at ``tokens``."""
-    base = profile.latency(1, tokens)
-    return {d: profile.latency(d, tokens) / base for d in tp_degrees}

@@ -89,9 +89,6 @@ class StepCurve:
         return {"tokens": list(self.tokens), "latency_s": list(self.latency_s)}
 
 
-Curves = Mapping[int, StepCurve]
-
-
 @dataclass
 class LatencyProfile:
     """Per-TP step-latency curves for recompute and cache steps.

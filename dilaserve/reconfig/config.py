@@ -104,7 +104,7 @@ class ReconfigConfig:
       (``launch_time_s``), in cluster-seconds.
 
     Attributes:
-        interval_s: seconds between reconfiguration ticks (every few minutes).
+        interval_s: seconds between reconfiguration ticks.
         min_improvement: apply a new plan only if its objective beats the current
             configuration's by at least this fraction (0.10 = 10%).
         time_limit_s: wall-clock limit for each ILP solve.
@@ -117,7 +117,7 @@ class ReconfigConfig:
         block_length: block length of the served model (0 when caching is off); each block
             costs one recompute step, the rest of its steps are cache steps.
         block_causal: the served model is block diffusion: a request's one recompute step is
-            its prefill, every other step a block step (:meth:`with_step_law` sets it).
+            its prefill, every other step a block step (taken from the step law at start-up).
         tiebreak_time_s: time budget of stage 1's second solve (most SLO slack among plans
             with the best average threshold). Its plan replaces the first solve's only when
             it has more slack, so a budget that runs out costs nothing but the tie-break.
@@ -125,7 +125,7 @@ class ReconfigConfig:
             threshold on top of the monitor's rates (which already include its safety
             margin); 0.1 = 10% more.
         launch_time_s: seconds from launching an instance to its being ready (loading the
-            weights): ``SimBackendConfig.launch_time_s`` in the simulator.
+            weights); the simulator sets its instances' launch time apart, in its backend.
         drain_time_s: seconds a drained instance takes to finish or hand off its requests
             before it can stop; None: the tightest class SLO (requests in flight finish
             within their SLO when the plan is sound).

@@ -54,7 +54,6 @@ class Reconfigurator:
                 [d for d in cluster.tp_degrees if profile.has(d)],
             )
         self.degrees = tuple(d for d in cluster.tp_degrees if profile.has(d))
-        self.last_problem: CapacityProblem | None = None
 
     @property
     def max_batch_tokens(self) -> int:
@@ -116,7 +115,6 @@ class Reconfigurator:
             log.info("reconfig at %.1fs: no recent arrivals (or no usable TP degree); keeping the cluster", now)
             return None
         pb = self.problem(classes)
-        self.last_problem = pb
         current_counts = dict(Counter(e.tp for e in existing))
         target = self._stage1(pb, "target")
         current = self._stage1(replace(pb, fixed_counts=current_counts), "current cluster") if existing else None

@@ -34,7 +34,9 @@ def reconfig_or_off(**fields) -> ReconfigConfig | None:
 class ServeConfig:
     """``python -m dilaserve.serve`` options."""
 
-    model: str = option(str(DEFAULT_CHECKPOINT), "checkpoint folder to serve (the embedded default model by default)")
+    model: str = option(
+        str(DEFAULT_CHECKPOINT), "checkpoint folder to serve (default: the embedded model, data/models/dila-tiny)"
+    )
     served_model_name: str | None = option(None, "model name in the API (default: the checkpoint folder's name)")
     host: str = option("127.0.0.1", "address to listen on")
     port: int = option(8000, "port to listen on")

@@ -21,7 +21,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -38,7 +38,6 @@ class ServerHandle:
     proc: subprocess.Popen
     port: int
     log_path: Path
-    started_at: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
         # Holds the process, not the handle, so the handle can still be collected.

@@ -17,9 +17,9 @@ import numpy as np
 
 from dilaserve.control.load import CapacityModel
 from dilaserve.control.step_law import StepLaw
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.plan import static_layout
 from dilaserve.sim.progress import canvas_length
-from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.setting import ClusterSetting
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from dilaserve.cluster.base import StepAssignment
 from dilaserve.engine.state import RequestState
 from dilaserve.predict.quality import ThresholdQuality
-from dilaserve.sim.replay import ReplayTable
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.sim.workload import WorkloadRequest
 
 #: Token ids of replayed canvases: committed positions hold FILL (never mask, never EOS),

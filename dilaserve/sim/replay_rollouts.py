@@ -17,9 +17,9 @@ import polars as pl
 
 from dilaserve.cluster.base import StepAssignment
 from dilaserve.predict.dynamics import StepDynamics
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.predict.rollouts import PROGRESS_COLUMNS, STEP_CONF_COLUMNS
 from dilaserve.sim.progress import ReplayProgress
-from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.workload import WorkloadRequest
 
 #: Prompt tokens of a replayed rollout: no progress feature depends on the prompt.

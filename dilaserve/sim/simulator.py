@@ -15,7 +15,6 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
-from dilaserve.cluster.sim_backend import SimBackend, SimBackendConfig
 from dilaserve.control.request import TrackedRequest
 from dilaserve.predict.base import OraclePredictor, StepPredictor
 from dilaserve.reconfig.plan import static_layout
@@ -24,6 +23,7 @@ from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_pla
 from dilaserve.schedule.events import ReconfigTick, RequestArrived, RequestOutcome
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
 from dilaserve.schedule.tuner import TunerConfig
+from dilaserve.sim.backend import SimBackend, SimBackendConfig
 from dilaserve.sim.loop import EventLoop
 from dilaserve.sim.metrics import PolicySummary, summarize
 from dilaserve.sim.progress import ProgressModel, ReplayProgress

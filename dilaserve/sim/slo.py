@@ -9,9 +9,9 @@ import numpy as np
 
 from dilaserve.control.step_law import step_split
 from dilaserve.engine.state import StepKind
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.sim.progress import canvas_length
-from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.workload import Workload
 
 DEFAULT_SLO_SCALE = 5.0

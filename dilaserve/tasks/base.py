@@ -60,13 +60,9 @@ class Task(abc.ABC):
     def sizes(self) -> range:
         """Allowed numbers of items."""
 
-    def sample_answer(self, inst: TaskInstance, rng: random.Random) -> list[str]:
-        """A random valid answer: items shuffled (kept in order for an ordered task), each
-        form drawn by weight."""
-        return [tok for item in self.sample_answer_items(inst, rng) for tok in item]
-
     def sample_answer_items(self, inst: TaskInstance, rng: random.Random) -> list[tuple[str, ...]]:
-        """:meth:`sample_answer` item by item (training masks whole items at a time)."""
+        """A random valid answer, item by item (training masks whole items at a time): items
+        shuffled (kept in order for an ordered task), each form drawn by weight."""
         order = list(range(len(inst.items)))
         if not self.ordered:
             rng.shuffle(order)

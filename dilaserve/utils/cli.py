@@ -2,7 +2,9 @@
 
 Each field becomes a ``--kebab-case`` flag. Its help text is the field's
 ``metadata["help"]`` (see :func:`option`) or, for the per-concern configs that document
-their fields in an ``Attributes:`` docstring section, that entry; its default is shown.
+their fields in an ``Attributes:`` docstring section, that entry, as plain text (Sphinx
+roles and literals lose their markup); its default is shown once, unless the text already
+says it ("(default: ...)").
 Lists and tuples take several values; ``Optional`` numbers also take ``none``; a bool
 field is a pair of flags (``--quick`` / ``--no-quick``).
 
@@ -122,7 +124,23 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def _help(f: dataclasses.Field, docs: Mapping[str, str]) -> str:
-    return f.metadata.get("help") or docs.get(f.name, "")
+    return plain(f.metadata.get("help") or docs.get(f.name, ""))
+
+
+_ROLE = re.compile(r":[a-z]+:`(~?)([^`]+)`")
+_LITERAL = re.compile(r"``([^`]+)``|`([^`]+)`")
+
+
+def plain(text: str) -> str:
+    """Docstring markup as a terminal shows it: a Sphinx role keeps its target (``~``: the
+    last name only, as Sphinx prints it) and literals lose their backticks."""
+    text = _ROLE.sub(lambda m: m.group(2).rsplit(".", 1)[-1] if m.group(1) else m.group(2), text)
+    return _LITERAL.sub(lambda m: m.group(1) or m.group(2), text)
+
+
+#: A help text that states its default itself ("(default: the folder's name)") gets no
+#: second one from the field.
+_STATES_DEFAULT = re.compile(r"\(default\b", re.IGNORECASE)
 
 
 # ------------------------------------------------------------------ types
@@ -178,10 +196,13 @@ def _add_field(
     if flag in parser._option_string_actions:  # declared by hand: the program's own flag wins
         return
     shown = list(default) if isinstance(default, tuple) else default
+    if default is None:
+        shown = "none"  # what the flag takes to set it back
     kwargs: dict[str, Any] = {"dest": dest, "help": f"{help_text} (default: {shown})".replace("%", "%%")}
+    if default is dataclasses.MISSING or _STATES_DEFAULT.search(help_text):
+        kwargs["help"] = help_text.replace("%", "%%")
     if default is dataclasses.MISSING:
         kwargs["required"] = True
-        kwargs["help"] = help_text.replace("%", "%%")
     else:
         kwargs["default"] = argparse.SUPPRESS if overrides_only else default
     if elem is bool and not is_list:
@@ -233,7 +254,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, override
     for f, tp, dest, default, help_text in _walk(cls):
         if isinstance(tp, Nested):
             title = f.metadata.get("help") or inspect.cleandoc(tp.cls.__doc__ or tp.cls.__name__).splitlines()[0]
-            group = parser.add_argument_group(f"{tp.cls.__name__} ({f.name})", title.replace("%", "%%"))
+            group = parser.add_argument_group(f"{tp.cls.__name__} ({f.name})", plain(title).replace("%", "%%"))
             for sf, stp, sdest, sdefault, shelp in _walk(tp.cls, tp):
                 claim(sdest, f"{tp.cls.__name__}.{sf.name}")
                 _add_field(group, sf, stp, sdest, sdefault, shelp, overrides_only)
@@ -303,7 +324,7 @@ def flag_error(cls: type, exc: Exception) -> str:
 
 def parse_dataclass(cls: type[T], argv: list[str] | None = None, description: str = "", prog: str | None = None) -> T:
     parser = argparse.ArgumentParser(
-        prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=prog, description=plain(description), formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_dataclass_arguments(parser, cls)
     ns = vars(parser.parse_args(argv))

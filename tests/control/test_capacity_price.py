@@ -20,7 +20,6 @@ STEEP = np.array([0.15, 0.58, 0.72, 0.84, 0.92])
 #: tokens plus its cache steps over a 32-token block, under each curve's own step law.
 WORK = 400.0 + 32.0 * np.array([3.5, 4.2, 5.3, 6.6, 9.0])
 WORK_STEEP = 400.0 + 32.0 * np.array([3.4, 4.0, 4.8, 6.0, 6.2])
-ALL = np.ones((1, 5), dtype=bool)
 
 
 def _rows(n, work=WORK):

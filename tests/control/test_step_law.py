@@ -4,9 +4,9 @@ import pytest
 
 from dilaserve.control.load import CapacityModel
 from dilaserve.control.step_law import StepLaw
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.profile.types import LatencyProfile, StepCurve
 from dilaserve.reconfig.config import ClusterConfig
-from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.setting import ClusterSetting, with_dynamics
 from tests.sim.builders import dynamics, linear_profile
 

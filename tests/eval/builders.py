@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dilaserve.eval.context import EvalContext, EvalOptions
 from dilaserve.eval.experiments import ExperimentOutput, Run
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.sim.arrivals import PhaseSpec, shape_trace
 from dilaserve.sim.progress import ReplayProgress
-from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.setting import ClusterSetting
 from dilaserve.sim.simulator import SimConfig, Simulator
 from dilaserve.sim.traces import load_trace

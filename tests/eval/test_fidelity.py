@@ -31,7 +31,7 @@ def test_reasons_quote_the_replayed_laws_cache_steps_not_fixed_numbers():
 
     from dilaserve.control.step_law import StepLaw
     from dilaserve.eval.fidelity import cache_steps_facts
-    from dilaserve.sim.replay import ReplayTable
+    from dilaserve.predict.replay import ReplayTable
 
     fast = ReplayTable(dynamics({t: [8, 8, 8, 8] for t in (0.5, 0.7, 0.9)}, n_buckets=2))
     slow = ReplayTable(dynamics({t: [2, 2, 4, 4] for t in (0.5, 0.7, 0.9)}, n_buckets=2))

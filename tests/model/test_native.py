@@ -7,16 +7,23 @@ import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 
-from dilaserve.engine import DenoisingEngine
+from dilaserve.engine import DenoisingEngine, StepKind
+from dilaserve.engine.engine import length_groups
 from dilaserve.model.adapters import CheckpointError, load_diffusion_lm
 from dilaserve.model.make_tiny import TinyShape, make_tiny
-from dilaserve.model.native import NativeDiffusionLM
+from dilaserve.model.native import NativeDiffusionLM, rotary_cos_sin
 from dilaserve.model.tensor_parallel import run_tp, shard_model
 
 SHAPES = {
     "llada": TinyShape(layers=2, hidden=32, heads=4, kv_heads=4, intermediate=64),
     "dream": TinyShape(layers=2, hidden=32, heads=4, kv_heads=2, intermediate=64),
 }
+
+
+#: Float32 rounding: a padded or batched pass runs kernels of other shapes, whose reductions
+#: round in another order (measured: at most 1.5e-7 apart on these logits), so "exact" here
+#: means equal to float32 rounding, and the decoded tokens bit for bit.
+FLOAT32 = dict(atol=1e-6, rtol=1e-6)
 
 
 @pytest.fixture(scope="module", params=["llada", "dream"])
@@ -143,6 +150,112 @@ def test_a_mixed_batch_decodes_each_request_as_it_would_alone(tiny):
     assert max(g.steps for g in together) > max(g.recompute_steps for g in together)  # cache steps ran
 
 
+def _padded(seqs: list[torch.Tensor], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids and their attention mask, as the engine lays out a recompute batch."""
+    T = max(s.numel() for s in seqs)
+    ids = torch.full((len(seqs), T), pad_id)
+    attn = torch.zeros(len(seqs), T, dtype=torch.bool)
+    for j, s in enumerate(seqs):
+        ids[j, : s.numel()], attn[j, : s.numel()] = s, True
+    return ids, attn
+
+
+def test_a_padded_batch_of_mixed_prompt_lengths_equals_each_request_alone(tiny):
+    _, path = tiny
+    lm = load_diffusion_lm(path)
+    g = torch.Generator().manual_seed(6)
+    prompts, gen, Lb = [7, 13, 10], 8, 4
+    seqs = [torch.randint(0, 1000, (n + gen,), generator=g) for n in prompts]
+    ids, attn = _padded(seqs, lm.pad_id)
+    start = torch.tensor(prompts) + Lb  # each request's second block
+    rows = start[:, None] + torch.arange(Lb)
+    # recompute: the block's logits and every real position's K/V
+    logits, kv = lm.full(ids, attn, return_kv=True, logit_positions=rows)
+    pos = start[:, None] - lm.lead + torch.arange(lm.lead + Lb)
+    # cache step over the padded caches (the batch's S is the longest canvas)
+    stepped = lm.block(ids.gather(1, pos), pos, [(k.clone(), v.clone()) for k, v in kv], attn)
+    for j, seq in enumerate(seqs):
+        n, one = seq.numel(), torch.ones(1, seq.numel(), dtype=torch.bool)
+        alone, kv_alone = lm.full(seq[None], one, return_kv=True, logit_positions=rows[j : j + 1])
+        torch.testing.assert_close(logits[j], alone[0], **FLOAT32)
+        for (k, v), (ka, va) in zip(kv, kv_alone):
+            torch.testing.assert_close(k[j, :, :n], ka[0], **FLOAT32)
+            torch.testing.assert_close(v[j, :, :n], va[0], **FLOAT32)
+        step_alone = lm.block(seq[None].gather(1, pos[j : j + 1]), pos[j : j + 1], kv_alone, one)
+        torch.testing.assert_close(stepped[j], step_alone[0], **FLOAT32)
+
+
+def test_engine_steps_of_a_padded_batch_equal_each_request_stepped_alone(tiny):
+    _, path = tiny
+    engine = DenoisingEngine(load_diffusion_lm(path))
+    g = torch.Generator().manual_seed(7)
+    prompts = [torch.randint(0, 1000, (n,), generator=g).tolist() for n in (6, 11, 9)]
+    batch = [engine.new_request(p, 16, block_length=4) for p in prompts]
+    alone = [engine.new_request(p, 16, block_length=4) for p in prompts]
+    # the three canvases pad into one recompute pass (not split by length)
+    assert len(length_groups([0, 1, 2], [s.context_tokens for s in batch])) == 1
+    kinds = set()
+    while not all(s.finished for s in batch):
+        live = [j for j, s in enumerate(batch) if not s.finished]
+        together = engine.step([batch[j] for j in live], [0.5] * len(live))
+        for j, res in zip(live, together):
+            (single,) = engine.step([alone[j]], [0.5])
+            assert res.kind is single.kind and res.committed == single.committed
+            kinds.add(res.kind)
+            assert (batch[j].response == alone[j].response).all()
+            torch.testing.assert_close(torch.from_numpy(batch[j].conf_stats), torch.from_numpy(alone[j].conf_stats))
+    assert kinds == {StepKind.RECOMPUTE, StepKind.CACHE}
+    assert all(a.finished for a in alone)
+
+
+def _rotated_k_of_layer0(lm, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer 0's K as the model returns it, and the same K before its rotation."""
+    attn = torch.ones_like(ids, dtype=torch.bool)
+    kv = lm.model(ids, attention_mask=attn, return_kv=True).kv
+    layer = lm.model.layers[0].attn
+    spec = lm.model.spec
+    x = lm.model.layers[0].ln1(lm.model.embed(ids))
+    D = spec.head_dim
+    k = layer.qkv(x).split((spec.num_heads * D, spec.num_kv_heads * D, spec.num_kv_heads * D), dim=-1)[1]
+    return kv[0][0], k.view(*ids.shape, spec.num_kv_heads, D).transpose(1, 2)
+
+
+def _authors_rotation(t: torch.Tensor, length: int, theta: float, full_precision: bool) -> torch.Tensor:
+    """LLaDA's (OLMo's) rotary step: in float32 when ``rope_full_precision``, then cast back;
+    else the tables are cast to ``t``'s dtype (Qwen2's and so Dream's rule)."""
+    work = t.float() if full_precision else t
+    cos, sin = rotary_cos_sin(t.shape[-1], length, theta, t.device)
+    cos, sin = cos.to(work.dtype), sin.to(work.dtype)
+    half = t.shape[-1] // 2
+    return (work * cos + torch.cat((-work[..., half:], work[..., :half]), dim=-1) * sin).to(t.dtype)
+
+
+def test_bfloat16_rotary_follows_each_familys_precision(tiny):
+    arch, path = tiny
+    lm = load_diffusion_lm(path, dtype=torch.bfloat16)
+    full_precision = arch == "llada"
+    assert lm.model.spec.rope_full_precision is full_precision  # LLaDA's config.json says so
+    ids = torch.randint(0, 1000, (1, 256), generator=torch.Generator().manual_seed(8))
+    got, before = _rotated_k_of_layer0(lm, ids)
+    theta = lm.model.spec.rope_theta
+    assert torch.equal(got, _authors_rotation(before, 256, theta, full_precision))
+    # the two rules do differ in bfloat16, so the check above can tell them apart
+    assert not torch.equal(got, _authors_rotation(before, 256, theta, not full_precision))
+
+
+def test_dream_full_pass_shifts_its_logits_without_logit_positions_too(tiny):
+    arch, path = tiny
+    lm = load_diffusion_lm(path)
+    ids = torch.randint(0, 1000, (1, 10), generator=torch.Generator().manual_seed(9))
+    attn = torch.ones_like(ids, dtype=torch.bool)
+    raw = lm.model(ids, attention_mask=attn).logits
+    every, _ = lm.full(ids, attn, return_kv=False)
+    want = torch.cat((raw[:, :1], raw[:, :-1]), dim=1) if arch == "dream" else raw
+    torch.testing.assert_close(every, want, rtol=0, atol=0)
+    picked, _ = lm.full(ids, attn, return_kv=False, logit_positions=torch.arange(10)[None])
+    torch.testing.assert_close(picked, every, **FLOAT32)
+
+
 def _tp_logits(rank: int, world_size: int, paths: list[str]):
     """Each family's recompute logits and a cache step's, on this rank's shard."""
     out = []
@@ -195,6 +308,15 @@ def test_a_folder_that_does_not_match_its_config_names_the_tensors(tiny, tmp_pat
         load_diffusion_lm(_variant(path, tmp_path / "more", **{key: 3}))
     with pytest.raises(CheckpointError, match=r"unexpected \d+ tensor\(s\): .*\.1\."):
         load_diffusion_lm(_variant(path, tmp_path / "fewer", **{key: 1}))
+
+
+def test_make_tiny_writes_the_published_generation_config(tiny):
+    arch, path = tiny
+    gen = json.loads((path / "generation_config.json").read_text())
+    lm = load_diffusion_lm(path)
+    assert (gen["eos_token_id"], gen["pad_token_id"]) == (lm.eos_id, lm.pad_id)
+    if arch == "dream":  # Dream's sampler defaults, as published
+        assert (gen["alg"], gen["steps"], gen["temperature"]) == ("origin", 512, 0.0)
 
 
 def test_make_tiny_keeps_the_familys_vocabulary_and_special_ids(tiny):

@@ -8,10 +8,10 @@ from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 from dilaserve.predict.base import OneShotPredictor
 from dilaserve.predict.dynamics import StepDynamics
 from dilaserve.predict.quality import FixedRow, MixedRow, ThresholdQuality
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.predict.rollouts import STEP_CONF_COLUMNS
 from dilaserve.profile.types import LatencyProfile, StepCurve
 from dilaserve.reconfig.config import ClusterConfig
-from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.setting import ClusterSetting, Predictors, with_dynamics
 
 THRESHOLDS = CANDIDATE_THRESHOLDS

@@ -4,14 +4,14 @@ latency, isolated latency (the SLO's base) and the nominal capacity."""
 import pytest
 
 from dilaserve.cluster.base import StepAssignment
-from dilaserve.cluster.sim_backend import batch_step_latency
 from dilaserve.control.load import CapacityModel
 from dilaserve.control.step_law import step_split
 from dilaserve.engine.state import StepKind
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.config import ClusterConfig
+from dilaserve.sim.backend import batch_step_latency
 from dilaserve.sim.capacity import nominal_capacity_rps
 from dilaserve.sim.progress import ReplayProgress
-from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.setting import ClusterSetting, with_dynamics
 from dilaserve.sim.simulator import SimConfig, Simulator
 from dilaserve.sim.slo import isolated_latency

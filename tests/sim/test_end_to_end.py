@@ -5,14 +5,14 @@ import dataclasses
 import polars as pl
 import pytest
 
-from dilaserve.cluster.sim_backend import SimBackendConfig
 from dilaserve.eval.experiments import ABLATION_POLICIES
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_plane
 from dilaserve.schedule.policies import VARIANTS, get_policy
 from dilaserve.sim.arrivals import PhaseSpec, shape_trace
+from dilaserve.sim.backend import SimBackendConfig
 from dilaserve.sim.capacity import nominal_capacity_rps
 from dilaserve.sim.progress import ReplayProgress
-from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.simulator import SimConfig, Simulator
 from dilaserve.sim.slo import workload_slo
 from dilaserve.sim.traces import load_trace

@@ -5,10 +5,10 @@ from dataclasses import replace
 import pytest
 
 from dilaserve.control.config import ControlConfig
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.schedule.policies import FIXED_POLICIES, get_policy, policies
 from dilaserve.sim.arrivals import poisson_workload
 from dilaserve.sim.progress import ReplayProgress
-from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.simulator import SimConfig, Simulator
 from tests.sim.builders import predictors, quality, small_setting, varied_dynamics
 

@@ -5,15 +5,15 @@ import numpy as np
 import pytest
 import torch
 
-from dilaserve.cluster.sim_backend import SimBackendConfig
 from dilaserve.engine import DenoisingEngine
 from dilaserve.predict.dynamics import StepDynamics
 from dilaserve.predict.prompts import synthetic_prompts
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.predict.rollouts import fixed_threshold_jobs, run_rollouts
 from dilaserve.reconfig.config import ClusterConfig
 from dilaserve.sim.arrivals import prompt_workload
+from dilaserve.sim.backend import SimBackendConfig
 from dilaserve.sim.progress import ModelProgress, ReplayProgress
-from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.setting import ClusterSetting, with_dynamics
 from dilaserve.sim.simulator import SimConfig, Simulator
 from tests.sim.builders import linear_profile, quality

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from dilaserve.cluster.base import StepAssignment
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.sim.progress import MASK_ID, ReplayProgress
-from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.workload import WorkloadRequest
 from tests.sim.builders import dynamics, quality, varied_dynamics
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.sim.arrivals import PhaseSpec, shape_trace
-from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.slo import (
     DEFAULT_SLO_TIERS,
     isolated_latency,

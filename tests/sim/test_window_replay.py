@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections import Counter
 
 from dilaserve.control.operating_point import OperatingPoint
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.config import ClusterConfig
 from dilaserve.reconfig.plan import layout_from_node_counts, static_layout
 from dilaserve.schedule.policies import get_policy
 from dilaserve.schedule.tuner import WindowArrival
 from dilaserve.sim.progress import ReplayProgress
-from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.simulator import SimConfig
 from dilaserve.sim.window_replay import WindowReplay, layout_slice
 from tests.sim.builders import predictors, quality, small_setting, varied_dynamics

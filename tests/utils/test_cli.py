@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -15,8 +19,10 @@ from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.serve.config import ServeConfig
 from dilaserve.serve.control_inputs import ControlInputs
 from dilaserve.serve.runtime import control_plane_spec
-from dilaserve.utils.cli import add_dataclass_arguments, build_dataclass, field_docs, parse_dataclass, values_for
+from dilaserve.utils.cli import add_dataclass_arguments, build_dataclass, field_docs, parse_dataclass, plain, values_for
 from tests.control.builders import default_profile
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def serve(*argv: str) -> ServeConfig:
@@ -148,3 +154,38 @@ def test_eval_and_bench_options_come_from_their_dataclasses(capsys):
     with pytest.raises(SystemExit):
         parse_quality(["--requests", "1"])
     assert "use at least 2" in capsys.readouterr().err
+
+
+def test_help_prints_each_default_once_in_plain_text(capsys):
+    with pytest.raises(SystemExit):
+        serve("--help")
+    out = capsys.readouterr().out
+    entries = re.split(r"\n  --", out)
+    assert len(entries) > 40  # every flag's entry, not an empty page
+    for entry in entries:
+        assert entry.count("(default") <= 1, entry
+    for markup in (":meth:", ":class:", ":func:", ":attr:", "``", "`"):
+        assert markup not in out, markup
+    assert "(default: None)" not in out  # a None default reads as the flag's own value, none
+
+
+def test_plain_text_keeps_what_sphinx_would_print():
+    assert plain("see :meth:`~dilaserve.reconfig.config.ReconfigConfig.with_step_law`") == "see with_step_law"
+    assert (
+        plain(":class:`dilaserve.sim.backend.SimBackend` and ``k + 1``") == "dilaserve.sim.backend.SimBackend and k + 1"
+    )
+
+
+def test_the_server_parses_its_flags_without_importing_torch():
+    # --help and flag errors come back at once: the engine, Ray and the web stack load only to serve
+    code = (
+        "import sys\n"
+        "from dilaserve.serve.__main__ import main\n"
+        "from dilaserve.serve.config import ServeConfig\n"
+        "from dilaserve.utils.cli import parse_dataclass\n"
+        "parse_dataclass(ServeConfig, ['--port', '8001'])\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'ray', 'fastapi', 'uvicorn', 'polars') if m in sys.modules)\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

@@ -3,11 +3,11 @@
 import pytest
 
 from dilaserve.cluster.base import InstanceReady, InstanceSpec, StepAssignment, StepFinished
-from dilaserve.cluster.sim_backend import SimBackend, SimBackendConfig, batch_step_latency
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.config import ClusterConfig
+from dilaserve.sim.backend import SimBackend, SimBackendConfig, batch_step_latency
 from dilaserve.sim.loop import EventLoop
 from dilaserve.sim.progress import ReplayProgress
-from dilaserve.sim.replay import ReplayTable
 from dilaserve.sim.setting import ClusterSetting, with_dynamics
 from dilaserve.sim.simulator import SimConfig, Simulator
 from dilaserve.sim.workload import WorkloadRequest, build_workload
