@@ -136,7 +136,8 @@ class Outbox:
     """
 
     pending: object | None = None
-    last: Exchange | None = None
+    #: The last thing sent and its answer: an :class:`Exchange` (a :class:`Burst` for the burst form).
+    last: object | None = None
     submissions: int = field(default=0)
     #: The latest submission, sent or not: what a rebuilt form starts from.
     latest: object | None = None
@@ -150,7 +151,7 @@ class Outbox:
         request, self.pending = self.pending, None
         return request
 
-    def record(self, exchange: Exchange) -> Exchange:
+    def record(self, exchange):
         self.last = exchange
         return exchange
 
@@ -409,6 +410,18 @@ def run_burst(
             yield burst
 
 
+def threshold_text(thresholds: list[float]) -> str:
+    """A request's thresholds in a table cell: the first, and how low the controller took it
+    on how many steps ("0.9 -> 0.7 on 5 of 14 steps"), or the first alone when it never moved."""
+    if not thresholds:
+        return NO_DATA
+    first, low = thresholds[0], min(thresholds)
+    if low >= first:
+        return f"{first:g} on all {len(thresholds)} steps"
+    below = sum(t < first for t in thresholds)
+    return f"{first:g} \u2192 {low:g} on {below} of {len(thresholds)} steps"
+
+
 def burst_rows(burst: Burst) -> list[dict]:
     """The burst as a table: one row per request, admitted or refused with the reason."""
     rows = []
@@ -427,7 +440,7 @@ def burst_rows(burst: Burst) -> list[dict]:
                 "reason": detail,
                 "steps alone": e.alone.steps,
                 "steps in the burst": r.steps if r is not None else NO_DATA,
-                "thresholds": " ".join(f"{t:g}" for t in r.thresholds) if r is not None else NO_DATA,
+                "threshold": threshold_text(r.thresholds) if r is not None else NO_DATA,
                 "latency (ms)": f"{r.latency_ms:.0f}" if r is not None else NO_DATA,
                 "answer": NO_DATA if verdict is None else "correct" if verdict.correct else "wrong",
             }

@@ -186,6 +186,11 @@ def test_the_form_keeps_what_was_sent_across_a_restart():
     assert (switched["slo_ms"], switched["min_threshold"], switched["priority"]) == (900, 0.9, 3)
 
 
+def test_threshold_cells():
+    assert app_logic.threshold_text([0.9, 0.9, 0.7, 0.8]) == "0.9 \u2192 0.7 on 2 of 4 steps"
+    assert app_logic.threshold_text([0.9, 0.9]) == "0.9 on all 2 steps" and app_logic.threshold_text([]) == "\u2013"
+
+
 def test_the_port_field():
     assert app_logic.port_choice(0) is None and app_logic.port_choice(None) is None
     assert app_logic.port_choice(8123) == 8123
@@ -210,6 +215,8 @@ def test_a_burst_makes_the_controller_lower_thresholds(server):
     assert len(rows) == 12 and {r["outcome"] for r in rows} <= {"admitted", "refused"}
     assert all(r["reason"] for r in rows)
     assert "lowered the threshold" in app_logic.burst_summary(last)
+    lowered = next(e for e in last.entries if e.lowered)
+    assert "\u2192" in rows[lowered.index]["threshold"]
     # An SLO far below one request's latency alone: the server refuses, and says why.
     tight = list(app_logic.run_burst(server.url, app_logic.BurstRequest(3, 0.05), send(server)))[-1]
     refused = [e for e in tight.entries if e.outcome == "refused"]
