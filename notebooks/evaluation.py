@@ -52,8 +52,10 @@ def _(mo):
     the same workload): SLO attainment, latency, quality and goodput (the share of requests
     answered in time and correctly) per policy. Pick a run an earlier `python -m dilaserve.eval`
     wrote under `results/` (a full run, the one the README reports, is shown first), or run a
-    quick experiment from here (a few minutes; it needs the pipeline's artifacts; it goes to
-    `results/quick/` and leaves full runs alone).
+    quick experiment from here (it needs the pipeline's artifacts; it goes to `results/quick/`
+    and leaves full runs alone). A quick `trace` simulates four loads for every policy: about
+    5 minutes on 2 idle cores, 20 on a loaded machine; while it runs, the page shows each
+    policy run as it finishes and the simulated seconds of the one in progress.
 
     Open with `marimo edit notebooks/evaluation.py`; headless:
     `python notebooks/evaluation.py --results=DIR --experiment=trace`
@@ -93,6 +95,58 @@ def _(EXPERIMENTS, SETTINGS, default_experiment, mo):
 
 
 @app.cell
+def _(mo):
+    def with_progress(title, fn):
+        """``fn()`` under a spinner that says how far the simulation is: the policy runs done
+        (the lines ``python -m dilaserve.eval`` prints to stderr as each one finishes) and the
+        simulated seconds of the one in progress, read from its event loop once a second."""
+        import contextlib
+        import io
+        import sys
+        import time
+
+        from dilaserve.sim.loop import EventLoop
+
+        seen = {"loop": None, "until": None, "done": [], "over": False}
+        _run = EventLoop.run
+
+        def _watched_run(loop, until=None):
+            seen["loop"], seen["until"] = loop, until
+            return _run(loop, until)
+
+        class _Lines(io.TextIOBase):
+            def write(self, text):
+                seen["done"] += [ln.strip() for ln in text.splitlines() if ln.strip().startswith("[")]
+                return sys.__stderr__.write(text)
+
+        with mo.status.spinner(title=title) as spinner:
+
+            def _poll():
+                t0 = time.monotonic()
+                while not seen["over"]:
+                    loop, until = seen["loop"], seen["until"]
+                    clock = f"; this one at {loop.now:,.0f} of {until:,.0f} simulated s" if loop and until else ""
+                    spinner.update(
+                        title=f"{title}: {len(seen['done'])} policy runs done{clock} ({time.monotonic() - t0:.0f} s)",
+                        subtitle=seen["done"][-1] if seen["done"] else None,
+                    )
+                    time.sleep(1.0)
+
+            poller = mo.Thread(target=_poll, daemon=True)
+            EventLoop.run = _watched_run
+            try:
+                poller.start()
+                with contextlib.redirect_stderr(_Lines()):
+                    return fn()
+            finally:
+                EventLoop.run = _run
+                seen["over"] = True
+                poller.join(timeout=2)
+
+    return (with_progress,)
+
+
+@app.cell
 def _(
     EXPERIMENTS,
     EvalContext,
@@ -105,6 +159,7 @@ def _(
     run,
     run_on_load,
     settings,
+    with_progress,
     write,
 ):
     # Runs only on a click (or --run): a quick experiment still takes minutes.
@@ -112,8 +167,10 @@ def _(
     if run.value or run_on_load:
         _ctx = EvalContext(EvalOptions(quick=True, settings=tuple(settings.value) or ("paper",), out=quick_dir))
         try:
-            with mo.status.spinner(title=f"Running {experiment.value} (quick) on the simulator"):
-                write(EXPERIMENTS[experiment.value](_ctx), _ctx)
+            with_progress(
+                f"Running {experiment.value} (quick) on the simulator",
+                lambda: write(EXPERIMENTS[experiment.value](_ctx), _ctx),
+            )
             run_message = mo.callout(mo.md(f"Ran `{experiment.value}` (quick) into `{quick_dir}`."), kind="success")
         except (MissingArtifactError, TraceFormatError) as e:
             print(f"error: {e}")
@@ -152,7 +209,22 @@ def _(default_experiment, find_runs, mo, preferred, quick_dir, results_dir, run_
 
 
 @app.cell
-def _(chosen_run, mo, pl, saved):
+def _():
+    def axis_label(experiment):
+        """What an experiment's ``x`` is, in words."""
+        return {
+            "trace": "high-phase load, x nominal capacity",
+            "ablation": "high-phase load, x nominal capacity",
+            "rate-sweep": "request rate, req/s",
+            "frontier": "high-phase load, x nominal capacity",
+            "slo-sweep": "SLO scale, x latency alone",
+        }.get(experiment, "load")
+
+    return (axis_label,)
+
+
+@app.cell
+def _(axis_label, chosen_run, mo, pl, saved):
     shown_run = saved[chosen_run.value]
     folder = shown_run.folder
     summary = pl.read_parquet(folder / "summary.parquet")
@@ -162,12 +234,26 @@ def _(chosen_run, mo, pl, saved):
         "full": "a **full** run (what the README reports)",
         "quick": "a **quick** run (short phases: numbers differ from the README's full run)",
     }.get(shown_run.kind, "a run whose summary does not say quick or full")
+    # Requests per policy at each load (or swept value): a sweep's loads differ in size.
+    _per = (
+        summary.group_by("x", maintain_order=True).agg(pl.col("requests").max()).sort("x")
+        if {"x", "requests"} <= set(summary.columns)
+        else None
+    )
+    if _per is not None and _per.height > 1 and _per["x"].is_not_nan().all():
+        _counts = (
+            "requests per policy: "
+            + ", ".join(f"{n:,} at {x:g}" for x, n in zip(_per["x"], _per["requests"]))
+            + f" ({axis_label(shown_run.experiment)})"
+        )
+    else:
+        _counts = f"{shown_run.requests:,} requests per policy"
     mo.callout(
         mo.md(
             "\n".join(
                 [
                     f"Showing `{folder}`: `{shown_run.experiment}`, {_kind}, written {shown_run.written:%Y-%m-%d %H:%M} UTC; "
-                    f"settings {', '.join(f'`{x}`' for x in shown_run.settings)}; {shown_run.requests:,} requests per policy.",
+                    f"settings {', '.join(f'`{x}`' for x in shown_run.settings)}; {_counts}.",
                     "",
                     *[f"- {n}" for n in shown_run.notes],
                 ]
@@ -182,16 +268,17 @@ def _(chosen_run, mo, pl, saved):
 def _(mo, summary):
     _policies = summary["policy"].unique(maintain_order=True).to_list()
     policy_filter = mo.ui.multiselect(_policies, value=_policies, label="policies")
+    # Shares are shown in percent, as in the table below.
     _metrics = {
-        "SLO attainment": "slo_attainment",
-        "attainment, low load": "slo_attainment_low",
-        "attainment, high load": "slo_attainment_high",
+        "SLO attainment (%)": "slo_attainment",
+        "attainment, low load (%)": "slo_attainment_low",
+        "attainment, high load (%)": "slo_attainment_high",
         "mean latency (s)": "mean_latency_s",
         "p99 latency (s)": "p99_latency_s",
-        "quality": "quality",
+        "quality (%)": "quality",
         "mean threshold": "mean_threshold",
-        "goodput (in time and correct)": "goodput",
-        "goodput, high load": "goodput_high",
+        "goodput, in time and correct (%)": "goodput",
+        "goodput, high load (%)": "goodput_high",
     }
     # Only the columns this run has (an experiment added later may write fewer or more).
     _metrics = {k: v for k, v in _metrics.items() if v in summary.columns}
@@ -201,30 +288,31 @@ def _(mo, summary):
 
 
 @app.cell
-def _(math, metric, mo, pl, plt, policy_filter, summary):
+def _(axis_label, math, metric, mo, pl, plt, policy_filter, summary):
     shown = summary.filter(pl.col("policy").is_in(policy_filter.value))
     mo.stop(shown.is_empty(), mo.md("_Pick at least one policy._"))
     _col = metric.value
+    _scale = 100.0 if metric.selected_key.endswith("(%)") else 1.0
     _settings = shown["setting"].unique(maintain_order=True).to_list()
     _fig, _axes = plt.subplots(1, len(_settings), figsize=(5.5 * len(_settings), 3.6), squeeze=False)
     for _ax, _setting in zip(_axes[0], _settings):
         _sub = shown.filter(pl.col("setting") == _setting)
-        if "x" not in _sub.columns or all(x is None or math.isnan(x) for x in _sub["x"]):
-            # One run per policy: bars.
-            _ax.bar(_sub["policy"].to_list(), _sub[_col].fill_null(float("nan")).to_list(), color="tab:blue")
+        _xs = {x for x in _sub["x"] if x is not None and not math.isnan(x)} if "x" in _sub.columns else set()
+        if len(_xs) <= 1:
+            # One run per policy (one load): bars, not points on a one-value axis.
+            _vals = (_scale * _sub[_col].fill_null(float("nan"))).to_list()
+            _ax.bar(_sub["policy"].to_list(), _vals, color="tab:blue", label=metric.selected_key)
+            _ax.bar_label(_ax.containers[0], fmt="%.1f" if _scale > 1 else "%.2f", fontsize=7)
+            _ax.tick_params(axis="x", rotation=30)
+            if _xs:
+                _ax.set_xlabel(f"policy ({axis_label(_sub['experiment'][0])} {next(iter(_xs)):g})")
             _ax.tick_params(axis="x", rotation=30)
         else:
             # A sweep (rate or SLO scale): one line per policy over the swept value.
             for _p in _sub["policy"].unique(maintain_order=True):
                 _s = _sub.filter(pl.col("policy") == _p).sort("x")
-                _ax.plot(_s["x"], _s[_col], marker="o", label=_p)
-            _ax.set_xlabel(
-                {
-                    "rate-sweep": "request rate (req/s)",
-                    "frontier": "high-phase load (x nominal capacity)",
-                    "slo-sweep": "SLO scale",
-                }.get(_sub["experiment"][0] if "experiment" in _sub.columns else "", "swept value")
-            )
+                _ax.plot(_s["x"], _scale * _s[_col], marker="o", label=_p)
+            _ax.set_xlabel(axis_label(_sub["experiment"][0] if "experiment" in _sub.columns else ""))
             _ax.legend(fontsize=7)
         _ax.set(title=_setting, ylabel=metric.selected_key)
         _ax.grid(alpha=0.3)
@@ -234,32 +322,37 @@ def _(math, metric, mo, pl, plt, policy_filter, summary):
 
 
 @app.cell
-def _(mo, rounded_frame, shown):
-    _cols = [
-        "setting",
-        "policy",
-        "x",
-        "rate",
-        "slo_s",
-        "slo_attainment",
-        "slo_attainment_low",
-        "slo_attainment_high",
-        "mean_latency_s",
-        "p99_latency_s",
-        "quality",
-        "goodput",
-        "goodput_high",
-        "mean_threshold",
-        "requests",
-        "finished",
-        "rejected",
-        "migrations",
-        "reconfig_launches",
-    ]
-    # Rounded, and without columns that hold nothing (x is empty unless the experiment sweeps).
-    mo.ui.table(
-        rounded_frame(shown.select([c for c in _cols if c in shown.columns])), selection=None, label="per policy"
+def _(axis_label, mo, pl, rounded_frame, shown):
+    # The columns a reader compares, named in words, shares as percentages; the raw summary
+    # (every column) is in the run's summary.parquet.
+    _percent = {"slo_attainment": "SLO attainment (%)", "goodput": "goodput (%)", "quality": "quality (%)"}
+    _plain = {
+        "mean_latency_s": "mean latency (s)",
+        "p99_latency_s": "p99 latency (s)",
+        "mean_threshold": "mean threshold",
+        "requests": "requests",
+        "rejected": "refused",
+    }
+    _several = shown["setting"].n_unique() > 1
+    _swept = "x" in shown.columns and shown["x"].is_not_nan().any() and shown["x"].n_unique() > 1
+    _exp = shown["experiment"][0] if "experiment" in shown.columns else ""
+    _table = rounded_frame(
+        shown.select(
+            *([pl.col("setting")] if _several else []),
+            pl.col("policy"),
+            *([pl.col("x").alias(axis_label(_exp))] if _swept else []),
+            *[(100 * pl.col(c)).alias(n) for c, n in _percent.items() if c in shown.columns],
+            *[pl.col(c).alias(n) for c, n in _plain.items() if c in shown.columns],
+        ),
+        3,
     )
+    # One number of decimals per column: percentages to 0.1, seconds and thresholds to 0.01.
+    _formats = {
+        n: ("{:.1f}" if n.endswith("(%)") else "{:.2f}")
+        for n in _table.columns
+        if n.endswith("(%)") or n.endswith("(s)") or n == "mean threshold"
+    }
+    mo.ui.table(_table.to_dicts(), selection=None, label="per policy", format_mapping=_formats)
     return
 
 
@@ -290,7 +383,23 @@ def _(folder, mo):
     # The report's own plots and summary, as `python -m dilaserve.eval` wrote them.
     _pngs = sorted(folder.glob("*.png"))
     _summary = (folder / "summary.md").read_text() if (folder / "summary.md").exists() else ""
-    mo.ui.tabs({"summary.md": mo.md(_summary), **{p.name: mo.image(src=p) for p in _pngs}})
+
+    def _width(png):
+        # At its own size (a page's width at most): stretched, a small plot reads blurred.
+        from PIL import Image
+
+        with Image.open(png) as im:
+            return min(im.width, 900)
+
+    # One after the other, each under its file name (a tab bar hides all but one, and its
+    # labels do not show on an exported page).
+    mo.vstack(
+        [
+            mo.md("## The report as written"),
+            mo.md(_summary),
+            *[mo.vstack([mo.md(f"**`{p.name}`**"), mo.image(src=p, width=_width(p))]) for p in _pngs],
+        ]
+    )
     return
 
 

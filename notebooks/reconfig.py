@@ -81,8 +81,9 @@ def _(mo):
     default_time_limit = float(args.get("time-limit-s", 5.0))
     # Scales the default arrival rates (sized for 16 GPUs) to a smaller or larger cluster.
     rate_scale = float(args.get("rate-scale", 1.0))
+    default_slo_scale = float(args.get("slo-scale", 5.0))
     default_current_tp = args.get("current-tp")
-    return default_current_tp, default_gpn, default_nodes, default_time_limit, rate_scale
+    return default_current_tp, default_gpn, default_nodes, default_slo_scale, default_time_limit, rate_scale
 
 
 @app.cell
@@ -100,21 +101,32 @@ def _(GPUS, MODELS, artifacts, default_gpn, default_nodes, mo):
 
 
 @app.cell
-def _(default_time_limit, mo, rate_scale):
+def _(default_slo_scale, default_time_limit, mo, rate_scale):
     # Request classes: (prompt tokens, output tokens), the shape of the monitor's length buckets.
-    # Default rates: about half of what 16 H100s carry at the lowest threshold when every block is
-    # priced as one recompute step plus its cache steps.
+    # Default rates: about 90% of what 16 H100s carry at the lowest threshold when every block is
+    # priced as one recompute step plus its cache steps (twice these is infeasible). At that load
+    # the top threshold alone no longer fits: stage 1 lowers the long classes' thresholds, and
+    # the running all-TP-2 cluster cannot meet the SLOs, so the plan is adopted.
     shapes = [(256, 128), (256, 512), (1024, 256), (1024, 1024)]
     rates = mo.ui.array(
         [
             mo.ui.number(
-                start=0.0, stop=1000.0, step=0.5, value=v * rate_scale, label=f"prompt {p} / output {o} (req/s)"
+                start=0.0,
+                stop=1000.0,
+                step=0.5,
+                value=round(v * rate_scale, 3),
+                label=f"prompt {p} / output {o} (req/s)",
             )
-            for (p, o), v in zip(shapes, (12.0, 6.0, 8.0, 3.0))
+            for (p, o), v in zip(shapes, (21.0, 10.5, 14.0, 5.5))
         ]
     )
     slo_scale = mo.ui.slider(
-        1.0, 10.0, step=0.5, value=5.0, show_value=True, label="SLO scale (x latency alone on TP-1 at threshold 0.9)"
+        1.0,
+        10.0,
+        step=0.5,
+        value=default_slo_scale,
+        show_value=True,
+        label="SLO scale (x latency alone on TP-1 at threshold 0.9)",
     )
     time_limit = mo.ui.number(start=0.5, stop=60.0, step=0.5, value=default_time_limit, label="ILP time limit (s)")
     mo.vstack(
@@ -205,7 +217,7 @@ def _(
 
 
 @app.cell
-def _(check_capacity_plan, classes, config, mo, rec, solve_capacity):
+def _(check_capacity_plan, classes, config, mo, np, rec, solve_capacity):
     class_labels = [f"p{int(k.prompt_tokens)}/o{int(k.output_tokens)}" for k in classes]
     mo.stop(not classes, mo.callout(mo.md("Give at least one class a positive arrival rate."), kind="warn"))
     problem = rec.problem(classes)
@@ -219,6 +231,8 @@ def _(check_capacity_plan, classes, config, mo, rec, solve_capacity):
             f"stage 1: counts {plan.counts} batch {plan.batch} quality {plan.quality:.4f} "
             f"slack {plan.slack:.3f} ({plan.solve.solver}, {plan.solve.seconds:.2f}s)"
         )
+        _mean = (plan.steps_at @ np.array(problem.thresholds)) / np.maximum(plan.steps_at.sum(axis=1), 1e-9)
+        print("stage 1: mean threshold per class " + ", ".join(f"{lab} {t:.3f}" for lab, t in zip(class_labels, _mean)))
     return class_labels, plan, problem, violations
 
 
@@ -277,41 +291,21 @@ def _(class_labels, classes, config, mo, plan, rec, replace, solve_capacity, vio
 
 
 @app.cell
-def _(cluster, mo, plan, plt):
-    mo.stop(plan is None)
-    # One row per node, one coloured block per instance (width = its TP degree).
-    _colors = {1: "tab:blue", 2: "tab:orange", 4: "tab:green", 8: "tab:red"}
-    _fig, _ax = plt.subplots(figsize=(7, 0.5 + 0.45 * cluster.nodes))
-    for _n, _nc in enumerate(plan.node_counts):
-        _x = 0
-        for _d in sorted(_nc, reverse=True):
-            for _ in range(_nc[_d]):
-                _ax.barh(_n, _d, left=_x, color=_colors.get(_d, "grey"), edgecolor="white")
-                _ax.text(_x + _d / 2, _n, f"TP-{_d}", ha="center", va="center", color="white", fontsize=8)
-                _x += _d
-    _ax.set(xlabel="GPU", ylabel="node", xlim=(0, cluster.gpus_per_node), title="instances per node (stage 1)")
-    _ax.set_yticks(range(cluster.nodes))
-    _ax.set_xticks(range(cluster.gpus_per_node + 1))
-    _ax.invert_yaxis()
-    _fig.tight_layout()
-    _fig
-    return
-
-
-@app.cell
 def _(class_latency, mo, np, plan, plt, problem, rounded_rows):
     mo.stop(plan is None)
     # Share of each class's steps at each threshold (rows of s[k, c]), and its latency vs SLO.
     _share = plan.steps_at / np.maximum(plan.steps_at.sum(axis=1, keepdims=True), 1e-9)
     _labels = [f"p{int(k.prompt_tokens)}/o{int(k.output_tokens)}" for k in problem.classes]  # as class_labels
-    _fig, (_a1, _a2) = plt.subplots(1, 2, figsize=(11, 3.2))
+    _fig, (_a1, _a2) = plt.subplots(1, 2, figsize=(11, 3.4))
     _bottom = np.zeros(len(_labels))
     for _c, _t in enumerate(problem.thresholds):
         _a1.bar(_labels, _share[:, _c], bottom=_bottom, label=f"{_t:g}")
         _bottom += _share[:, _c]
-    _a1.set(ylabel="share of steps", title="threshold split per class")
-    _a1.legend(title="threshold", fontsize=7, loc="lower right")
+    _a1.set(ylabel="share of steps", ylim=(0, 1), title="threshold split per class")
+    # beside the bars, not over the last one
+    _a1.legend(title="threshold", fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     _lat = class_latency(problem, plan.batch, plan.steps_on, plan.recompute_on)
+    _mean = (plan.steps_at @ np.array(problem.thresholds)) / np.maximum(plan.steps_at.sum(axis=1), 1e-9)
     _slo = np.array([k.slo_s for k in problem.classes])
     _x = np.arange(len(_labels))
     _a2.bar(_x - 0.2, _lat, 0.4, label="planned latency")
@@ -331,7 +325,19 @@ def _(class_latency, mo, np, plan, plt, problem, rounded_rows):
         }
         for i, (lab, k) in enumerate(zip(_labels, problem.classes))
     ]
-    mo.vstack([_fig, mo.ui.table(rounded_rows(_table, 3), selection=None)])
+    # One number of decimals per column: rates and steps to 0.1, seconds to 0.01.
+    _formats = {k: ("{:.2f}" if "(s)" in k else "{:.1f}") for k in _table[0] if k != "class"}
+    mo.vstack(
+        [
+            _fig,
+            mo.md(
+                "Mean threshold per class: "
+                + ", ".join(f"{lab} **{t:.2f}**" for lab, t in zip(_labels, _mean))
+                + ". Below 0.9 the class trades accuracy for the capacity the load needs."
+            ),
+            mo.ui.table(rounded_rows(_table, 3), selection=None, format_mapping=_formats),
+        ]
+    )
     return
 
 
@@ -352,6 +358,7 @@ def _(load_and_capacity, mo, plan, plt, problem):
 
 @app.cell
 def _(cluster, default_current_tp, mo, plan):
+    mo.stop(plan is None)  # stage 1's callout says why; no empty heading under it
     # The running configuration the migration plan starts from: a uniform cluster of one degree.
     # By default the first one that is not already the plan, so that stage 2 has work to show.
     _options = [f"all TP-{d}" for d in cluster.tp_degrees]
@@ -385,42 +392,90 @@ def _(Counter, cluster, config, current_choice, mo, plan, problem, rec, replace,
 
 
 @app.cell
-def _(config, current_objective, existing, migration, mo, plan):
+def _(config, current_objective, migration, plan):
+    # One verdict for everything below it: the plan is applied (and its launches shown) or not.
     if current_objective is None:
-        _verdict = (
-            "the current configuration cannot meet the SLOs, so the plan is adopted without waiting for "
-            f"the {100 * config.min_improvement:.0f}% improvement trigger."
+        adopted = True
+        verdict = (
+            "**Adopted:** the current configuration cannot meet the SLOs, so the plan is applied without "
+            f"waiting for the {100 * config.min_improvement:.0f}% improvement trigger."
         )
     else:
         _gain = plan.objective / current_objective - 1 if current_objective > 0 else float("inf")
-        _apply = _gain >= config.min_improvement
+        adopted = _gain >= config.min_improvement
         _change = "no change" if abs(_gain) < 5e-4 else f"{100 * _gain:+.1f}%"
-        _verdict = (
-            f"objective {plan.objective:.3f} vs current {current_objective:.3f} ({_change}): "
-            + ("adopted" if _apply else "not worth migrating, the cluster is kept as is")
-            + f" under the {100 * config.min_improvement:.0f}% improvement trigger."
+        verdict = (
+            f"**{'Adopted' if adopted else 'Kept as is'}:** objective {plan.objective:.3f} against the current "
+            f"configuration's {current_objective:.3f} ({_change}), "
+            + ("above" if adopted else "below")
+            + f" the {100 * config.min_improvement:.0f}% improvement trigger"
+            + ("." if adopted else ", so nothing is launched or stopped.")
         )
+    print(f"verdict: {'adopted' if adopted else 'kept'}; launch {len(migration.steps) if adopted else 0}")
+    return adopted, verdict
+
+
+@app.cell
+def _(adopted, cluster, existing, migration, mo, plt, verdict):
     _rows = [
         {
             "step": i + 1,
             "launch": s.launch.instance_id,
             "TP": s.launch.tp,
             "node": s.launch.node,
-            "GPUs": str(list(s.launch.gpus)),
+            "GPUs": ", ".join(map(str, s.launch.gpus)),
             "drain and stop first": ", ".join(s.stop_first) or "-",
         }
         for i, s in enumerate(migration.steps)
     ]
+    # The placement drawn is the one applied: stage 1's mix where stage 2 put it (kept
+    # instances and launches) when adopted, the running cluster when kept.
+    _kept = set(migration.keep)
+    if adopted:
+        _layout = [(e, "kept") for e in existing if e.instance_id in _kept] + [
+            (s.launch, "new") for s in migration.steps
+        ]
+        _title = "instances per node after the migration (hatched: kept running)"
+    else:
+        _layout = [(e, "kept") for e in existing]
+        _title = "instances per node: the running cluster, kept as is"
+    _colors = {1: "tab:blue", 2: "tab:orange", 4: "tab:green", 8: "tab:red"}
+    _fig, _ax = plt.subplots(figsize=(7, 0.6 + 0.45 * cluster.nodes))
+    for _e, _how in _layout:
+        _ax.barh(
+            _e.node,
+            _e.tp,
+            left=min(_e.gpus),
+            color=_colors.get(_e.tp, "grey"),
+            edgecolor="white",
+            hatch="//" if _how == "kept" and adopted else None,
+        )
+        _ax.text(min(_e.gpus) + _e.tp / 2, _e.node, f"TP-{_e.tp}", ha="center", va="center", color="white", fontsize=8)
+    _ax.set(xlabel="GPU", ylabel="node", xlim=(0, cluster.gpus_per_node), title=_title)
+    _ax.set_yticks(range(cluster.nodes))
+    _ax.set_xticks(range(cluster.gpus_per_node + 1))
+    _ax.invert_yaxis()
+    _fig.tight_layout()
+    _summary = (
+        f"From {len(existing)} running instances: keep **{len(migration.keep)}**, launch **{len(migration.steps)}**, "
+        f"stop **{len(migration.stops)}**. Each launch below is one step: it first drains and stops the instances "
+        "whose GPUs it needs."
+        if adopted
+        else f"Stage 2 would keep {len(migration.keep)} of the {len(existing)} running instances and launch "
+        f"{len(migration.steps)}; it is not applied."
+    )
     mo.vstack(
         [
-            mo.md(
-                f"From {len(existing)} running instances: keep **{len(migration.keep)}**, launch "
-                f"**{len(migration.steps)}**, stop **{len(migration.stops)}**. Each launch below is one step: it "
-                f"first drains and stops the instances whose GPUs it needs. Trigger: {_verdict}"
-            ),
-            mo.ui.table(_rows, selection=None)
-            if _rows
-            else mo.md("_Nothing to launch: the current cluster is the plan._"),
+            mo.callout(mo.md(verdict), kind="success" if adopted else "neutral"),
+            mo.md(_summary),
+            (
+                mo.ui.table(_rows, selection=None, page_size=min(len(_rows), 50))
+                if _rows
+                else mo.md("_Nothing to launch: the current cluster is the plan._")
+            )
+            if adopted
+            else mo.md(""),
+            _fig,
         ]
     )
     return

@@ -25,14 +25,19 @@ def _(mo):
     # DiLaServe serving app
 
     Start the serving runtime (`python -m dilaserve.serve`: a local Ray cluster and two CPU
-    instances of the embedded model; about 20 s to become healthy), watch its live
-    `/metrics`, and send prompts with an SLO. Each answer shows the denoising steps the
-    request took and the threshold of every step, and whether it is correct when the prompt
-    is one of the examples.
+    instances of the embedded model; 20 to 40 s to become healthy, the seconds so far are shown
+    while it starts), watch its live `/metrics`, and send prompts with an SLO. Each answer shows
+    the denoising steps the request took and the threshold of every step, and whether it is
+    correct when the prompt is one of the examples.
+
+    One prompt alone, with a generous SLO, runs every step at the top threshold: the controller
+    has no reason to act. **Send a burst** (at the bottom) sends several example prompts at once
+    with an SLO a few times one request's latency alone: the controller then lowers thresholds
+    step by step to finish them in time, and refuses a request it cannot finish, saying why.
 
     Open it with `marimo run notebooks/serve_app.py`. Headless:
-    `python notebooks/serve_app.py --start --prompt="list : c a f b"` starts the server,
-    sends the prompt, prints the answer and stops the server on exit.
+    `python notebooks/serve_app.py --start --prompt="list : c a f b" --burst=12` starts the
+    server, sends the prompt and a burst of 12, prints the answers and stops the server on exit.
     """)
     return
 
@@ -44,31 +49,36 @@ def _(mo, os):
     #   --prompt=TEXT              send TEXT once the server is up
     #   --artifacts=DIR            pipeline artifacts the server loads (predictor, profiles)
     #   --reconfig-interval-s=N    seconds between reconfiguration ticks (0: off)
+    #   --port=N                   the server's port (0: any free port)
+    #   --burst=N                  send a burst of N example prompts once the server is up
     args = mo.cli_args()
     autostart = "start" in args
     headless_prompt = args.get("prompt")
+    headless_burst = int(args.get("burst", 0))
     artifacts_dir = str(args.get("artifacts") or os.environ.get("DILASERVE_ARTIFACTS") or "data/artifacts")
     default_reconfig_s = float(args.get("reconfig-interval-s", 60))
-    return artifacts_dir, autostart, default_reconfig_s, headless_prompt
+    default_port = int(args.get("port", 0))
+    return artifacts_dir, autostart, default_port, default_reconfig_s, headless_burst, headless_prompt
 
 
 @app.cell
-def _(autostart, default_reconfig_s, mo, policies):
+def _(autostart, default_port, default_reconfig_s, mo, policies):
     # The oracle needs the true remaining steps, which only the simulator knows.
     policy = mo.ui.dropdown([n for n in policies.names() if n != "oracle"], value="dilaserve", label="policy")
     reconfig_s = mo.ui.number(
         start=0, stop=3600, step=10, value=default_reconfig_s, label="reconfiguration interval (s, 0 = off)"
     )
+    port = mo.ui.number(start=0, stop=65535, step=1, value=default_port, label="port (0 = any free port)")
     # Each click flips the value: True starts the server, False stops it.
     toggle = mo.ui.button(
         value=autostart, on_click=lambda running: not running, label="start / stop the server", kind="success"
     )
-    mo.hstack([policy, reconfig_s, toggle], justify="start")
-    return policy, reconfig_s, toggle
+    mo.hstack([policy, reconfig_s, port, toggle], justify="start")
+    return policy, port, reconfig_s, toggle
 
 
 @app.cell
-def _(artifacts_dir, launcher, mo, policy, reconfig_s, toggle, weakref):
+def _(app_logic, artifacts_dir, launcher, mo, policy, port, reconfig_s, toggle, weakref):
     def _stop_when_invalidated(handle_ref):
         # Runs in a mo.Thread: marimo sets should_exit when this cell re-runs (button
         # clicked again, settings changed) or is deleted; then the server goes with it.
@@ -87,10 +97,25 @@ def _(artifacts_dir, launcher, mo, policy, reconfig_s, toggle, weakref):
     server, start_error = None, None
     if toggle.value:
         flags = ["--policy", policy.value, "--reconfig-interval-s", str(reconfig_s.value), "--log-level", "warning"]
-        with mo.status.spinner(title="Starting the server: Ray cluster and two CPU instances (about 20 s)"):
+        with mo.status.spinner(title=app_logic.START_NOTE) as _spinner:
             try:
-                server = launcher.start_server(artifacts=artifacts_dir, extra_args=flags)
-            except RuntimeError as e:
+                _handle = launcher.start_server(
+                    port=app_logic.port_choice(port.value), artifacts=artifacts_dir, extra_args=flags, wait=False
+                )
+                _tick = (
+                    lambda s, line: _spinner.update(  # noqa: E731
+                        title=f"{app_logic.START_NOTE}: {s:.0f} s so far", subtitle=line[-120:] or None
+                    )
+                )
+                if app_logic.wait_until_healthy(_handle, 240.0, _tick):
+                    server = _handle
+                else:
+                    _handle.stop()
+                    start_error = (
+                        f"the server on port {_handle.port} did not become healthy (exit code "
+                        f"{_handle.proc.returncode}); end of its log {_handle.log_path}:\n{_handle.log_tail()}"
+                    )
+            except (RuntimeError, ValueError, OSError) as e:
                 start_error = str(e)
         if server is not None:
             # daemon: a headless run exits without waiting; the handle's finalizer then stops the server
@@ -150,28 +175,25 @@ def _(app_logic, client, mo, refresh, server):
     mo.vstack(
         [
             _cards,
-            mo.ui.table(
-                _rows,
-                selection=None,
-                page_size=12,
-                label="live /metrics",
-                format_mapping={"value": lambda v: f"{v:,g}"},
-            ),
+            mo.ui.table(_rows, selection=None, page_size=12, label="live /metrics"),
         ]
     )
     return
 
 
 @app.cell
-def _(DEFAULT_CHECKPOINT, app_logic, headless_prompt):
+def _(DEFAULT_CHECKPOINT, app_logic, headless_burst, headless_prompt):
     # Never re-runs: the outbox remembers what was sent, so a server restart (which re-runs
     # the cells below) does not send the last prompt again.
     outbox = app_logic.Outbox()
     if headless_prompt:
         outbox.submit(app_logic.PromptRequest(str(headless_prompt), slo_ms=20_000, max_tokens=64))
+    burst_outbox = app_logic.Outbox()
+    if headless_burst:
+        burst_outbox.submit(app_logic.BurstRequest(headless_burst, 2.0))
     examples = app_logic.example_prompts(per_task=2)
     vocabulary = app_logic.checkpoint_vocabulary(DEFAULT_CHECKPOINT)
-    return examples, outbox, vocabulary
+    return burst_outbox, examples, outbox, vocabulary
 
 
 @app.cell
@@ -192,6 +214,8 @@ def _(examples, mo):
 def _(app_logic, candidates, example, examples, mo, outbox):
     _inst = examples[example.value]
     _floors = app_logic.floor_steps(candidates)
+    # Rebuilt when the server restarts (its candidates may differ): from what was last sent.
+    _v = app_logic.form_defaults(outbox.latest, _inst, _floors)
     form = (
         mo.md("""
     **Send a prompt** (the example above, or your own in the task language)
@@ -201,18 +225,23 @@ def _(app_logic, candidates, example, examples, mo, outbox):
     {slo_ms} {max_tokens} {min_threshold} {priority}
     """)
         .batch(
-            prompt=mo.ui.text_area(value=_inst.prompt, full_width=True),
-            slo_ms=mo.ui.number(start=100, stop=600_000, step=100, value=20_000, label="SLO (ms)"),
+            prompt=mo.ui.text_area(value=_v["prompt"], full_width=True),
+            slo_ms=mo.ui.number(start=100, stop=600_000, step=100, value=_v["slo_ms"], label="SLO (ms)"),
             # the example's canvas: its answer and an end-of-text fit
-            max_tokens=mo.ui.number(start=1, stop=512, step=1, value=_inst.gen_length, label="max tokens"),
+            max_tokens=mo.ui.number(start=1, stop=512, step=1, value=_v["max_tokens"], label="max tokens"),
             min_threshold=mo.ui.slider(
-                steps=_floors, value=0.0, show_value=True, label=f"quality floor (min threshold, up to {_floors[-1]:g})"
+                steps=_floors,
+                value=_v["min_threshold"],
+                show_value=True,
+                label=f"quality floor (min threshold, up to {_floors[-1]:g})",
             ),
-            priority=mo.ui.number(start=-100, stop=100, step=1, value=0, label="priority"),
+            priority=mo.ui.number(start=-100, stop=100, step=1, value=_v["priority"], label="priority"),
         )
         .form(
             submit_button_label="Send",
-            on_change=lambda value: outbox.submit(app_logic.PromptRequest.from_form(value) if value else None),
+            on_change=lambda value: outbox.submit(
+                app_logic.PromptRequest.from_form(value, example=example.value) if value else None
+            ),
         )
     )
     form
@@ -268,10 +297,7 @@ def _(app_logic, examples, exchange, mo, plt, server, vocabulary):
             )
         )
     _verdict = app_logic.grade(_req.prompt, _reply.text, examples)
-    _finish = app_logic.finish_note(_reply.finish_reason, _req.max_tokens)
-    _canvas = app_logic.canvas_note(_req, app_logic.example_for(_req.prompt, examples))
-    if _canvas:
-        _notes.append(mo.callout(mo.md(_canvas), kind="warn"))
+    _ending = app_logic.ending_note(_req, _reply.finish_reason, app_logic.example_for(_req.prompt, examples))
     _line = f"**Answer:** {app_logic.answer_text(_reply.text)}"
     if _verdict is not None:
         _line += f": {_verdict.markdown()}"
@@ -295,9 +321,7 @@ def _(app_logic, examples, exchange, mo, plt, server, vocabulary):
         [
             *_notes,
             mo.md(_line),
-            mo.callout(mo.md(_finish), kind="warn" if _reply.finish_reason == "length" else "neutral")
-            if _finish
-            else mo.md(""),
+            mo.callout(mo.md(_ending[1]), kind=_ending[0]) if _ending else mo.md(""),
             mo.hstack(
                 [
                     mo.stat(str(_reply.steps), label="steps"),
@@ -311,6 +335,115 @@ def _(app_logic, examples, exchange, mo, plt, server, vocabulary):
             _fig,
         ]
     )
+    return
+
+
+@app.cell
+def _(app_logic, burst_outbox, mo):
+    burst_form = (
+        mo.md("""
+    **Send a burst**: example prompts at once, each with an SLO of a multiple of the slowest
+    one's latency alone (each is first sent alone, with nothing else running, to measure it)
+
+    {n} {slo_factor}
+    """)
+        .batch(
+            n=mo.ui.slider(2, 16, value=12, show_value=True, label="prompts"),
+            slo_factor=mo.ui.slider(
+                0.5, 6.0, step=0.5, value=2.0, show_value=True, label="SLO (x the slowest latency alone)"
+            ),
+        )
+        .form(
+            submit_button_label="Send the burst",
+            on_change=lambda value: burst_outbox.submit(
+                app_logic.BurstRequest(int(value["n"]), float(value["slo_factor"])) if value else None
+            ),
+        )
+    )
+    burst_form
+    return (burst_form,)
+
+
+@app.cell
+def _(app_logic, mo, plt):
+    def burst_view(burst):
+        """The burst as it stands: a sentence, every request's thresholds per step next to
+        its steps alone and in the burst, and the table (admitted, or refused and why)."""
+        _fig, (_a1, _a2) = plt.subplots(1, 2, figsize=(11, 3.2), gridspec_kw={"width_ratios": [3, 2]})
+        _longest = 1
+        for _e in burst.entries:
+            if _e.reply is not None and _e.reply.thresholds:
+                _t = _e.reply.thresholds
+                _longest = max(_longest, len(_t))
+                _a1.step(
+                    range(1, len(_t) + 1),
+                    _t,
+                    where="mid",
+                    marker="o",
+                    markersize=3,
+                    alpha=0.8 if _e.lowered else 0.35,
+                    linewidth=2 if _e.lowered else 1,
+                    label=f"#{_e.index + 1}" if _e.lowered else None,
+                )
+        _xlim, _ticks = app_logic.step_axis(_longest)
+        _a1.set(
+            xlabel="denoising step",
+            ylabel="threshold",
+            ylim=(0.4, 1.0),
+            xlim=_xlim,
+            xticks=_ticks,
+            title="threshold of each step (bold: lowered by the controller)",
+        )
+        if any(_e.lowered for _e in burst.entries):
+            _a1.legend(title="request", fontsize=7, ncol=2, loc="lower left")
+        _a1.grid(alpha=0.3)
+        _x = [_e.index + 1 for _e in burst.entries]
+        _a2.bar([x - 0.2 for x in _x], [_e.alone.steps for _e in burst.entries], 0.4, color="lightgrey", label="alone")
+        _done = [_e for _e in burst.entries if _e.reply is not None]
+        _a2.bar([_e.index + 1 + 0.2 for _e in _done], [_e.reply.steps for _e in _done], 0.4, label="in the burst")
+        for _e in burst.entries:
+            if _e.outcome == "refused":
+                _a2.text(_e.index + 1 + 0.2, 0.3, "refused", rotation=90, ha="center", va="bottom", fontsize=7)
+        _a2.set(xlabel="request", ylabel="denoising steps", xticks=_x, title="steps alone and in the burst")
+        _a2.legend(fontsize=7, loc="upper right")
+        _fig.tight_layout()
+        return mo.vstack(
+            [
+                mo.md(app_logic.burst_summary(burst)),
+                _fig,
+                mo.ui.table(app_logic.burst_rows(burst), selection=None, page_size=16, label="the burst's requests"),
+            ]
+        )
+
+    return (burst_view,)
+
+
+@app.cell
+def _(app_logic, burst_form, burst_outbox, burst_view, client, mo, server):
+    burst_form  # a submission re-runs this cell; the form's on_change has queued it
+    _request = burst_outbox.take()
+    if _request is not None and server is None:
+        mo.output.replace(mo.callout(mo.md(app_logic.NOT_STARTED), kind="warn"))
+    elif _request is not None:
+        _send = lambda url, r: client.complete(  # noqa: E731
+            url, r.prompt, max_tokens=r.max_tokens, slo_ms=r.slo_ms, priority=r.priority, min_threshold=r.min_threshold
+        )
+        mo.output.replace(mo.md(f"_Sending each of the {_request.n} prompts alone first, to measure them..._"))
+        _burst = None
+        try:
+            for _burst in app_logic.run_burst(server.url, _request, _send):
+                mo.output.replace(burst_view(_burst))  # live: each answer or refusal as it comes back
+        except Exception as e:  # the server stopped mid-burst, or refused a prompt sent alone
+            mo.output.replace(mo.callout(mo.md(f"**The burst did not run:** {e}"), kind="danger"))
+        else:
+            burst_outbox.record(_burst)
+            print(f"burst: {app_logic.burst_summary(_burst)}", flush=True)
+            for _row in app_logic.burst_rows(_burst):
+                print(f"burst request {_row}", flush=True)
+    elif burst_outbox.last is not None:
+        mo.output.replace(burst_view(burst_outbox.last))
+    else:
+        mo.output.replace(mo.md("_Send a burst to see the controller at work._"))
     return
 
 

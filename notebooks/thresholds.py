@@ -101,7 +101,17 @@ def _(mo, plt, quality, quality_missing, rounded_rows):
     _acc = [100 * r.accuracy for r in quality.fixed]
     _ax.plot(_steps, _acc, marker="o", label="fixed threshold")
     for _r in quality.fixed:
-        _ax.annotate(f"{_r.threshold:g}", (_r.mean_steps, 100 * _r.accuracy), textcoords="offset points", xytext=(4, 4))
+        # Above and to the left of its point, off the rising line and the mix's square below
+        # it; the margins keep the top point's label inside the frame.
+        _ax.annotate(
+            f"{_r.threshold:g}",
+            (_r.mean_steps, 100 * _r.accuracy),
+            textcoords="offset points",
+            xytext=(-5, 5),
+            ha="right",
+            fontsize=8,
+        )
+    _ax.margins(x=0.1, y=0.12)
     if quality.mixed.n:
         _ax.scatter(
             [quality.mixed.mean_steps],
@@ -118,7 +128,7 @@ def _(mo, plt, quality, quality_missing, rounded_rows):
         [
             {
                 "threshold": r.threshold,
-                "accuracy": r.accuracy,
+                "accuracy (%)": 100 * r.accuracy,
                 "mean steps": r.mean_steps,
                 "steps per token": r.steps_per_token,
                 "requests": r.n,
@@ -132,8 +142,9 @@ def _(mo, plt, quality, quality_missing, rounded_rows):
             _fig,
             mo.ui.table(_rows, selection=None),
             mo.md(
-                f"Mixed thresholds: measured accuracy {quality.mixed.accuracy:.3f} vs {quality.mixed.expected_accuracy:.3f} "
-                f"predicted from the fixed rows (mix factor {quality.mix_factor:.2f})."
+                f"Mixed thresholds: measured accuracy {100 * quality.mixed.accuracy:.1f}% against "
+                f"{100 * quality.mixed.expected_accuracy:.1f}% predicted from the fixed rows "
+                f"(mix factor {quality.mix_factor:.2f})."
             ),
         ]
     )
@@ -215,9 +226,16 @@ def _(evaluation, evaluation_missing, mo, plt, rounded_rows):
     _ax.grid(alpha=0.3)
     _ax.legend(fontsize=8)
     _fig.tight_layout()
-    mo.vstack(
-        [_fig, mo.ui.table(rounded_rows(evaluation["overall"]), selection=None, label="overall (held-out requests)")]
-    )
+    _overall = [
+        {
+            "predictor": r["predictor"],
+            "held-out requests": r["n"],
+            "mean absolute error (steps)": r["mae"],
+            "mean relative error (%)": 100 * r["rel_err"],
+        }
+        for r in evaluation["overall"]
+    ]
+    mo.vstack([_fig, mo.ui.table(rounded_rows(_overall, 3), selection=None, label="overall (held-out requests)")])
     return
 
 

@@ -4,7 +4,8 @@ Sets ``DAGSTER_HOME`` to ``data/dagster_home`` (git-ignored, kept between runs) 
 already set, then runs ``dagster dev`` or ``dagster asset materialize`` on
 ``pipelines.definitions``. Without assets, ``materialize`` builds the whole graph; with
 assets it builds them and everything upstream (``*name``: every ancestor, so a fresh
-Dagster home needs nothing built before).
+Dagster home needs nothing built before). ``dev`` stops, webserver and daemon included,
+within seconds of SIGTERM or SIGINT, also when it was started in the background.
 
 ``--law LAW`` (a law with a checkpoint of its own, ``dilaserve.artifacts.LAW_CHECKPOINTS``,
 e.g. ``embedded-bd``) is a configured run of the same assets: the model resource points at
@@ -19,7 +20,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -106,6 +110,62 @@ def interpreter_flags(argv: list[str]) -> list[str]:
     return ["-W", SUPERSEDED_NOTICE] if argv and argv[0] == "dev" else []
 
 
+#: Seconds ``dev`` gives dagster to stop after SIGTERM or SIGINT before it kills what is left.
+STOP_GRACE_S = 7.0
+
+
+def supervise(cmd: list[str], grace_s: float = STOP_GRACE_S) -> int:
+    """Run ``dagster dev`` in a process group of its own and stop all of it on SIGTERM or SIGINT.
+
+    Started with ``&``, a shell's job has SIGINT ignored, and ``dagster dev`` gives SIGTERM
+    whatever SIGINT has: run directly it would ignore both and hold its webserver until
+    SIGKILL. Here both signals are caught (a caught signal is the default again in the child),
+    passed on as SIGINT (Ctrl-C, which dagster handles by shutting its services down) to the
+    whole group, and whatever is still running after ``grace_s`` is killed, the code server
+    it leaves behind included. Returns dagster's exit status (0 when it stopped as asked).
+    """
+    proc = subprocess.Popen(cmd, start_new_session=True)
+    asked: list[int] = []
+
+    def _stop(signum, _frame):
+        asked.append(signum)
+        _signal_group(proc.pid, signal.SIGINT)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop)
+    while proc.poll() is None:
+        if asked:
+            try:
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+            break
+        time.sleep(0.2)
+    # Anything of the group that outlived dagster dev (its code server) goes with it.
+    _signal_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 1.5
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    _signal_group(proc.pid, signal.SIGKILL)
+    return 0 if asked and proc.returncode in (0, -signal.SIGINT, -signal.SIGKILL) else proc.returncode
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def main(argv: list[str]) -> None:
     args = command(argv)
     home = dagster_home(argv)
@@ -113,7 +173,10 @@ def main(argv: list[str]) -> None:
     home.mkdir(parents=True, exist_ok=True)
     (home / "dagster.yaml").touch()  # an empty file: default storage in this folder, no warning
     os.chdir(REPO_ROOT)
-    os.execv(sys.executable, [sys.executable, *interpreter_flags(argv), "-m", "dagster", *args])
+    cmd = [sys.executable, *interpreter_flags(argv), "-m", "dagster", *args]
+    if args[0] == "dev":
+        raise SystemExit(supervise(cmd))
+    os.execv(sys.executable, cmd)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+import math  # noqa: E402
+
 import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 from dilaserve.engine.state import StepKind  # noqa: E402
 from dilaserve.profile.types import LatencyProfile  # noqa: E402
@@ -45,10 +48,31 @@ def latency_profile_plot(profiles: Mapping[str, LatencyProfile], path: Path) -> 
                 c = prof.curve(tp, kind)
                 ax.plot(c.tokens, [s * 1e3 for s in c.latency_s], marker=".", label=f"TP-{tp}")
             ax.set(xscale="log", yscale="log", title=f"{name}: {kind.value}", xlabel="tokens in batch")
+            plain_log_ticks(ax)
             if col == 0:
                 ax.set_ylabel("step latency (ms)")
     axes[0][0].legend()
     return _save(fig, path)
+
+
+def plain(value: float, _pos=None) -> str:
+    """A tick label as a person writes it: 40, 0.5, 2,000 (not 4x10^1)."""
+    if value >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:g}"
+
+
+def plain_log_ticks(ax) -> None:
+    """Plain labels on both log axes: at each power of ten, and at 2 and 5 times it when the
+    axis spans less than two decades (else the minor ticks stay unlabelled)."""
+    ax.figure.canvas.draw()  # the limits are final only once drawn
+    for axis, (lo, hi) in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+        axis.set_major_formatter(FuncFormatter(plain))
+        if lo > 0 and math.log10(hi / lo) < 2:
+            axis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+            axis.set_minor_formatter(FuncFormatter(plain))
+        else:
+            axis.set_minor_formatter(NullFormatter())
 
 
 def _save(fig, path: Path) -> Path:

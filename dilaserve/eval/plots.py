@@ -11,6 +11,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
+
+#: Panels per row of a small-multiples figure: four fit a page (about 15 inches at 110 dpi).
+MAX_COLUMNS = 4
 
 
 def _save(fig, path: Path) -> Path:
@@ -20,10 +24,23 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
+def _grid(n: int, width: float, height: float):
+    """A figure of ``n`` panels laid out in rows of at most :data:`MAX_COLUMNS` (not one strip
+    that runs off the page); the unused cells of the last row are hidden. Returns the figure
+    and the ``n`` axes in reading order."""
+    cols = max(1, min(n, MAX_COLUMNS))
+    rows = max(1, -(-n // cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
 def _by_setting(frame: pl.DataFrame):
     settings = frame["setting"].unique(maintain_order=True).to_list()
-    fig, axes = plt.subplots(1, len(settings), figsize=(5.5 * len(settings), 4), squeeze=False)
-    return settings, fig, axes[0]
+    fig, axes = _grid(len(settings), 5.5, 4)
+    return settings, fig, axes
 
 
 def attainment_vs(summary: pl.DataFrame, x: str, xlabel: str, path: Path) -> Path:
@@ -55,10 +72,10 @@ def frontier(summary: pl.DataFrame, line: Sequence[str], static: Sequence[str], 
     ``static`` ones as open squares, every other policy as its own marker (up and to the
     right is better: an adaptive policy pays its way above the line)."""
     keys = summary.select("setting", "x").unique(maintain_order=True).rows()
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.8 * len(keys), 4.2), squeeze=False)
+    fig, axes = _grid(len(keys), 4.8, 4.2)
     adaptive = [p for p in summary["policy"].unique(maintain_order=True) if p not in static]
     markers = dict(zip(adaptive, "*DP^vX<>h"))
-    for ax, (setting, x) in zip(axes[0], keys):
+    for ax, (setting, x) in zip(axes, keys):
         at = pl.col("x").is_nan() if np.isnan(x) else pl.col("x") == x
         rows = {r["policy"]: r for r in summary.filter((pl.col("setting") == setting) & at).iter_rows(named=True)}
         fixed = [rows[p] for p in line if p in rows]
@@ -126,8 +143,8 @@ def tp_mix_over_time(
 ) -> Path:
     """Ready instances per TP degree over time (step plot), one panel per (setting, policy)."""
     keys = tp.select("setting", "policy").unique(maintain_order=True).rows()
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.6), squeeze=False)
-    for ax, (setting, policy) in zip(axes[0], keys):
+    fig, axes = _grid(len(keys), 4.5, 3.4)
+    for ax, (setting, policy) in zip(axes, keys):
         sub = tp.filter((pl.col("setting") == setting) & (pl.col("policy") == policy))
         times = sorted(set(sub["time_s"].to_list()) | {0.0})
         for d in sorted(sub["tp"].unique().to_list()):
@@ -141,12 +158,17 @@ def tp_mix_over_time(
             ax.step(times + [end_s.get(setting, times[-1])], counts + [counts[-1]], where="post", label=f"TP-{d}")
         _shade(ax, setting, phases)
         ax.set(title=f"{setting} / {policy}", xlabel="time (s)", ylabel="instances")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # whole instances, never 15.75
+        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     return _save(fig, path)
 
 
 def _shade(ax, setting: str, phases) -> None:
+    """The high-load phases as a red band, named once in the legend."""
+    label = "high-load phase"
     for s, name, start, end in phases:
         if s == setting and name == "high":
-            ax.axvspan(start, end, color="tab:red", alpha=0.08, lw=0)
+            ax.axvspan(start, end, color="tab:red", alpha=0.08, lw=0, label=label)
+            label = None

@@ -4,18 +4,28 @@ notebook so that tests can drive it without a browser.
 - the quality floor is bounded by the candidate thresholds the running server reports;
 - each submitted prompt is sent once: restarting the server does not send it again, and
   stopping the server keeps the last answer on the page;
-- an answer shows the server's ``finish_reason`` ("stop": it ended; "length": the canvas
-  filled), says when ``max tokens`` was too short for an example's answer, is graded against
-  the expected answer when the prompt is one of the examples, and an empty answer or a word
-  the model's vocabulary lacks is said in words;
-- the live metrics are rounded, and the SLO attainment waits for a finished request.
+- the form keeps what was last sent (SLO, floor, priority, and the prompt while the example
+  is the same) when the server restarts and the form is rebuilt;
+- an answer carries one note on how it ended (``finish_reason`` and, for an example, whether
+  ``max tokens`` left room for its answer), is graded against the expected answer when the
+  prompt is one of the examples, and an empty answer or a word the model's vocabulary lacks
+  is said in words;
+- the live metrics are rounded, and the SLO attainment reads the same in the card and the
+  table: a dash until a request has finished, then a percentage;
+- a burst sends several example prompts at once with an SLO a few times one request's
+  latency alone, so that the controller has to act: each request comes back admitted (with
+  the threshold of every step) or refused (with the server's reason).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+import re
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dilaserve.serve.client import Completion
@@ -75,16 +85,35 @@ class PromptRequest:
     max_tokens: int
     min_threshold: float = 0.0
     priority: int = 0
+    #: The example prompt the form showed when this was sent (its prompt may be edited).
+    example: str | None = None
 
     @classmethod
-    def from_form(cls, value: dict) -> PromptRequest:
+    def from_form(cls, value: dict, example: str | None = None) -> PromptRequest:
         return cls(
             str(value["prompt"]),
             float(value["slo_ms"]),
             int(value["max_tokens"]),
             float(value.get("min_threshold") or 0.0),
             int(value.get("priority") or 0),
+            example,
         )
+
+
+def form_defaults(latest: PromptRequest | None, inst: TaskInstance, floors: list[float]) -> dict:
+    """The values the form starts from when it is (re)built: the example's prompt and canvas
+    with the default SLO, no floor and priority 0 at first; after a submission, what was sent
+    (the prompt and max tokens only while the example shown is the one it was made from, the
+    floor snapped to one the running server accepts)."""
+    values = {"prompt": inst.prompt, "slo_ms": 20_000.0, "max_tokens": inst.gen_length, "min_threshold": 0.0}
+    values["priority"] = 0
+    if latest is None:
+        return values
+    values.update(slo_ms=latest.slo_ms, priority=latest.priority)
+    values["min_threshold"] = max((f for f in floors if f <= latest.min_threshold + 1e-9), default=0.0)
+    if latest.example == inst.prompt:
+        values.update(prompt=latest.prompt, max_tokens=latest.max_tokens)
+    return values
 
 
 @dataclass(frozen=True)
@@ -106,20 +135,23 @@ class Outbox:
     stops; :meth:`take` then returns None and the page keeps showing :attr:`last`.
     """
 
-    pending: PromptRequest | None = None
-    last: Exchange | None = None
+    pending: object | None = None
+    #: The last thing sent and its answer: an :class:`Exchange` (a :class:`Burst` for the burst form).
+    last: object | None = None
     submissions: int = field(default=0)
+    #: The latest submission, sent or not: what a rebuilt form starts from.
+    latest: object | None = None
 
-    def submit(self, request: PromptRequest | None) -> None:
+    def submit(self, request: object | None) -> None:
         if request is not None:
-            self.pending = request
+            self.pending = self.latest = request
             self.submissions += 1
 
-    def take(self) -> PromptRequest | None:
+    def take(self) -> object | None:
         request, self.pending = self.pending, None
         return request
 
-    def record(self, exchange: Exchange) -> Exchange:
+    def record(self, exchange):
         self.last = exchange
         return exchange
 
@@ -157,41 +189,46 @@ def answer_text(text: str) -> str:
     return f"`{text}`" if text.strip() else EMPTY_ANSWER
 
 
-def finish_note(finish_reason: str | None, max_tokens: int) -> str | None:
-    """What ``finish_reason`` means for the person reading the answer (None if unknown)."""
-    if finish_reason == "length":
-        return (
-            f"**Cut off:** the canvas of {max_tokens} tokens filled before the answer ended; raise "
-            "**max tokens** and send again."
-        )
-    if finish_reason == "stop":
-        return "The answer ended (finish reason `stop`)."
-    if finish_reason:
-        return f"Finish reason `{finish_reason}`."
-    return None
-
-
-def canvas_note(request: PromptRequest, inst: TaskInstance | None, block_length: int | None = None) -> str | None:
-    """A warning when ``max tokens`` leaves less room than the example's answer needs.
-
-    The model sees its canvas and ends early rather than run off it, so a short canvas often
-    comes back with finish reason "stop" and some items missing: only the known answer
-    length can tell. ``block_length`` defaults to the server's (the canvas is whole blocks).
-    """
-    if inst is None:
-        return None
+def _block_length(block_length: int | None) -> int:
     if block_length is None:
         from dilaserve.serve.config import ServeConfig
 
         block_length = ServeConfig().block_length
-    canvas = block_length * math.ceil(request.max_tokens / block_length)
-    if canvas >= inst.gen_length:
+    return block_length
+
+
+def ending_note(
+    request: PromptRequest, finish_reason: str | None, inst: TaskInstance | None, block_length: int | None = None
+) -> tuple[str, str] | None:
+    """One note on how the answer ended, as ``(kind, markdown)`` with kind "warn" or "neutral";
+    None when the server did not say.
+
+    ``finish_reason`` "length" means the answer reached ``max tokens``; "stop" means the model
+    wrote end-of-text. The model sees its canvas (``max tokens`` in whole blocks of
+    ``block_length``) and ends early rather than run off it, so a short canvas often comes
+    back as "stop" with items missing: for an example prompt the known answer length tells.
+    """
+    if finish_reason is None:
         return None
-    return (
-        f"**Canvas too short:** this answer needs {inst.answer_length} tokens and an end-of-text, "
-        f"{inst.gen_length} in whole blocks of {block_length}; max tokens {request.max_tokens} gives "
-        f"{canvas}, so the model ended early. Send it with max tokens {inst.gen_length}."
+    bl = _block_length(block_length)
+    canvas = bl * math.ceil(request.max_tokens / bl)
+    short = inst is not None and (request.max_tokens < inst.answer_length or canvas < inst.gen_length)
+    need = (
+        f"this answer needs {inst.answer_length} tokens and an end-of-text ({inst.gen_length} in whole blocks of "
+        f"{bl}): send it again with max tokens {inst.gen_length}."
+        if inst is not None
+        else "raise **max tokens** and send again."
     )
+    if finish_reason == "length":
+        return "warn", f"**Cut off** at max tokens {request.max_tokens} before the answer ended; {need}"
+    if finish_reason == "stop" and short:
+        return "warn", (
+            f"**Ended early:** max tokens {request.max_tokens} gives a canvas of {canvas} tokens, so the model "
+            f"wrote end-of-text with items missing; {need}"
+        )
+    if finish_reason == "stop":
+        return "neutral", "The answer ended: the model wrote end-of-text (finish reason `stop`)."
+    return "neutral", f"Finish reason `{finish_reason}`."
 
 
 def example_for(prompt: str, examples: dict[str, TaskInstance]) -> TaskInstance | None:
@@ -213,14 +250,9 @@ def step_axis(n_steps: int) -> tuple[tuple[float, float], list[int]]:
 
 
 # ---------------------------------------------------------------- the live metrics
-def metric_rows(metrics: dict[str, float]) -> list[dict]:
-    """Rows for the metrics table: counters, gauges and sums, rounded. Histogram buckets
-    would drown the table, and ``*_created`` are the unix times the series were created."""
-    return [
-        {"metric": k, "value": rounded(float(v))}
-        for k, v in sorted(metrics.items())
-        if "_bucket" not in k and not k.split("{")[0].endswith("_created")
-    ]
+#: What a card or a table cell shows before there is anything to show.
+NO_DATA = "\u2013"
+ATTAINMENT = "dilaserve:slo_attainment"
 
 
 def finished_requests(metrics: dict[str, float]) -> int:
@@ -228,7 +260,207 @@ def finished_requests(metrics: dict[str, float]) -> int:
 
 
 def attainment_text(metrics: dict[str, float]) -> str:
-    """The SLO attainment as a percentage, or a dash until a request has finished."""
+    """The SLO attainment as a percentage, or :data:`NO_DATA` until a request has finished
+    (the server's gauge reads 0 then, which is no attainment at all)."""
     if finished_requests(metrics) == 0:
-        return "-"
-    return f"{100 * metrics.get('dilaserve:slo_attainment', 0.0):.0f}%"
+        return NO_DATA
+    return f"{100 * metrics.get(ATTAINMENT, 0.0):.0f}%"
+
+
+def metric_rows(metrics: dict[str, float]) -> list[dict]:
+    """Rows for the metrics table, as text: counters, gauges and sums rounded to four
+    significant digits, the SLO attainment as the card shows it. Histogram buckets would
+    drown the table, and ``*_created`` are the unix times the series were created."""
+    return [
+        {"metric": k, "value": attainment_text(metrics) if k == ATTAINMENT else f"{rounded(float(v)):,g}"}
+        for k, v in sorted(metrics.items())
+        if "_bucket" not in k and not k.split("{")[0].endswith("_created")
+    ]
+
+
+# ---------------------------------------------------------------- starting the server
+#: What starting takes, measured: a Ray cluster, two model instances and, without pipeline
+#: artifacts, a quick latency profile. About 20 s on 2 idle cores, 30 to 40 s on a loaded machine.
+START_NOTE = "Starting the server: a Ray cluster and two CPU instances (20 to 40 s, longer on a busy machine)"
+
+
+def wait_until_healthy(handle, timeout_s: float, tick: Callable[[float, str], None], poll_s: float = 1.0) -> bool:
+    """Wait for a server started with ``wait=False``, calling ``tick(elapsed_s, last_log_line)``
+    about every ``poll_s``: the progress a person sees while it starts. False if it died or
+    ``timeout_s`` ran out."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if handle.healthy():
+            return True
+        if not handle.alive:
+            return False
+        tail = handle.log_tail(1).strip()
+        tick(time.monotonic() - t0, tail)
+        time.sleep(poll_s)
+    return False
+
+
+def port_choice(value: float | int | None) -> int | None:
+    """The port field: 0 (or empty) lets the launcher pick a free port."""
+    port = int(value or 0)
+    if port and not 1024 <= port <= 65535:
+        raise ValueError(f"port {port} is outside 1024-65535; pick one there, or 0 for any free port")
+    return port or None
+
+
+# ---------------------------------------------------------------- the burst
+@dataclass(frozen=True)
+class BurstRequest:
+    """One submission of the burst form: ``n`` example prompts at once, each with an SLO of
+    ``slo_factor`` x the slowest one's latency when sent alone."""
+
+    n: int
+    slo_factor: float
+
+    def __post_init__(self) -> None:
+        if self.n < 1:
+            raise ValueError(f"a burst needs at least one prompt, got n={self.n}")
+        if self.slo_factor <= 0:
+            raise ValueError(f"slo_factor must be positive (a multiple of the latency alone), got {self.slo_factor}")
+
+
+@dataclass(frozen=True)
+class BurstEntry:
+    """One request of a burst: its example, what it did alone, and how the burst treated it."""
+
+    index: int
+    inst: TaskInstance
+    alone: Completion
+    slo_ms: float
+    #: "in flight", then "admitted" (it was served: ``reply``) or "refused" (``reason``).
+    outcome: str = "in flight"
+    reply: Completion | None = None
+    reason: str | None = None
+
+    @property
+    def lowered(self) -> bool:
+        """Whether the controller took a step below the request's first threshold."""
+        t = self.reply.thresholds if self.reply is not None else []
+        return bool(t) and min(t) < t[0]
+
+
+@dataclass(frozen=True)
+class Burst:
+    """A burst: its SLO, how it was derived, and every request's entry."""
+
+    slo_ms: float
+    alone_ms: float
+    slo_factor: float
+    entries: tuple[BurstEntry, ...]
+
+    @property
+    def done(self) -> bool:
+        return all(e.outcome != "in flight" for e in self.entries)
+
+    def count(self, outcome: str) -> int:
+        return sum(e.outcome == outcome for e in self.entries)
+
+
+def burst_examples(n: int, seed: int = 0) -> list[TaskInstance]:
+    """``n`` example prompts, the tasks taking turns (arith, list, pairs, arith, ...)."""
+    per_task = math.ceil(n / len(TASKS))
+    by_task = [task_suite(per_task, seed=seed)[i * per_task : (i + 1) * per_task] for i in range(len(TASKS))]
+    return [by_task[i % len(TASKS)][i // len(TASKS)] for i in range(n)]
+
+
+#: The SLO of a request sent alone: long enough that the controller keeps the top threshold.
+ALONE_SLO_MS = 60_000.0
+
+
+def _refusal(error: Exception) -> str:
+    """The server's reason from a client error (``HTTP 429: request refused: WHY; retry ...``)."""
+    msg = str(error)
+    msg = re.sub(r"^HTTP \d+: (request refused: )?", "", msg)
+    return msg.split("; retry after")[0]
+
+
+def run_burst(
+    url: str, request: BurstRequest, send: Callable[[str, PromptRequest], Completion], seed: int = 0
+) -> Iterator[Burst]:
+    """Send a burst and yield its state after every change: first each example alone, one
+    after another (its steps and latency with nothing else running, at the SLO
+    :data:`ALONE_SLO_MS`); then all of them at once, each with the SLO ``slo_factor`` x the
+    slowest latency alone. Yields the burst with every request in flight, then once per
+    answer or refusal, the last one with none in flight.
+    """
+    insts = burst_examples(request.n, seed)
+    alone = [send(url, PromptRequest(i.prompt, ALONE_SLO_MS, i.gen_length, example=i.prompt)) for i in insts]
+    alone_ms = max(a.latency_ms for a in alone)
+    slo_ms = round(request.slo_factor * alone_ms, 1)
+    entries = [BurstEntry(k, i, a, slo_ms) for k, (i, a) in enumerate(zip(insts, alone))]
+    burst = Burst(slo_ms, alone_ms, request.slo_factor, tuple(entries))
+    yield burst
+    with ThreadPoolExecutor(len(insts)) as pool:
+        futures = {
+            pool.submit(send, url, PromptRequest(i.prompt, slo_ms, i.gen_length, example=i.prompt)): k
+            for k, i in enumerate(insts)
+        }
+        for future in as_completed(futures):
+            k = futures[future]
+            try:
+                entries[k] = replace(entries[k], outcome="admitted", reply=future.result())
+            except Exception as e:  # a 429 (the SLO cannot be met under this load) or any other refusal
+                entries[k] = replace(entries[k], outcome="refused", reason=_refusal(e))
+            burst = replace(burst, entries=tuple(entries))
+            yield burst
+
+
+def threshold_text(thresholds: list[float]) -> str:
+    """A request's thresholds in a table cell: the first, and how low the controller took it
+    on how many steps ("0.9 -> 0.7 on 5 of 14 steps"), or the first alone when it never moved."""
+    if not thresholds:
+        return NO_DATA
+    first, low = thresholds[0], min(thresholds)
+    if low >= first:
+        return f"{first:g} on all {len(thresholds)} steps"
+    below = sum(t < first for t in thresholds)
+    return f"{first:g} \u2192 {low:g} on {below} of {len(thresholds)} steps"
+
+
+def burst_rows(burst: Burst) -> list[dict]:
+    """The burst as a table: one row per request, admitted or refused with the reason."""
+    rows = []
+    for e in burst.entries:
+        r = e.reply
+        verdict = TASKS[e.inst.task].verdict(e.inst, r.text) if r is not None else None
+        if e.outcome == "admitted":
+            detail = "met its SLO" if r.slo_met else f"missed its SLO by {r.latency_ms - e.slo_ms:.0f} ms"
+        else:
+            detail = e.reason or "waiting for the server"
+        rows.append(
+            {
+                "#": e.index + 1,
+                "prompt": e.inst.prompt,
+                "outcome": e.outcome,
+                "reason": detail,
+                "steps alone": e.alone.steps,
+                "steps in the burst": r.steps if r is not None else NO_DATA,
+                "threshold": threshold_text(r.thresholds) if r is not None else NO_DATA,
+                "latency (ms)": f"{r.latency_ms:.0f}" if r is not None else NO_DATA,
+                "answer": NO_DATA if verdict is None else "correct" if verdict.correct else "wrong",
+            }
+        )
+    return rows
+
+
+def burst_summary(burst: Burst) -> str:
+    """One sentence on the burst: its SLO, what came back, and whether thresholds moved."""
+    lowered = sum(e.lowered for e in burst.entries)
+    admitted, refused = burst.count("admitted"), burst.count("refused")
+    met = sum(1 for e in burst.entries if e.reply is not None and e.reply.slo_met)
+    waiting = len(burst.entries) - admitted - refused
+    head = (
+        f"{len(burst.entries)} prompts at once, each with an SLO of {burst.slo_ms:.0f} ms "
+        f"({burst.slo_factor:g} x the slowest one alone, {burst.alone_ms:.0f} ms)"
+    )
+    if waiting:
+        return f"{head}: {admitted} admitted, {refused} refused, {waiting} in flight."
+    return (
+        f"{head}: **{admitted} admitted** ({met} met the SLO), **{refused} refused**; "
+        f"the controller lowered the threshold of {lowered} of the admitted requests below their first step's."
+    )

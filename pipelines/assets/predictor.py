@@ -9,7 +9,7 @@ from pydantic import Field
 from dilaserve.artifacts import ArtifactPaths
 from dilaserve.predict.evaluate import evaluate
 from dilaserve.predict.lgbm import TuningConfig, train_predictor
-from pipelines.metadata import image, tidy
+from pipelines.metadata import chart, image, short_path, tidy
 from pipelines.plots import predictor_error_plot
 from pipelines.resources import ArtifactsResource
 
@@ -75,13 +75,23 @@ def train_and_save(
                 "trees": trained.predictor.booster.num_trees(),
                 "trials": trained.n_trials_run,
                 "best_params": dg.MetadataValue.json(trained.best_params),
-                "folder": str(paths.predictor_dir),
+                "folder": short_path(paths.predictor_dir),
+                "chart": decile_chart(ev.by_decile),
                 "plot": image(plot, "remaining-step error by progress and by threshold"),
-                "plot_path": str(plot),
+                "plot_path": short_path(plot),
             }
         )
     )
     return summary
+
+
+def decile_chart(by_decile: pl.DataFrame) -> dg.MetadataValue:
+    """Mean relative error (%) by progress decile, one column per predictor."""
+    names = by_decile["predictor"].unique(maintain_order=True).to_list()
+    deciles = sorted(by_decile["decile"].unique().to_list())
+    err = {(r["predictor"], r["decile"]): 100 * r["rel_err"] for r in by_decile.iter_rows(named=True)}
+    rows = [(f"{10 * d + 5}%", [err.get((n, d), float("nan")) for n in names]) for d in deciles]
+    return chart(rows, names, "progress", unit="%")
 
 
 @dg.asset_check(asset=step_predictor, description="on held-out requests the predictor beats the one-shot baseline")

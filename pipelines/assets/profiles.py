@@ -10,7 +10,7 @@ from dilaserve.engine.state import StepKind
 from dilaserve.model.checkpoint import family_of
 from dilaserve.profile.analytic import GPUS, MODELS, ROOFLINE, analytic_profile
 from dilaserve.profile.measure import MeasureConfig, measure_profile
-from pipelines.metadata import image, tidy
+from pipelines.metadata import chart, image, short_path, tidy
 from pipelines.plots import latency_profile_plot
 from pipelines.resources import ArtifactsResource, ModelResource
 
@@ -78,14 +78,22 @@ def measured_profile(
     context.add_output_metadata(
         tidy(
             {
-                "path": str(path),
+                "path": short_path(path),
+                "chart": latency_chart(prof),
                 "plot": image(plot, "measured step latency"),
-                "plot_path": str(plot),
+                "plot_path": short_path(plot),
                 **{f"tp{d}_recompute_ms_at_{n}": prof.latency(d, n) * 1e3 for d in prof.tp_degrees},
             }
         )
     )
     return prof.to_dict()
+
+
+def latency_chart(prof) -> dg.MetadataValue:
+    """Recompute-step latency (ms) at each measured token count, one column per TP degree."""
+    tokens = prof.curve(prof.tp_degrees[0], StepKind.RECOMPUTE).tokens
+    rows = [(f"{n:,}", [prof.latency(d, n, StepKind.RECOMPUTE) * 1e3 for d in prof.tp_degrees]) for n in tokens]
+    return chart(rows, [f"TP-{d}" for d in prof.tp_degrees], "tokens (recompute)", unit=" ms")
 
 
 class AnalyticProfileConfig(dg.Config):
@@ -121,8 +129,13 @@ def analytic_profiles(
         tidy(
             {
                 "profiles": sorted(profiles),
+                "chart": chart(
+                    [(name, [r[f"tp{d}"] for d in config.tp_degrees if f"tp{d}" in r]) for name, r in ratios.items()],
+                    [f"TP-{d}" for d in config.tp_degrees],
+                    f"step latency vs TP-1 at {n} tokens",
+                ),
                 "plot": image(plot, "analytic step latency"),
-                "plot_path": str(plot),
+                "plot_path": short_path(plot),
                 "latency_vs_tp1_at_calibration": ratios,
             }
         )

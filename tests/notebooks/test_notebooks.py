@@ -110,6 +110,46 @@ def test_reconfig_solves_both_stages(tmp_path):
     assert re.search(r"stage 2: keep \d+, launch \d+, stop \d+", out), out[-2000:]
 
 
+#: An instance id of a launch in the migration table (the notebook's code has none).
+LAUNCH_ID = re.compile(r"tp\d+-n\d+-g\d+-\d+")
+
+
+def test_reconfig_default_page_adopts_a_plan_it_shows(tmp_path):
+    out, html = export_notebook("reconfig", tmp_path)
+    verdict = re.search(r"verdict: (adopted|kept); launch (\d+)", out)
+    assert verdict, out[-2000:]
+    # The defaults make the controller choose: a plan that differs from the running cluster,
+    # adopted, with its launches listed, and some class below the top threshold.
+    assert verdict.group(1) == "adopted" and int(verdict.group(2)) > 0, out[-2000:]
+    assert re.search(r"strong\S{0,40}Adopted:", html) and LAUNCH_ID.search(html)
+    means = [float(t) for t in re.findall(r"p\d+/o\d+ (\d\.\d+)", out.split("mean threshold per class")[1])]
+    assert len(means) == 4 and min(means) < 0.9, out[-2000:]
+
+
+def test_reconfig_keeps_a_cluster_that_is_already_the_plan(tmp_path):
+    # A small cluster at a trickle, started from the plan itself: the verdict is "kept", and
+    # the page lists no launch under it.
+    small = ("--nodes=1", "--gpus-per-node=2", "--rate-scale=0.05", "--time-limit-s=2")
+    out, _ = export_notebook("reconfig", tmp_path, *small)
+    counts = re.search(r"stage 1: counts \{1: (\d+), 2: (\d+)", out)
+    assert counts, out[-2000:]
+    plan_tp = 1 if int(counts.group(1)) == 2 else 2 if int(counts.group(2)) == 1 else None
+    if plan_tp is None:
+        pytest.skip(f"the plan mixes degrees ({counts.group(0)}): no uniform cluster is the plan")
+    out, html = export_notebook("reconfig", tmp_path, *small, f"--current-tp={plan_tp}")
+    verdict = re.search(r"verdict: (adopted|kept); launch (\d+)", out)
+    assert verdict and verdict.groups() == ("kept", "0"), out[-2000:]
+    assert re.search(r"strong\S{0,40}Kept as is:", html) and not LAUNCH_ID.search(html)
+
+
+def test_reconfig_infeasible_stage_1_leaves_no_empty_section(tmp_path):
+    out, html = export_notebook("reconfig", tmp_path, "--rate-scale=4", "--time-limit-s=1")
+    assert "stage 1 infeasible" in out and "verdict:" not in out, out[-2000:]
+    assert re.search(r"strong\S{0,40}Stage 1 is infeasible", html)
+    # The heading is in the notebook's code, never on the page as an output.
+    assert not re.search(r"h3\S{0,60}Migration plan", html)
+
+
 def test_evaluation_loads_results_and_says_which_run(tmp_path):
     results = build_eval_results(tmp_path / "results")
     out, html = export_notebook("evaluation", tmp_path, f"--results={results}", "--experiment=trace")

@@ -93,9 +93,19 @@ def test_asset_pages_show_plots_as_images_and_rounded_numbers(built):
         e.asset_key.to_user_string(): e.event_specific_data.materialization.metadata
         for e in result.get_asset_materialization_events()
     }
+    from pipelines.metadata import INLINE_MD_LIMIT
+
     for asset in ("step_predictor", "measured_profile", "analytic_profiles"):
         plot = metadata[asset]["plot"]
         assert isinstance(plot, dg.MarkdownMetadataValue) and "](data:image/png;base64," in plot.value, asset
+        # The chart is short enough for the asset page to show it in place, not behind a link.
+        chart = metadata[asset]["chart"]
+        assert isinstance(chart, dg.MarkdownMetadataValue) and len(chart.value) < INLINE_MD_LIMIT, asset
+        assert chart.value.count("\n|") >= 3 and "\u2588" in chart.value, chart.value
+        # Paths inside the repository are shown relative to it; the tests' temp folders stay absolute.
+        for key in ("plot_path", "path", "folder"):
+            if key in metadata[asset]:
+                assert metadata[asset][key].value.endswith(".png") or "/" in metadata[asset][key].value
 
     def floats(value):
         if isinstance(value, dict):

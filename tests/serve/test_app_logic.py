@@ -1,6 +1,7 @@
 """The serving app's logic (``dilaserve.serve.app_logic``) against a real server over loopback:
-the floor bound by the server's candidates, finish_reason, one send per submission (none on a
-restart), the empty-answer text and the rounded live metrics."""
+the floor bound by the server's candidates, one note on how an answer ended, one send per
+submission (none on a restart), the form kept across a restart, the empty-answer text, the live
+metrics as the cards show them, and a burst that makes the controller lower thresholds."""
 
 import re
 
@@ -32,7 +33,9 @@ def send(server):
 def test_attainment_waits_for_a_finished_request_and_metrics_are_rounded(server):
     # First in this module: the module's server has answered nothing yet.
     before = client.fetch_metrics(server.url)
-    assert app_logic.finished_requests(before) == 0 and app_logic.attainment_text(before) == "-"
+    assert app_logic.finished_requests(before) == 0 and app_logic.attainment_text(before) == app_logic.NO_DATA
+    # The table says what the card says: a dash, not the gauge's 0, before anything finished.
+    assert {r["metric"]: r["value"] for r in app_logic.metric_rows(before)}["dilaserve:slo_attainment"] == "\u2013"
     inst = task_suite(1, seed=3)[0]
     send(server)(server.url, app_logic.PromptRequest(inst.prompt, slo_ms=60_000, max_tokens=inst.gen_length))
     after = client.fetch_metrics(server.url)
@@ -40,7 +43,10 @@ def test_attainment_waits_for_a_finished_request_and_metrics_are_rounded(server)
     assert any(k.endswith("_created") for k in after)  # the scrape has them; the table drops them
     rows = app_logic.metric_rows(after)
     assert rows and not any("_created" in r["metric"] or "_bucket" in r["metric"] for r in rows)
-    assert all(r["value"] == float(f"{r['value']:.4g}") for r in rows), rows  # four significant digits
+    values = {r["metric"]: r["value"] for r in rows}
+    assert values["dilaserve:slo_attainment"] == app_logic.attainment_text(after)  # "100%" in both
+    numbers = [float(v.replace(",", "")) for k, v in values.items() if k != "dilaserve:slo_attainment"]
+    assert all(v == float(f"{v:.4g}") for v in numbers), rows  # four significant digits
 
 
 def test_the_quality_floor_is_bounded_by_the_servers_candidates(server):
@@ -58,24 +64,30 @@ def test_the_quality_floor_is_bounded_by_the_servers_candidates(server):
     assert app_logic.candidates_from_health({"status": "ok"}) == sorted(ServeConfig().thresholds)
 
 
-def test_finish_reason_and_a_short_canvas_are_shown(server):
+def test_one_note_says_how_an_answer_ended(server):
     arith = max((i for i in task_suite(4, seed=5) if i.task == "arith"), key=lambda i: i.answer_length)
     assert arith.gen_length > 32
     examples = {arith.prompt: arith}
     short = app_logic.PromptRequest(arith.prompt, 60_000, max_tokens=32)
     cut = send(server)(server.url, short)
     # The model sees its 32-token canvas and ends early ("stop") or fills it ("length"):
-    # either way the reason is shown, and the known answer length says the canvas was short.
+    # either way one warning says so, and names the max tokens that fit the answer.
     assert cut.finish_reason in ("stop", "length")
-    assert app_logic.finish_note(cut.finish_reason, 32)
-    note = app_logic.canvas_note(short, app_logic.example_for(short.prompt, examples))
-    assert note and f"max tokens {arith.gen_length}" in note
+    kind, note = app_logic.ending_note(short, cut.finish_reason, app_logic.example_for(short.prompt, examples))
+    assert kind == "warn" and f"max tokens {arith.gen_length}" in note
     verdict = app_logic.grade(arith.prompt, cut.text, examples)
     assert verdict is not None and not verdict.correct
     fits = app_logic.PromptRequest(arith.prompt, 60_000, max_tokens=arith.gen_length)
     full = send(server)(server.url, fits)
-    assert full.finish_reason in ("stop", "length") and app_logic.canvas_note(fits, arith) is None
-    assert "Cut off" in app_logic.finish_note("length", 32) and "ended" in app_logic.finish_note("stop", 32)
+    assert full.finish_reason == "stop"
+    assert app_logic.ending_note(fits, full.finish_reason, arith)[0] == "neutral"
+    # max tokens below the answer, within one block: "length" is one message, about max tokens.
+    tiny = app_logic.PromptRequest(arith.prompt, 60_000, max_tokens=16)
+    kind, note = app_logic.ending_note(tiny, "length", arith)
+    assert kind == "warn" and "max tokens 16" in note and "canvas of 16" not in note
+    # A typed prompt has no known length: the note says to raise max tokens.
+    kind, note = app_logic.ending_note(app_logic.PromptRequest("list : a b", 1, 2), "length", None)
+    assert kind == "warn" and "raise **max tokens**" in note
     # A body without finish_reason (an older server) reads as None and shows no note.
     body = {
         "choices": [{"text": "a b"}],
@@ -88,7 +100,7 @@ def test_finish_reason_and_a_short_canvas_are_shown(server):
             "instances": [],
         },
     }
-    assert client.parse_completion(body).finish_reason is None and app_logic.finish_note(None, 32) is None
+    assert client.parse_completion(body).finish_reason is None and app_logic.ending_note(short, None, arith) is None
 
 
 def test_each_submission_is_sent_once_and_a_restart_sends_nothing(server):
@@ -152,3 +164,61 @@ def test_the_step_axis_has_whole_steps():
     assert app_logic.step_axis(1) == ((0.5, 1.5), [1])
     lim, ticks = app_logic.step_axis(40)
     assert lim == (0.5, 40.5) and all(isinstance(t, int) for t in ticks) and len(ticks) <= 12
+
+
+def test_the_form_keeps_what_was_sent_across_a_restart():
+    examples = list(app_logic.example_prompts(per_task=1).values())
+    first, other = examples[0], examples[1]
+    floors = app_logic.floor_steps([0.5, 0.7, 0.9])
+    fresh = app_logic.form_defaults(None, first, floors)
+    assert fresh["prompt"] == first.prompt and fresh["max_tokens"] == first.gen_length and fresh["min_threshold"] == 0
+    outbox = app_logic.Outbox()
+    sent = app_logic.PromptRequest(first.prompt + " b", 900, 64, min_threshold=0.9, priority=3, example=first.prompt)
+    outbox.submit(sent)
+    # The server restarts: the form is rebuilt from what was sent, the floor as it was.
+    again = app_logic.form_defaults(outbox.latest, first, floors)
+    assert again == {"prompt": sent.prompt, "slo_ms": 900, "max_tokens": 64, "min_threshold": 0.9, "priority": 3}
+    # A server with fewer candidates: the floor snaps down to one it accepts.
+    assert app_logic.form_defaults(outbox.latest, first, app_logic.floor_steps([0.5, 0.7]))["min_threshold"] == 0.7
+    # Another example picked: its own prompt and canvas, the SLO, floor and priority kept.
+    switched = app_logic.form_defaults(outbox.latest, other, floors)
+    assert switched["prompt"] == other.prompt and switched["max_tokens"] == other.gen_length
+    assert (switched["slo_ms"], switched["min_threshold"], switched["priority"]) == (900, 0.9, 3)
+
+
+def test_threshold_cells():
+    assert app_logic.threshold_text([0.9, 0.9, 0.7, 0.8]) == "0.9 \u2192 0.7 on 2 of 4 steps"
+    assert app_logic.threshold_text([0.9, 0.9]) == "0.9 on all 2 steps" and app_logic.threshold_text([]) == "\u2013"
+
+
+def test_the_port_field():
+    assert app_logic.port_choice(0) is None and app_logic.port_choice(None) is None
+    assert app_logic.port_choice(8123) == 8123
+    with pytest.raises(ValueError, match="0 for any free port"):
+        app_logic.port_choice(80)
+
+
+def test_a_burst_makes_the_controller_lower_thresholds(server):
+    # Last in this module: the burst loads both instances.
+    # Twelve prompts at once with an SLO of twice the slowest one's latency alone: measured on
+    # this server, the controller lowers thresholds for several of them (README, serving app).
+    states = list(app_logic.run_burst(server.url, app_logic.BurstRequest(12, 2.0), send(server)))
+    first, last = states[0], states[-1]
+    assert len(states) == 13 and all(e.outcome == "in flight" for e in first.entries) and last.done
+    # The view is live: each later state has one more request answered or refused.
+    assert [s.count("admitted") + s.count("refused") for s in states] == list(range(13))
+    alone = [e.alone for e in last.entries]
+    assert last.alone_ms == max(a.latency_ms for a in alone) and last.slo_ms == pytest.approx(2 * last.alone_ms, 0.01)
+    assert all(a.slo_met and set(a.thresholds) == {max(server.cfg.thresholds)} for a in alone)  # alone: the top
+    assert any(e.lowered for e in last.entries), app_logic.burst_rows(last)
+    rows = app_logic.burst_rows(last)
+    assert len(rows) == 12 and {r["outcome"] for r in rows} <= {"admitted", "refused"}
+    assert all(r["reason"] for r in rows)
+    assert "lowered the threshold" in app_logic.burst_summary(last)
+    lowered = next(e for e in last.entries if e.lowered)
+    assert "\u2192" in rows[lowered.index]["threshold"]
+    # An SLO far below one request's latency alone: the server refuses, and says why.
+    tight = list(app_logic.run_burst(server.url, app_logic.BurstRequest(3, 0.05), send(server)))[-1]
+    refused = [e for e in tight.entries if e.outcome == "refused"]
+    assert refused and all("SLO" in e.reason and "HTTP" not in e.reason for e in refused), app_logic.burst_rows(tight)
+    assert {r["outcome"] for r in app_logic.burst_rows(tight)} <= {"admitted", "refused"}
