@@ -37,3 +37,9 @@ class Unavailable(ServeError):
     """The server cannot serve now (starting up, shutting down, no instance)."""
 
     status, type = 503, "service_unavailable"
+
+
+class PayloadTooLarge(ServeError):
+    """The request body is over ``--max-request-bytes``; a smaller one may be served."""
+
+    status, type = 413, "invalid_request_error"

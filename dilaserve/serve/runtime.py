@@ -98,6 +98,20 @@ class Generation:
     finish_reason: str
 
 
+@dataclass(frozen=True)
+class PreparedRequest:
+    """A request checked and tokenised by :meth:`ServingRuntime.prepare`, ready to submit."""
+
+    ids: list[int]
+    gen_length: int
+    max_tokens: int | None
+    slo_s: float
+    slo_field: str  # the field the SLO came from (slo_ms or deadline), for refusals
+    priority: int = 0
+    min_threshold: float = 0.0
+    stops: tuple[str, ...] = ()
+
+
 @dataclass(eq=False)
 class RequestHandle:
     """The client's side of one request: a stream of committed text and a final result."""
@@ -111,6 +125,10 @@ class RequestHandle:
     last_state: RequestState | None = None
     streamed_to: int = 0  # response positions already streamed
     instances: list[str] = field(default_factory=list)
+    slo_field: str = "slo_ms"
+    stops: tuple[str, ...] = ()
+    emitted: str = ""  # answer text already queued to the client
+    request: TrackedRequest | None = None
 
 
 class ServingRuntime(SchedulerObserver):
@@ -218,6 +236,27 @@ class ServingRuntime(SchedulerObserver):
             return []
         return [pool.ids[s] for s in np.flatnonzero(pool.ready & pool.active)]
 
+    def drained(self, deadline: float) -> bool:
+        """Whether a drain may stop waiting: nothing in flight, no ready instance left to
+        finish what is, or ``deadline`` (monotonic) passed."""
+        return not self.handles or not self._ready_instances() or time.monotonic() >= deadline
+
+    def check_accepting(self) -> None:
+        """A 503 that says why, unless the server takes requests."""
+        if not self.accepting:
+            why = "shutting down; retry on another replica" if self.started else "starting up"
+            raise Unavailable(f"the server is not accepting requests: it is {why}")
+
+    def not_ready_reason(self) -> str | None:
+        """Why the server cannot serve a request now (for the readiness probe); None when it can."""
+        if not self.started:
+            return "starting up: no instance is ready yet"
+        if not self.accepting:
+            return "shutting down"
+        if not self._ready_instances():
+            return "no instance is ready (all failed or are restarting); requests wait or fail"
+        return None
+
     async def shutdown(self) -> None:
         """Stop accepting, let in-flight requests finish (bounded), fail the rest, free the cluster."""
         self.accepting = False
@@ -240,88 +279,100 @@ class ServingRuntime(SchedulerObserver):
             ray_local.disconnect(True)
 
     # ================================================================ requests
-    def submit(
-        self,
-        prompt: str,
-        max_tokens: int | None = None,
-        slo_ms: float | None = None,
-        deadline: float | None = None,
-        priority: int = 0,
-        min_threshold: float = 0.0,
-    ) -> RequestHandle:
-        """Validate and enqueue one request; raises :class:`ServeError` subclasses."""
-        if not self.accepting:
-            raise Unavailable("the server is not accepting requests (starting up or shutting down)")
+    def prepare(self, body) -> PreparedRequest:
+        """Check and tokenise a parsed request (``protocol.CompletionRequest`` or chat); raises
+        :class:`BadRequest` naming the field to change.
+
+        It reads only the tokenizer and the config, never the scheduler, so the API runs it
+        off the event loop for a large body.
+        """
+        if body.min_threshold > max(self.cfg.thresholds):
+            raise BadRequest(
+                f"min_threshold {body.min_threshold} is above every candidate threshold {sorted(self.cfg.thresholds)}",
+                "min_threshold",
+            )
+        ids = self._tokenize(body.prompt, body.prompt_field)
+        bl = self.cfg.block_length
+        max_tokens = body.answer_limit
+        gen_length = bl * math.ceil((max_tokens or self.cfg.default_max_tokens) / bl)
+        self._check_context(len(ids), gen_length, body.limit_field, body.prompt_field)
+        if body.deadline is not None:
+            slo_s, slo_field = body.deadline - time.time(), "deadline"
+            if slo_s <= 0:
+                raise BadRequest(
+                    f"deadline {body.deadline:.3f} is {-slo_s:.3f} s in the past: send a future unix time, or slo_ms",
+                    "deadline",
+                )
+        else:
+            slo_s, slo_field = (body.slo_ms if body.slo_ms is not None else self.cfg.default_slo_ms) / 1000.0, "slo_ms"
+        if not math.isfinite(slo_s):  # the API refuses non-finite numbers; Python callers get the same
+            raise BadRequest(f"{slo_field} must be a finite number", slo_field)
+        return PreparedRequest(
+            ids, gen_length, max_tokens, slo_s, slo_field, body.priority, body.min_threshold, body.stop_strings
+        )
+
+    def submit(self, prep: PreparedRequest) -> RequestHandle:
+        """Enqueue one prepared request; raises :class:`ServeError` subclasses."""
+        self.check_accepting()
         if self.scheduler.in_flight >= self.cfg.max_queue:
             self.metrics.rejected.labels("overloaded").inc()
             raise Overloaded(
                 f"{self.scheduler.in_flight} requests in flight (limit --max-queue {self.cfg.max_queue}); retry later",
                 retry_after_s=1.0,
             )
-        if min_threshold > max(self.cfg.thresholds):
-            raise BadRequest(
-                f"min_threshold {min_threshold} is above every candidate threshold {sorted(self.cfg.thresholds)}",
-                "min_threshold",
-            )
-        ids = self._tokenize(prompt)
-        bl = self.cfg.block_length
-        gen_length = bl * math.ceil((max_tokens or self.cfg.default_max_tokens) / bl)
-        self._check_context(len(ids), gen_length)
         now = self.backend.clock()
-        if deadline is not None:
-            slo_s = deadline - time.time()
-        else:
-            slo_s = (slo_ms if slo_ms is not None else self.cfg.default_slo_ms) / 1000.0
-        if not math.isfinite(slo_s):  # the API refuses non-finite numbers; Python callers get the same
-            field_ = "deadline" if deadline is not None else "slo_ms"
-            raise BadRequest(f"{field_} must be a finite number", field_)
         rid = f"cmpl-{next(self._ids)}-{int(time.time() * 1000) % 10**8}"
         state = new_request(
             rid,
-            ids,
-            gen_length,
-            bl,
+            prep.ids,
+            prep.gen_length,
+            self.cfg.block_length,
             self.info.mask_id,
             self.info.eos_id,
             use_cache=self.info.supports_cache,
             max_context=self.info.max_context,
-            max_tokens=max_tokens,
+            max_tokens=prep.max_tokens,
             block_causal=self.info.block_causal,
         )
-        handle = RequestHandle(rid, len(ids), slo_s, now)
+        handle = RequestHandle(rid, len(prep.ids), prep.slo_s, now, slo_field=prep.slo_field, stops=prep.stops)
         handle.done = asyncio.get_running_loop().create_future()
         self.handles[rid] = handle
-        req = TrackedRequest(state, arrival=now, deadline=now + slo_s, priority=priority, min_threshold=min_threshold)
+        req = TrackedRequest(
+            state, arrival=now, deadline=now + prep.slo_s, priority=prep.priority, min_threshold=prep.min_threshold
+        )
+        handle.request = req
         self.scheduler.handle(RequestArrived(now, req))
         if handle.done.done() and handle.done.exception() is not None:
             raise handle.done.exception()  # refused on arrival: answer at once, before any stream starts
         return handle
 
-    def _tokenize(self, prompt: str) -> list[int]:
-        """The prompt's token ids; a 400 if nothing of it is known to the model.
+    def _tokenize(self, prompt: str, field_: str = "prompt") -> list[int]:
+        """The prompt's token ids; a 400 naming the words the model does not know.
 
         A word-level tokenizer (the embedded model's) maps every word outside its vocabulary
-        to the unknown token: a prompt made only of those would be decoded from nothing but
-        ``[UNK]`` and answered with an empty string, so it is refused, naming the words.
-        Subword tokenizers have no unknown words and never reach that branch.
+        to the unknown token, and a decode from ``[UNK]`` answers garbage: such a prompt is
+        refused, naming the words, rather than answered with them dropped. Subword tokenizers
+        have no unknown words and never reach that branch.
         """
         tok = self.info.tokenizer
         enc = tok(prompt, add_special_tokens=False, return_offsets_mapping=True)
         ids = list(enc["input_ids"])
         if not ids:
-            raise BadRequest("the prompt is empty after tokenisation", "prompt")
+            raise BadRequest("the prompt is empty after tokenisation", field_)
         unk = getattr(tok, "unk_token_id", None)
-        if unk is not None and all(i == unk for i in ids):
-            words = [prompt[a:b] for a, b in enc["offset_mapping"]]
+        if unk is not None and unk in ids:
+            words = list(dict.fromkeys(prompt[a:b] for i, (a, b) in zip(ids, enc["offset_mapping"]) if i == unk))
             shown = ", ".join(repr(w) for w in words[:10]) + (f" and {len(words) - 10} more" if len(words) > 10 else "")
             raise BadRequest(
-                f"every word of the prompt is outside the model's vocabulary ({shown}); "
+                f"the prompt holds {len(words)} word(s) outside the model's vocabulary ({shown}); "
                 f"use words the model knows (e.g. a task prompt like 'list : c a f b')",
-                "prompt",
+                field_,
             )
         return ids
 
-    def _check_context(self, prompt_tokens: int, gen_length: int) -> None:
+    def _check_context(
+        self, prompt_tokens: int, gen_length: int, limit_field: str = "max_tokens", prompt_field: str = "prompt"
+    ) -> None:
         """A 400 naming the field to change when prompt + answer exceed the model's context."""
         limit, bl = self.info.max_context, self.cfg.block_length
         if limit is None or prompt_tokens + gen_length <= limit:
@@ -330,13 +381,13 @@ class ServingRuntime(SchedulerObserver):
             raise BadRequest(
                 f"the prompt has {prompt_tokens} tokens, too many for the model's context of {limit} "
                 f"tokens with room for one {bl}-token block of answer: shorten the prompt",
-                "prompt",
+                prompt_field,
             )
         most = (limit - prompt_tokens) // bl * bl
         raise BadRequest(
-            f"max_tokens rounds up to {gen_length} tokens, but with this {prompt_tokens}-token prompt "
-            f"the model's context of {limit} tokens leaves room for at most {most}: lower max_tokens",
-            "max_tokens",
+            f"{limit_field} rounds up to {gen_length} tokens, but with this {prompt_tokens}-token prompt "
+            f"the model's context of {limit} tokens leaves room for at most {most}: lower {limit_field}",
+            limit_field,
         )
 
     def cancel(self, handle: RequestHandle) -> None:
@@ -367,21 +418,71 @@ class ServingRuntime(SchedulerObserver):
     def on_instance(self, instance_id: str, ready: bool) -> None:
         self._refresh_instances()
 
-    def _stream(self, h: RequestHandle, st: RequestState) -> None:
-        """Queue the text of every block that is now fully committed."""
-        masked = np.flatnonzero(st.response == st.mask_id)
-        upto = st.gen_length if st.finished or masked.size == 0 else int(masked[0]) // st.block_length * st.block_length
-        upto = min(upto, st.answer_limit)  # never past max_tokens
-        if upto <= h.streamed_to:
-            return
-        ids = st.response[h.streamed_to : upto]
+    def _answer_text(self, h: RequestHandle, st: RequestState, upto: int) -> tuple[str, bool]:
+        """The text of the answer's first ``upto`` positions (up to its EOS), cut before the
+        first stop string; True when a stop string cut it."""
+        ids = st.response[:upto]
         eos = np.flatnonzero(ids == st.eos_id)
         if eos.size:
             ids = ids[: eos[0]]
         text = self.info.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
+        cuts = [i for i in (text.find(s) for s in h.stops) if i >= 0]
+        return (text[: min(cuts)], True) if cuts else (text, False)
+
+    def _stream(self, h: RequestHandle, st: RequestState) -> None:
+        """Queue the text of every block that is now fully committed; finish the request at
+        once when that text reaches a stop string."""
+        masked = np.flatnonzero(st.response == st.mask_id)
+        final = st.finished or masked.size == 0
+        upto = st.gen_length if final else int(masked[0]) // st.block_length * st.block_length
+        upto = min(upto, st.answer_limit)  # never past max_tokens
+        if upto <= h.streamed_to:
+            return
         h.streamed_to = upto
-        if text:
-            h.chunks.put_nowait(text)
+        text, stopped = self._answer_text(h, st, upto)
+        # Hold back a tail that may be the start of a stop string the next block completes.
+        hold = 0 if final or stopped or not h.stops else max(len(s) for s in h.stops) - 1
+        visible = text[: max(len(h.emitted), len(text) - hold)]
+        if visible.startswith(h.emitted) and len(visible) > len(h.emitted):
+            h.chunks.put_nowait(visible[len(h.emitted) :])
+            h.emitted = visible
+        if stopped and not final:
+            # The answer ends here: free the request's slot and answer now.
+            self.handles.pop(h.request_id, None)
+            self.loop.call_soon(self.scheduler.cancel, h.request_id, "stop string")
+            self._resolve(h, st, text, "stop", self.backend.clock() - h.arrival)
+
+    def _resolve(
+        self,
+        h: RequestHandle,
+        st: RequestState,
+        text: str,
+        finish_reason: str,
+        latency_s: float,
+        met: bool | None = None,
+    ) -> None:
+        """Answer ``h`` with ``text``: counted, streamed to its end, its future set."""
+        answer = st.answer_ids()
+        tokens = int(answer.size)
+        if text != self.info.tokenizer.decode(answer.tolist(), skip_special_tokens=True):
+            tokens = len(self.info.tokenizer(text, add_special_tokens=False)["input_ids"])  # cut by a stop string
+        met = latency_s <= h.slo_s if met is None else met
+        gen = Generation(
+            request_id=h.request_id,
+            text=text,
+            prompt_tokens=h.prompt_tokens,
+            completion_tokens=tokens,
+            steps=st.steps_done,
+            thresholds=[round(t, 4) for t in st.thresholds_used],
+            latency_s=latency_s,
+            slo_s=h.slo_s,
+            slo_met=met,
+            instances=list(h.instances),
+            finish_reason=finish_reason,
+        )
+        self.metrics.record_finish(met, st.steps_done, latency_s)
+        h.chunks.put_nowait(None)
+        h.done.set_result(gen)
 
     def _on_outcome(self, out: RequestOutcome) -> None:
         h = self.handles.pop(out.request_id, None)
@@ -389,38 +490,52 @@ class ServingRuntime(SchedulerObserver):
             return
         if out.status == "finished":
             st = h.last_state
-            answer = st.answer_ids()
-            gen = Generation(
-                request_id=out.request_id,
-                text=self.info.tokenizer.decode(answer.tolist(), skip_special_tokens=True),
-                prompt_tokens=h.prompt_tokens,
-                completion_tokens=int(answer.size),
-                steps=st.steps_done,
-                thresholds=[round(t, 4) for t in st.thresholds_used],
-                latency_s=out.latency,
-                slo_s=h.slo_s,
-                slo_met=out.met_slo,
-                instances=list(h.instances),
-                finish_reason=st.finish_reason,
-            )
-            self.metrics.record_finish(out.met_slo, st.steps_done, out.latency)
-            h.chunks.put_nowait(None)
-            h.done.set_result(gen)
+            text, stopped = self._answer_text(h, st, st.answer_limit)
+            if len(text) > len(h.emitted) and text.startswith(h.emitted):
+                h.chunks.put_nowait(text[len(h.emitted) :])  # the tail held back for the stop strings
+                h.emitted = text
+            self._resolve(h, st, text, "stop" if stopped else st.finish_reason, out.latency, out.met_slo)
+            return
+        self.metrics.requests.labels(out.status).inc()
+        h.chunks.put_nowait(None)
+        if out.status == "rejected" and out.retry_after_s is not None:
+            err = self._refusal(h, out)
+        elif out.status == "rejected":
+            err = BadRequest(f"request rejected: {out.reason}")
         else:
-            self.metrics.requests.labels(out.status).inc()
-            h.chunks.put_nowait(None)
-            if out.status == "rejected" and out.retry_after_s is not None:
-                # SLO-aware admission: the request is fine, the cluster is too busy for its SLO now.
-                self.metrics.rejected.labels("slo").inc()
-                err = Overloaded(
-                    f"request refused: {out.reason}; retry after {out.retry_after_s:.0f} s, or with a longer slo_ms",
-                    retry_after_s=out.retry_after_s,
-                )
-            elif out.status == "rejected":
-                err = BadRequest(f"request rejected: {out.reason}")
-            else:
-                err = Unavailable(out.reason or out.status)
-            h.done.set_exception(err)
+            err = Unavailable(out.reason or out.status)
+        h.done.set_exception(err)
+
+    def _refusal(self, h: RequestHandle, out: RequestOutcome) -> BadRequest | Overloaded:
+        """SLO-aware admission refused the request. A 400 naming the smallest feasible SLO when
+        even alone on the fastest ready instance it could not make its SLO (a retry cannot
+        help); otherwise a 429: the request is fine, the cluster is too busy for it now."""
+        alone = None
+        if h.request is not None:
+            tps = sorted({int(t) for t in self.scheduler.pool.tp[self.scheduler.pool.active]}) or list(
+                self.cfg.tp_degrees
+            )
+            alone = self.scheduler.controller.fastest_alone_s(h.request, tps)
+        if alone is not None and alone[0] > h.slo_s:
+            seconds, tp = alone
+            self.metrics.rejected.labels("slo_infeasible").inc()
+            need_ms = math.ceil(seconds * 1000)
+            hint = (
+                f"send slo_ms >= {need_ms}"
+                if h.slo_field == "slo_ms"
+                else f"send a deadline at least {need_ms} ms ahead"
+            )
+            return BadRequest(
+                f"{h.slo_field}: an SLO of {h.slo_s * 1000:.0f} ms cannot be met even alone on an idle "
+                f"TP-{tp} instance at the lowest allowed threshold (predicted {seconds * 1000:.0f} ms); {hint}, "
+                "or ask for fewer tokens",
+                h.slo_field,
+            )
+        self.metrics.rejected.labels("slo").inc()
+        return Overloaded(
+            f"request refused: {out.reason}; retry after {out.retry_after_s:.0f} s, or with a longer {h.slo_field}",
+            retry_after_s=out.retry_after_s,
+        )
 
     def _on_instance_failure(self, spec: InstanceSpec, exc: BaseException) -> None:
         """An instance died: its requests are re-queued by the scheduler; start a replacement."""
