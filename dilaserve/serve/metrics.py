@@ -46,6 +46,9 @@ class ServeMetrics:
         self.instance_failures = Counter(
             "dilaserve:instance_failures", "instances that died and were replaced", registry=r
         )
+        self.step_errors = Counter(
+            "dilaserve:step_errors", "requests an instance's engine refused to step (retried)", registry=r
+        )
         self.rejected = Counter(
             "dilaserve:rejected_requests", "requests refused before scheduling", ["reason"], registry=r
         )

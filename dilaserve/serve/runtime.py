@@ -191,6 +191,7 @@ class ServingRuntime(SchedulerObserver):
         )
         self.backend.on_failure = self._on_instance_failure
         self.backend.on_step_time = lambda spec, s: self.metrics.step_latency.labels(str(spec.tp)).observe(s)
+        self.backend.on_step_error = lambda spec, rid, err: self.metrics.step_errors.inc()
         spec = control_plane_spec(cfg, inputs)
         self.scheduler = build_control_plane(
             self.backend, self.policy, spec, predictor, self._on_outcome, observer=self

@@ -114,3 +114,28 @@ def test_live_reconfiguration_two_tp1_to_one_tp2(cluster_server):
     assert info["steps"] == len(info["thresholds"]) >= 1
     metrics = httpx.get(server.url + "/metrics").text
     assert 'dilaserve:instances{tp="2"} 1.0' in metrics and "dilaserve:reconfigurations_total 1.0" in metrics
+
+
+def test_health_is_503_while_no_instance_is_ready(cluster_server):
+    """Every worker killed (between steps, so only the liveness pings can tell): readiness
+    turns 503 with the reason while liveness stays 200, and comes back with the replacements."""
+    server, rt = cluster_server, cluster_server.runtime
+    # whatever the cluster is now (two TP-1 or, after the live reconfiguration, one TP-2)
+    settled = lambda: rt.scheduler.executor is None or rt.scheduler.executor.done  # noqa: E731
+    assert wait_until(lambda: instances(server) and server.on_loop(settled), 180)
+    for victim in list(instances(server)):
+        for handle in server.on_loop(rt.backend.worker_handles, victim):
+            ray.kill(handle, no_restart=True)
+    seen = []
+
+    def unready():
+        r = httpx.get(server.url + "/health", timeout=5)
+        if r.status_code == 503:
+            seen.append((r.json(), httpx.get(server.url + "/health/live", timeout=5).status_code))
+        return bool(seen)
+
+    assert wait_until(unready, 60, 0.01), "readiness stayed 200 with every worker dead"
+    body, live = seen[0]
+    assert body["status"] == "unavailable" and "no instance is ready" in body["reason"] and not body["instances"]
+    assert live == 200
+    assert wait_until(lambda: httpx.get(server.url + "/health", timeout=5).status_code == 200, 240, 0.2)
