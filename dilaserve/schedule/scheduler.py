@@ -11,7 +11,7 @@ talks to the :class:`~dilaserve.cluster.base.Backend` interface.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -43,6 +43,10 @@ from dilaserve.schedule.policies import SchedulerPolicy, get_policy
 from dilaserve.schedule.pool import InstancePool
 
 log = logging.getLogger(__name__)
+
+#: The latest outcomes kept in ``GlobalScheduler.outcomes`` (for tests and inspection): a
+#: long-lived server must not keep every one; ``on_outcome`` sees them all.
+OUTCOME_HISTORY = 10_000
 
 
 class GlobalScheduler:
@@ -93,7 +97,7 @@ class GlobalScheduler:
         self.pool = InstancePool()
         self.requests: dict[str, TrackedRequest] = {}
         self.deferred: list[TrackedRequest] = []
-        self.outcomes: list[RequestOutcome] = []
+        self.outcomes: deque[RequestOutcome] = deque(maxlen=OUTCOME_HISTORY)
         self.executor: PlanExecutor | None = None
         self.now = 0.0
         self.migrations = 0

@@ -141,6 +141,7 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
 
     @app.exception_handler(ServeError)
     async def _serve_error(request: Request, exc: ServeError):
+        runtime.metrics.rejected.labels(exc.reason, str(exc.status)).inc()
         return _error(exc.status, str(exc), exc.type, exc.param, exc.retry_after_s)
 
     @app.exception_handler(Exception)
@@ -191,7 +192,7 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
             body, prepared = await asyncio.to_thread(_parse_and_prepare, raw, cls)
         else:
             body, prepared = _parse_and_prepare(raw, cls)
-        handle = runtime.submit(prepared)
+        handle = await runtime.submit(prepared)
         rid = new_id("chatcmpl" if chat else "cmpl")
         if body.stream:
             return StreamingResponse(_sse(request, handle, rid, chat), media_type="text/event-stream")
@@ -274,7 +275,7 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
                 raise BadRequest('send {"node_counts": [{"TP": COUNT, ...} per node]}, e.g. [{"2": 1}]', "node_counts")
             try:
                 parsed = [{int(tp): int(n) for tp, n in nc.items()} for nc in counts]
-                accepted = reconfigure_to(runtime, parsed)
+                accepted = await asyncio.wrap_future(runtime.core.call(reconfigure_to, runtime, parsed))
             except (TypeError, ValueError) as e:
                 raise BadRequest(str(e), "node_counts") from None
             if not accepted:

@@ -1,12 +1,12 @@
-"""The serving runtime: the global scheduler driving Ray instances on one asyncio loop.
+"""The serving runtime's front end: validation, tokenisation and streaming on the HTTP loop.
 
-Requests enter through :meth:`ServingRuntime.submit`, which validates them and
-posts a ``RequestArrived`` event. Backend events (steps finished, instances
-ready or lost) arrive on the same loop and go straight to the scheduler; the
-runtime is the scheduler's observer (:class:`~dilaserve.schedule.observer.SchedulerObserver`):
-it is told of every step (to stream committed blocks), migration, plan and
-instance change (for metrics), and resolves each request when the scheduler
-reports its outcome. The scheduler itself is the very object the simulator drives.
+Requests enter through :meth:`ServingRuntime.prepare` (checks and tokenisation, which the API
+runs off the event loop for a large body) and :meth:`ServingRuntime.submit`, which hands a
+:class:`~dilaserve.control.request.TrackedRequest` to the engine core
+(:class:`~dilaserve.serve.engine_core.EngineCore`: the scheduler, controller, reconfigurator
+and Ray backend on a thread of their own) and awaits its admission. The core's outputs come
+back in batches on this loop: each step's states (to stream committed blocks) and each
+request's outcome (to resolve it). The scheduler is the very object the simulator drives.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from dilaserve.cluster import ray_local
-from dilaserve.cluster.base import InstanceSpec, StepFinished
+from dilaserve.cluster.base import InstanceSpec
 from dilaserve.cluster.ray_backend import RayBackend, RayBackendConfig
 from dilaserve.control.request import TrackedRequest
 from dilaserve.engine.engine import check_block_length
@@ -31,12 +31,11 @@ from dilaserve.reconfig.config import ClusterConfig
 from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule import GlobalScheduler
 from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_plane
-from dilaserve.schedule.events import ReconfigTick, RequestArrived, RequestOutcome
-from dilaserve.schedule.observer import SchedulerObserver
 from dilaserve.schedule.policies import get_policy
 
 from .config import ServeConfig
 from .control_inputs import ControlInputs, load_control_inputs
+from .engine_core import Admitted, EngineCore, EngineOutput, FinalOutput, StepOutput
 from .errors import BadRequest, Overloaded, Unavailable
 from .metrics import ServeMetrics
 
@@ -121,6 +120,7 @@ class RequestHandle:
     slo_s: float
     arrival: float
     chunks: asyncio.Queue = field(default_factory=asyncio.Queue)
+    admitted: asyncio.Future | None = None
     done: asyncio.Future | None = None
     last_state: RequestState | None = None
     streamed_to: int = 0  # response positions already streamed
@@ -128,10 +128,9 @@ class RequestHandle:
     slo_field: str = "slo_ms"
     stops: tuple[str, ...] = ()
     emitted: str = ""  # answer text already queued to the client
-    request: TrackedRequest | None = None
 
 
-class ServingRuntime(SchedulerObserver):
+class ServingRuntime:
     def __init__(self, cfg: ServeConfig):
         self.cfg = cfg
         policy = get_policy(cfg.policy)  # unknown names fail here, with the list of choices
@@ -142,7 +141,7 @@ class ServingRuntime(SchedulerObserver):
         # a block-diffusion model denoises blocks of the length it was trained on
         check_block_length(self.info.block_length, cfg.block_length)
         self.model_name = cfg.served_model_name or self.info.name
-        self.metrics = ServeMetrics()
+        self.metrics = ServeMetrics(self.model_name)
         self.handles: dict[str, RequestHandle] = {}
         self.accepting = False
         self.started = False
@@ -151,12 +150,19 @@ class ServingRuntime(SchedulerObserver):
         self.predictor_name: str | None = None
         self.profile_name: str | None = None
         self._ids = itertools.count()
-        self._instance_ids = itertools.count()
         self._owns_ray = False
-        self._tick_task: asyncio.Task | None = None
-        self.scheduler: GlobalScheduler | None = None
-        self.backend: RayBackend | None = None
+        self.core: EngineCore | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def scheduler(self) -> GlobalScheduler | None:
+        """The core's scheduler: touch it only on the core's loop (``core.call``)."""
+        return self.core.scheduler if self.core else None
+
+    @property
+    def backend(self) -> RayBackend | None:
+        """The core's backend: touch it only on the core's loop (``core.call``)."""
+        return self.core.backend if self.core else None
 
     # ================================================================ lifecycle
     async def start(self, ready_timeout_s: float | None = None) -> None:
@@ -179,33 +185,41 @@ class ServingRuntime(SchedulerObserver):
         predictor = inputs.oneshot if self.policy.predictor == "oneshot" else inputs.predictor
         self.predictor_name = predictor.name if self.policy.selection != "fixed" else "none (fixed threshold)"
         self.profile_name = inputs.profile.name
-        self.backend = RayBackend(
-            RayBackendConfig(
-                cfg.model,
-                cfg.device,
-                cfg.torch_threads,
-                launch_timeout_s=cfg.startup_timeout_s,
-                # a block-causal cache is exact and cheaper to ship than to rebuild (measured)
-                ship_caches=self.info.block_causal,
-            )
-        )
-        self.backend.on_failure = self._on_instance_failure
-        self.backend.on_step_time = lambda spec, s: self.metrics.step_latency.labels(str(spec.tp)).observe(s)
-        self.backend.on_step_error = lambda spec, rid, err: self.metrics.step_errors.inc()
         spec = control_plane_spec(cfg, inputs)
-        self.scheduler = build_control_plane(
-            self.backend, self.policy, spec, predictor, self._on_outcome, observer=self
+        backend_cfg = RayBackendConfig(
+            cfg.model,
+            cfg.device,
+            cfg.torch_threads,
+            launch_timeout_s=cfg.startup_timeout_s,
+            # a block-causal cache is exact and cheaper to ship than to rebuild (measured)
+            ship_caches=self.info.block_causal,
         )
-        reconfigurator = self.scheduler.reconfigurator
-        self._bind_gauges()
-        self.scheduler.start(self._initial_specs())
+        metrics = self.metrics
+
+        def build(core: EngineCore) -> tuple[RayBackend, GlobalScheduler]:
+            backend = RayBackend(backend_cfg)
+            backend.on_step_time = lambda s_, t: metrics.step_latency.labels(str(s_.tp)).observe(t)
+            backend.on_step_error = lambda s_, rid, err: metrics.step_errors.inc()
+            scheduler = build_control_plane(backend, self.policy, spec, predictor, core.on_outcome, observer=core)
+            # Queue gauges read the scheduler when scraped, so they are never stale.
+            metrics.waiting.set_function(lambda: len(scheduler.deferred))
+            metrics.running.set_function(lambda: scheduler.in_flight - len(scheduler.deferred))
+            return backend, scheduler
+
+        self.core = EngineCore(
+            build,
+            lambda outs: self.loop.call_soon_threadsafe(self._on_outputs, outs),
+            metrics,
+            cfg.reconfig.interval_s if cfg.reconfig is not None else None,
+            cfg.max_batch_tokens,
+            cfg.tp_degrees,
+        )
+        await asyncio.to_thread(self.core.start, self._initial_specs)
         deadline = time.monotonic() + ready_timeout_s
         while not self._ready_instances() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         if not self._ready_instances():
             raise RuntimeError(f"no instance became ready within {ready_timeout_s:.0f}s; see the Ray worker logs")
-        if reconfigurator is not None:
-            self._tick_task = asyncio.get_running_loop().create_task(self._tick_loop())
         self.accepting = self.started = True
         log.info(
             "serving %s with policy %s on %d instance(s)",
@@ -214,28 +228,16 @@ class ServingRuntime(SchedulerObserver):
             len(self._ready_instances()),
         )
 
-    def _spec(self, tp: int, node: int, first_gpu: int) -> InstanceSpec:
-        return InstanceSpec(
-            f"inst-{next(self._instance_ids)}",
-            tp,
-            node,
-            tuple(range(first_gpu, first_gpu + tp)),
-            self.cfg.max_batch_tokens * tp,
-        )
-
-    def _initial_specs(self) -> list[InstanceSpec]:
+    def _initial_specs(self, core: EngineCore) -> list[InstanceSpec]:
         cfg = self.cfg
         return [
-            self._spec(cfg.initial_tp, n, g)
+            core.new_spec(cfg.initial_tp, n, g)
             for n in range(cfg.nodes)
             for g in range(0, cfg.gpus_per_node, cfg.initial_tp)
         ]
 
     def _ready_instances(self) -> list[str]:
-        pool = self.scheduler.pool if self.scheduler else None
-        if pool is None:
-            return []
-        return [pool.ids[s] for s in np.flatnonzero(pool.ready & pool.active)]
+        return list(self.core.snapshot.ready) if self.core else []
 
     def drained(self, deadline: float) -> bool:
         """Whether a drain may stop waiting: nothing in flight, no ready instance left to
@@ -266,16 +268,12 @@ class ServingRuntime(SchedulerObserver):
         while self.handles and self._ready_instances() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for rid, h in list(self.handles.items()):
-            if h.done is not None and not h.done.done():
-                h.done.set_exception(Unavailable("the server is shutting down; retry on another replica"))
-            h.chunks.put_nowait(None)
-            if self.scheduler is not None:
-                self.scheduler.cancel(rid, reason="server shutdown")
+            self._fail(h, Unavailable("the server is shutting down; retry on another replica"))
+            if self.core is not None:
+                self.core.abort(rid, reason="server shutdown")
         self.handles.clear()
-        if self._tick_task is not None:
-            self._tick_task.cancel()
-        if self.backend is not None:
-            await self.backend.shutdown()
+        if self.core is not None:
+            await self.core.shutdown()
         if self._owns_ray:
             ray_local.disconnect(True)
 
@@ -312,16 +310,16 @@ class ServingRuntime(SchedulerObserver):
             ids, gen_length, max_tokens, slo_s, slo_field, body.priority, body.min_threshold, body.stop_strings
         )
 
-    def submit(self, prep: PreparedRequest) -> RequestHandle:
-        """Enqueue one prepared request; raises :class:`ServeError` subclasses."""
+    async def submit(self, prep: PreparedRequest) -> RequestHandle:
+        """Hand one prepared request to the engine core and wait for its admission; raises
+        :class:`ServeError` subclasses (a refusal comes before any stream starts)."""
         self.check_accepting()
-        if self.scheduler.in_flight >= self.cfg.max_queue:
-            self.metrics.rejected.labels("overloaded").inc()
+        if len(self.handles) >= self.cfg.max_queue:
             raise Overloaded(
-                f"{self.scheduler.in_flight} requests in flight (limit --max-queue {self.cfg.max_queue}); retry later",
+                f"{len(self.handles)} requests in flight (limit --max-queue {self.cfg.max_queue}); retry later",
                 retry_after_s=1.0,
             )
-        now = self.backend.clock()
+        now = self.core.backend.clock()  # a monotonic clock: safe from any thread
         rid = f"cmpl-{next(self._ids)}-{int(time.time() * 1000) % 10**8}"
         state = new_request(
             rid,
@@ -336,15 +334,14 @@ class ServingRuntime(SchedulerObserver):
             block_causal=self.info.block_causal,
         )
         handle = RequestHandle(rid, len(prep.ids), prep.slo_s, now, slo_field=prep.slo_field, stops=prep.stops)
-        handle.done = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        handle.admitted, handle.done = loop.create_future(), loop.create_future()
         self.handles[rid] = handle
         req = TrackedRequest(
             state, arrival=now, deadline=now + prep.slo_s, priority=prep.priority, min_threshold=prep.min_threshold
         )
-        handle.request = req
-        self.scheduler.handle(RequestArrived(now, req))
-        if handle.done.done() and handle.done.exception() is not None:
-            raise handle.done.exception()  # refused on arrival: answer at once, before any stream starts
+        self.core.submit(req)
+        await handle.admitted  # a refusal raises here, before any stream starts
         return handle
 
     def _tokenize(self, prompt: str, field_: str = "prompt") -> list[int]:
@@ -394,30 +391,46 @@ class ServingRuntime(SchedulerObserver):
     def cancel(self, handle: RequestHandle) -> None:
         """The client went away: free its slot (its in-flight step is dropped)."""
         if self.handles.pop(handle.request_id, None) is not None:
-            self.scheduler.cancel(handle.request_id)
+            self.core.abort(handle.request_id)
             self.metrics.requests.labels("cancelled").inc()
 
-    # ================================================================ scheduler observer
-    def on_step(self, ev: StepFinished) -> None:
-        for st in ev.states:
-            h = self.handles.get(st.request_id)
-            if h is None:
-                continue
-            h.last_state = st
-            if not h.instances or h.instances[-1] != ev.instance_id:
-                h.instances.append(ev.instance_id)
-            if st.thresholds_used:
-                self.metrics.threshold.observe(st.thresholds_used[-1])
-            self._stream(h, st)
+    # ================================================================ the core's outputs
+    def _on_outputs(self, outputs: list[EngineOutput]) -> None:
+        for out in outputs:
+            if isinstance(out, StepOutput):
+                self._on_step(out)
+            elif isinstance(out, Admitted):
+                h = self.handles.get(out.request_id)
+                if h is not None and not h.admitted.done():
+                    h.admitted.set_result(True)
+                    self.metrics.prompt_tokens.inc(h.prompt_tokens)
+                    self.metrics.prompt_length.observe(h.prompt_tokens)
+            elif isinstance(out, FinalOutput):
+                self._on_outcome(out)
 
-    def on_migration(self, request_id: str, src: str, dst: str) -> None:
-        self.metrics.migrations.inc()
+    def _on_step(self, out: StepOutput) -> None:
+        h = self.handles.get(out.request_id)
+        if h is None:
+            return
+        st = out.state
+        if h.last_state is None:
+            self.metrics.queue_time.observe(max(0.0, self.core.backend.clock() - h.arrival))
+        h.last_state = st
+        if not h.instances or h.instances[-1] != out.instance_id:
+            h.instances.append(out.instance_id)
+        if st.thresholds_used:
+            self.metrics.threshold.observe(st.thresholds_used[-1])
+        self._stream(h, st)
 
-    def on_plan(self, plan) -> None:
-        self.metrics.reconfigurations.inc()
-
-    def on_instance(self, instance_id: str, ready: bool) -> None:
-        self._refresh_instances()
+    def _fail(self, h: RequestHandle, err: Exception) -> None:
+        """End ``h`` with ``err``: before admission the submit raises it, after it the
+        response (or stream) reports it."""
+        h.chunks.put_nowait(None)
+        if not h.admitted.done():
+            h.admitted.set_exception(err)
+            h.done.cancel()
+        elif not h.done.done():
+            h.done.set_exception(err)
 
     def _answer_text(self, h: RequestHandle, st: RequestState, upto: int) -> tuple[str, bool]:
         """The text of the answer's first ``upto`` positions (up to its EOS), cut before the
@@ -444,14 +457,22 @@ class ServingRuntime(SchedulerObserver):
         # Hold back a tail that may be the start of a stop string the next block completes.
         hold = 0 if final or stopped or not h.stops else max(len(s) for s in h.stops) - 1
         visible = text[: max(len(h.emitted), len(text) - hold)]
-        if visible.startswith(h.emitted) and len(visible) > len(h.emitted):
-            h.chunks.put_nowait(visible[len(h.emitted) :])
-            h.emitted = visible
+        self._emit_text(h, visible)
         if stopped and not final:
             # The answer ends here: free the request's slot and answer now.
             self.handles.pop(h.request_id, None)
-            self.loop.call_soon(self.scheduler.cancel, h.request_id, "stop string")
-            self._resolve(h, st, text, "stop", self.backend.clock() - h.arrival)
+            self.core.abort(h.request_id, "stop string")
+            self._resolve(h, st, text, "stop", self.core.backend.clock() - h.arrival)
+
+    def _emit_text(self, h: RequestHandle, text: str) -> None:
+        """Queue what ``text`` (the answer so far) adds to what the client has; the first
+        text of a request is its time to first token."""
+        if not (len(text) > len(h.emitted) and text.startswith(h.emitted)):
+            return
+        if not h.emitted:
+            self.metrics.ttft.observe(max(0.0, self.core.backend.clock() - h.arrival))
+        h.chunks.put_nowait(text[len(h.emitted) :])
+        h.emitted = text
 
     def _resolve(
         self,
@@ -481,45 +502,37 @@ class ServingRuntime(SchedulerObserver):
             instances=list(h.instances),
             finish_reason=finish_reason,
         )
-        self.metrics.record_finish(met, st.steps_done, latency_s)
+        self.metrics.record_finish(met, st.steps_done, latency_s, tokens)
         h.chunks.put_nowait(None)
         h.done.set_result(gen)
 
-    def _on_outcome(self, out: RequestOutcome) -> None:
+    def _on_outcome(self, final: FinalOutput) -> None:
+        out = final.outcome
         h = self.handles.pop(out.request_id, None)
         if h is None:
             return
         if out.status == "finished":
             st = h.last_state
             text, stopped = self._answer_text(h, st, st.answer_limit)
-            if len(text) > len(h.emitted) and text.startswith(h.emitted):
-                h.chunks.put_nowait(text[len(h.emitted) :])  # the tail held back for the stop strings
-                h.emitted = text
+            self._emit_text(h, text)  # the tail held back for the stop strings, if any
             self._resolve(h, st, text, "stop" if stopped else st.finish_reason, out.latency, out.met_slo)
             return
         self.metrics.requests.labels(out.status).inc()
-        h.chunks.put_nowait(None)
         if out.status == "rejected" and out.retry_after_s is not None:
-            err = self._refusal(h, out)
+            err = self._refusal(h, final)
         elif out.status == "rejected":
             err = BadRequest(f"request rejected: {out.reason}")
         else:
             err = Unavailable(out.reason or out.status)
-        h.done.set_exception(err)
+        self._fail(h, err)
 
-    def _refusal(self, h: RequestHandle, out: RequestOutcome) -> BadRequest | Overloaded:
+    def _refusal(self, h: RequestHandle, final: FinalOutput) -> BadRequest | Overloaded:
         """SLO-aware admission refused the request. A 400 naming the smallest feasible SLO when
         even alone on the fastest ready instance it could not make its SLO (a retry cannot
         help); otherwise a 429: the request is fine, the cluster is too busy for it now."""
-        alone = None
-        if h.request is not None:
-            tps = sorted({int(t) for t in self.scheduler.pool.tp[self.scheduler.pool.active]}) or list(
-                self.cfg.tp_degrees
-            )
-            alone = self.scheduler.controller.fastest_alone_s(h.request, tps)
+        out, alone = final.outcome, final.alone
         if alone is not None and alone[0] > h.slo_s:
             seconds, tp = alone
-            self.metrics.rejected.labels("slo_infeasible").inc()
             need_ms = math.ceil(seconds * 1000)
             hint = (
                 f"send slo_ms >= {need_ms}"
@@ -531,39 +544,13 @@ class ServingRuntime(SchedulerObserver):
                 f"TP-{tp} instance at the lowest allowed threshold (predicted {seconds * 1000:.0f} ms); {hint}, "
                 "or ask for fewer tokens",
                 h.slo_field,
+                reason="slo_infeasible",
             )
-        self.metrics.rejected.labels("slo").inc()
         return Overloaded(
             f"request refused: {out.reason}; retry after {out.retry_after_s:.0f} s, or with a longer {h.slo_field}",
             retry_after_s=out.retry_after_s,
+            reason="slo",
         )
-
-    def _on_instance_failure(self, spec: InstanceSpec, exc: BaseException) -> None:
-        """An instance died: its requests are re-queued by the scheduler; start a replacement."""
-        self.metrics.instance_failures.inc()
-        if not self.accepting:
-            return
-        log.warning("replacing failed instance %s (TP-%d) on GPUs %s", spec.instance_id, spec.tp, spec.gpus)
-        replacement = self._spec(spec.tp, spec.node, spec.gpus[0])
-        asyncio.get_running_loop().call_soon(self.scheduler.start, [replacement])
-
-    async def _tick_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.cfg.reconfig.interval_s)
-            self.scheduler.handle(ReconfigTick(self.backend.clock()))
-
-    # ================================================================ metrics
-    def _bind_gauges(self) -> None:
-        """Queue gauges read the scheduler when scraped, so they are never stale."""
-        s = self.scheduler
-        self.metrics.waiting.set_function(lambda: len(s.deferred))
-        self.metrics.running.set_function(lambda: s.in_flight - len(s.deferred))
-
-    def _refresh_instances(self) -> None:
-        pool = self.scheduler.pool
-        ready = np.flatnonzero(pool.ready & pool.active)
-        for tp in self.cfg.tp_degrees:
-            self.metrics.instances.labels(str(tp)).set(int((pool.tp[ready] == tp).sum()))
 
     def status(self) -> dict:
         return {
@@ -572,8 +559,8 @@ class ServingRuntime(SchedulerObserver):
             "predictor": self.predictor_name,
             "profile": self.profile_name,
             "instances": self._ready_instances(),
-            "worker_pids": self.backend.worker_pids() if self.backend else {},
-            "running": self.scheduler.in_flight if self.scheduler else 0,
+            "worker_pids": (self.core.snapshot.worker_pids or {}) if self.core else {},
+            "running": len(self.handles),
             "notes": self.notes,
             # the quality floors a request may ask for (min_threshold) go up to the highest
             "thresholds": sorted(self.cfg.thresholds),
@@ -585,7 +572,8 @@ def reconfigure_to(runtime: ServingRuntime, node_counts: list[dict[int, int]]) -
 
     ``node_counts`` gives, per node, instances per TP degree, e.g. ``[{2: 1}]`` for one
     TP-2 instance on a 2-slot node. Requests in flight migrate off drained instances;
-    none is dropped. Returns False while a previous plan is still executing.
+    none is dropped. Returns False while a previous plan is still executing. Run it on the
+    engine core's loop (``runtime.core.call(reconfigure_to, runtime, counts)``).
     """
     cfg = runtime.cfg
     sched = runtime.scheduler

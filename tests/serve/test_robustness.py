@@ -141,7 +141,7 @@ def test_overload_past_max_queue_gets_429_and_memory_stays_bounded(server):
             for r in rs:
                 if r.status_code == 429:
                     assert int(r.headers["retry-after"]) >= 1 and r.json()["error"]["type"] == "rate_limit_error"
-            assert server.on_loop(lambda: (rt.scheduler.in_flight, len(rt.handles))) == (0, 0)
+            assert (server.on_core(lambda: rt.scheduler.in_flight), server.on_loop(lambda: len(rt.handles))) == (0, 0)
             gc.collect()
             rss.append(proc.memory_info().rss)
     finally:
