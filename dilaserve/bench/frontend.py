@@ -169,6 +169,7 @@ def main(argv=None) -> int:
         "completion_p99_ms_without_big_body": base_p99,
         "completion_p99_extra_ms": round(big_p99 - base_p99, 1) if big_p99 is not None and base_p99 else None,
         "loop_stall_ms_max": round(max(stalls) * 1000, 1) if stalls else None,
+        "loop_stall_worst_at_s": probe.worst[0],
         "loop_stall_ms_p99": round(float(np.percentile(stalls, 99)) * 1000, 1) if stalls else None,
         "big_body_status": big["big_status"][0] if big["big_status"] else None,
         "statuses": {"without_big_body": base["statuses"], "with_big_body": big["statuses"]},

@@ -58,6 +58,9 @@ class StallProbe:
     def __init__(self, loop: asyncio.AbstractEventLoop, every_s: float = 0.005):
         self.every_s = every_s
         self.stalls: list[float] = []
+        #: (seconds since the probe started, stall) of the longest stall seen.
+        self.worst: tuple[float, float] = (0.0, 0.0)
+        self._t0 = time.perf_counter()
         self._stop = False
         self._fut = asyncio.run_coroutine_threadsafe(self._run(), loop)
 
@@ -65,7 +68,10 @@ class StallProbe:
         while not self._stop:
             t0 = time.perf_counter()
             await asyncio.sleep(self.every_s)
-            self.stalls.append(time.perf_counter() - t0 - self.every_s)
+            stall = time.perf_counter() - t0 - self.every_s
+            self.stalls.append(stall)
+            if stall > self.worst[1]:
+                self.worst = (round(t0 - self._t0, 1), stall)
 
     def take(self) -> list[float]:
         out, self.stalls = self.stalls, []
