@@ -16,11 +16,13 @@ SUBCOMMANDS: dict[str, str] = {
     "chaos": "requests in flight while instance workers are killed and the cluster reconfigured",
     "control": "scheduler step handling and reconfiguration ILP solve times",
     "engine": "denoising engine step latency",
+    "frontend": "HTTP front end responsiveness under a slow reconfiguration solve and a huge body",
     "migration": "shipping a block-causal request's cache vs rebuilding it by one prefill",
     "predictor": "remaining-step predictor accuracy and latency",
     "quality": "replay-mode quality estimate vs model-mode graded quality",
     "sim": "simulator throughput",
     "serve": "HTTP serving latency",
+    "soak": "steady load for N minutes: memory growth, lost requests, latency, event-loop stalls",
 }
 
 

@@ -60,6 +60,9 @@ class RayBackendConfig:
     ship_caches: bool = False
     """Ship a migrating request's cache to its destination (a block-causal model's, exact)
     instead of letting the destination rebuild it by a prefill."""
+    liveness_interval_s: float = 1.0
+    """How often a ready instance's workers are pinged. A worker that dies between steps is
+    otherwise noticed only by the next step sent to it, and readiness would report it alive."""
 
 
 @ray.remote(num_cpus=0)
@@ -88,15 +91,15 @@ class InstanceWorker:
     def ready(self) -> int:
         return os.getpid()
 
-    def step(self, payload: list[tuple[bytes, float]]) -> list[bytes]:
+    def step(self, payload: list[tuple[bytes, float]]) -> tuple[list[bytes], list[tuple[str, str]]]:
+        """The states after one step, and ``(request_id, error)`` for each request the engine
+        refused to step. A bad threshold is the control plane's bug, not the client's: the
+        state comes back unchanged (the request is retried, never lost) and the error goes
+        to the server, which logs and counts it."""
         states = [RequestState.from_bytes(blob) for blob, _ in payload]
         results = self.engine.step(states, [thr for _, thr in payload])
-        for st, res in zip(states, results):
-            if res.error:
-                # A bad threshold is the control plane's bug, not the client's: log and
-                # return the state unchanged so the request is retried, never lost.
-                print(f"instance step error for {st.request_id}: {res.error}", flush=True)
-        return [s.to_bytes() for s in states]
+        errors = [(st.request_id, str(res.error)) for st, res in zip(states, results) if res.error]
+        return [s.to_bytes() for s in states], errors
 
     def release(self, request_ids: list[str]) -> None:
         for rid in request_ids:
@@ -160,6 +163,8 @@ class RayBackend(Backend):
         self.on_failure: Callable[[InstanceSpec, BaseException], None] | None = None
         #: Called with (spec, seconds) after every step; for metrics.
         self.on_step_time: Callable[[InstanceSpec, float], None] | None = None
+        #: Called with (spec, request_id, error) for each request an engine refused to step.
+        self.on_step_error: Callable[[InstanceSpec, str, str], None] | None = None
 
     # ------------------------------------------------------------ helpers
     def _spawn(self, coro) -> None:
@@ -226,6 +231,23 @@ class RayBackend(Backend):
         inst.ready, inst.pids = True, tuple(pids)
         log.info("instance %s ready (TP-%d)", inst.spec.instance_id, inst.spec.tp)
         self._emit(InstanceReady(self.clock(), inst.spec.instance_id))
+        if self.config.liveness_interval_s > 0:
+            self._spawn(self._watch(inst))
+
+    async def _watch(self, inst: _Instance) -> None:
+        """Ping the instance's workers until it stops; a dead one fails the instance. A ping
+        waits behind a running step (an actor runs one call at a time): only a death counts,
+        never slowness."""
+        while not inst.dead:
+            await asyncio.sleep(self.config.liveness_interval_s)
+            if inst.dead:
+                return
+            try:
+                await _gather([w.ready.remote() for w in inst.workers])
+            except (RayActorError, RayError) as e:
+                log.error("instance %s died between steps (%s)", inst.spec.instance_id, type(e).__name__)
+                self._fail(inst, e)
+                return
 
     def stop_instance(self, instance_id: str) -> None:
         inst = self._instances.get(instance_id)
@@ -259,7 +281,7 @@ class RayBackend(Backend):
 
     async def _await_step(self, inst: _Instance, refs: list, started: float) -> None:
         try:
-            blobs = (await _gather(refs))[0]
+            blobs, errors = (await _gather(refs))[0]
         except (RayActorError, RayError) as e:
             log.error(
                 "instance %s died during a step (%s): its requests resume elsewhere from their last state",
@@ -272,6 +294,10 @@ class RayBackend(Backend):
             return
         if self.on_step_time is not None:
             self.on_step_time(inst.spec, time.perf_counter() - started)
+        for rid, err in errors:
+            log.error("instance %s could not step %s: %s", inst.spec.instance_id, rid, err)
+            if self.on_step_error is not None:
+                self.on_step_error(inst.spec, rid, err)
         states = tuple(RequestState.from_bytes(b) for b in blobs)
         self._emit(StepFinished(self.clock(), inst.spec.instance_id, states))
 

@@ -7,17 +7,54 @@ blocks: killing actors, removing placement groups, and ``ray.shutdown()`` itself
 core worker gives up after 60 s with "Failed to connect to GCS ... The program will
 terminate". :func:`cluster_alive` lets shutdown see that the cluster is already gone and
 skip what cannot succeed; :func:`disconnect` then frees what is left without waiting on it.
+
+A local cluster binds loopback only (:func:`loopback_only`): a Ray GCS anyone can reach runs
+anyone's code on the host. Ray takes a node's address to be a remotely reachable one, even
+when told 127.0.0.1, and its GCS and raylet then listen on every interface; only where Ray
+runs single-node by design (macOS, Windows: ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` off) does
+it keep the node on loopback, and the GCS and raylet then listen on 127.0.0.1 alone.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import os
 
 log = logging.getLogger(__name__)
+
+#: Ray's switch for a multi-node-capable node address (on by default on Linux).
+_CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is a loopback address."""
+    if host == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+def loopback_only() -> None:
+    """Make the local cluster this process starts bind 127.0.0.1 for every port (GCS, raylet,
+    object manager, agents, workers): Ray's single-node mode, for this process and the Ray
+    processes it spawns."""
+    os.environ[_CLUSTER_ENV] = "0"
+    from ray._private import ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False  # read when Ray picks the node address
 
 
 def connect(address: str | None, num_cpus: int | None) -> bool:
     """Join ``address`` or start a local cluster with ``num_cpus`` CPUs; True if this call started Ray.
+
+    A local cluster is one node and binds loopback only, whatever ``--host`` the HTTP server
+    listens on: nothing outside this host has any business with it. A cluster of several
+    nodes is started by the operator (``ray start``) and joined with ``address``.
 
     Call it before the HTTP server installs its signal handlers: Ray's core worker installs
     its own SIGTERM handler, which would otherwise pre-empt the graceful drain.
@@ -29,6 +66,7 @@ def connect(address: str | None, num_cpus: int | None) -> bool:
     if address:
         ray.init(address=address, log_to_driver=False)
     else:
+        loopback_only()
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     return True
 

@@ -371,6 +371,20 @@ class ThresholdController:
         lp_recompute = self.profile.latency(tp, inst_tokens, StepKind.RECOMPUTE)
         return partial(_remaining_s, req, st.recompute_left_lower_bound, True, lp_cache, lp_recompute, extra)
 
+    def fastest_alone_s(self, req: TrackedRequest, tp_degrees: Sequence[int]) -> tuple[float, int] | None:
+        """``(seconds, tp)``: the predicted remaining time of ``req`` (already :meth:`admit`-ted)
+        alone on an idle instance of the fastest of ``tp_degrees``, at its lowest allowed
+        threshold. An SLO shorter than that cannot be met whatever the load; the server
+        refuses it with this figure instead of asking the client to retry. None without a
+        predictor (fixed thresholds predict nothing)."""
+        if not self.slo_aware or req.steps_pred is None:
+            return None
+        lowest = int(np.argmax(req.allowed))
+        times = [
+            (self._remaining_fn(req, tp, float(req.tokens), 1)(lowest), tp) for tp in tp_degrees if self.profile.has(tp)
+        ]
+        return min(times) if times else None
+
     def threshold(self, req: TrackedRequest) -> float:
         return float(self.thresholds[req.threshold_index])
 

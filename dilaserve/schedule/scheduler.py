@@ -11,7 +11,7 @@ talks to the :class:`~dilaserve.cluster.base.Backend` interface.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -44,6 +44,10 @@ from dilaserve.schedule.pool import InstancePool
 from dilaserve.schedule.tuner import OperatingPointTuner
 
 log = logging.getLogger(__name__)
+
+#: The latest outcomes kept in ``GlobalScheduler.outcomes`` (for tests and inspection): a
+#: long-lived server must not keep every one; ``on_outcome`` sees them all.
+OUTCOME_HISTORY = 10_000
 
 
 class GlobalScheduler:
@@ -94,7 +98,7 @@ class GlobalScheduler:
         self.pool = InstancePool()
         self.requests: dict[str, TrackedRequest] = {}
         self.deferred: list[TrackedRequest] = []
-        self.outcomes: list[RequestOutcome] = []
+        self.outcomes: deque[RequestOutcome] = deque(maxlen=OUTCOME_HISTORY)
         self.executor: PlanExecutor | None = None
         self.now = 0.0
         self.migrations = 0

@@ -26,6 +26,7 @@ def main(argv=None) -> int:
     from dilaserve.cluster import ray_local
 
     from .api import build_app
+    from .drain import DrainingServer
     from .runtime import ServingRuntime, connect_ray
 
     try:
@@ -35,14 +36,16 @@ def main(argv=None) -> int:
         return 2
     started_ray = connect_ray(cfg)
     try:
-        # uvicorn turns SIGINT/SIGTERM into a graceful shutdown: the lifespan drains the runtime.
-        uvicorn.run(
+        # SIGINT/SIGTERM: new requests get 503 while in-flight ones finish, then the lifespan
+        # frees the cluster (DrainingServer).
+        config = uvicorn.Config(
             build_app(runtime),
             host=cfg.host,
             port=cfg.port,
             log_level=cfg.log_level,
             timeout_graceful_shutdown=int(cfg.drain_timeout_s) + 5,
         )
+        DrainingServer(config, runtime).run()
     finally:
         if not ray_local.disconnect(started_ray):
             # Ray's exit hook would wait a minute on the dead GCS, then print an error: skip it.

@@ -22,14 +22,65 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .errors import BadRequest, ServeError
-from .protocol import ChatCompletionRequest, CompletionRequest, DecodeInfo, Usage, error_body, new_id, now
+from .errors import BadRequest, PayloadTooLarge, ServeError
+from .protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    DecodeInfo,
+    Usage,
+    error_body,
+    new_id,
+    now,
+    parse_request,
+)
 from .runtime import Generation, RequestHandle, ServingRuntime, reconfigure_to
 
 log = logging.getLogger(__name__)
 
 #: Set to 1 to serve ``POST /admin/reconfigure``.
 ADMIN_ENV = "DILASERVE_ADMIN_API"
+
+#: Bodies larger than this are parsed and tokenised off the event loop: a 1 MiB prompt takes
+#: tens of milliseconds to read, and every other request and /health would wait that long.
+OFF_LOOP_BYTES = 64 * 1024
+
+#: A body over the limit is still read (and dropped) up to this many times the limit, so the
+#: client, which sends the whole body before it reads the answer, gets the 413 and not a
+#: broken pipe; past that the connection is closed.
+DRAIN_FACTOR = 64
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, or a 413 once it is known to exceed ``limit`` bytes (by its
+    Content-Length, or while a chunked body arrives)."""
+    declared = request.headers.get("content-length")
+    too_large = PayloadTooLarge(
+        f"the request body is over the limit of {limit} bytes (--max-request-bytes): send a shorter prompt",
+    )
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        if int(declared) <= limit * DRAIN_FACTOR:
+            async for _ in request.stream():
+                pass
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _body_schema(cls) -> dict:
+    """The OpenAPI request body of an endpoint that parses its own body (see :func:`build_app`)."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": cls.model_json_schema(ref_template="#/components/schemas/{model}")}
+            },
+        }
+    }
 
 
 def _error(
@@ -90,6 +141,7 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
 
     @app.exception_handler(ServeError)
     async def _serve_error(request: Request, exc: ServeError):
+        runtime.metrics.rejected.labels(exc.reason, str(exc.status)).inc()
         return _error(exc.status, str(exc), exc.type, exc.param, exc.retry_after_s)
 
     @app.exception_handler(Exception)
@@ -99,9 +151,16 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
 
     @app.get("/health")
     async def health():
-        if not runtime.started or not runtime.accepting:
-            return JSONResponse({"status": "unavailable"}, status_code=503)
+        """Readiness: 200 while the server takes requests and an instance is ready to run them."""
+        reason = runtime.not_ready_reason()
+        if reason is not None:
+            return JSONResponse({"status": "unavailable", "reason": reason, **runtime.status()}, status_code=503)
         return {"status": "ok", **runtime.status()}
+
+    @app.get("/health/live")
+    async def live():
+        """Liveness: 200 while the process and its event loop run, ready or not."""
+        return {"status": "alive"}
 
     @app.get("/metrics")
     async def metrics():
@@ -120,11 +179,20 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
                 f"unknown model {name!r}; this server serves {runtime.model_name!r} (see /v1/models)", "model"
             )
 
-    async def _run(request: Request, body: CompletionRequest | ChatCompletionRequest, chat: bool):
+    def _parse_and_prepare(raw: bytes, cls):
+        body = parse_request(raw, cls)
         _check_model(body.model)
-        handle = runtime.submit(
-            body.prompt, body.max_tokens, body.slo_ms, body.deadline, body.priority, body.min_threshold
-        )
+        return body, runtime.prepare(body)
+
+    async def _run(request: Request, chat: bool):
+        runtime.check_accepting()
+        raw = await read_body(request, runtime.cfg.max_request_bytes)
+        cls = ChatCompletionRequest if chat else CompletionRequest
+        if len(raw) > OFF_LOOP_BYTES:
+            body, prepared = await asyncio.to_thread(_parse_and_prepare, raw, cls)
+        else:
+            body, prepared = _parse_and_prepare(raw, cls)
+        handle = await runtime.submit(prepared)
         rid = new_id("chatcmpl" if chat else "cmpl")
         if body.stream:
             return StreamingResponse(_sse(request, handle, rid, chat), media_type="text/event-stream")
@@ -178,13 +246,11 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
         try:
             if chat:
                 yield chunk(None, extra=None).replace(b'"delta": {}', b'"delta": {"role": "assistant"}')
-            first = True
             while True:
                 piece = await handle.chunks.get()
                 if piece is None:
                     break
-                yield chunk(("" if first else " ") + piece)
-                first = False
+                yield chunk(piece)
             try:
                 gen = await handle.done
             except ServeError as e:
@@ -199,25 +265,46 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
     if os.environ.get(ADMIN_ENV) == "1":
 
         @app.post("/admin/reconfigure")
-        async def admin_reconfigure(body: dict):
-            counts = body.get("node_counts")
+        async def admin_reconfigure(request: Request):
+            try:
+                body = json.loads(await read_body(request, runtime.cfg.max_request_bytes))
+            except ValueError:
+                raise BadRequest("the request body is not valid JSON") from None
+            counts = body.get("node_counts") if isinstance(body, dict) else None
             if not isinstance(counts, list) or not all(isinstance(nc, dict) for nc in counts):
                 raise BadRequest('send {"node_counts": [{"TP": COUNT, ...} per node]}, e.g. [{"2": 1}]', "node_counts")
             try:
                 parsed = [{int(tp): int(n) for tp, n in nc.items()} for nc in counts]
-                accepted = reconfigure_to(runtime, parsed)
+                accepted = await asyncio.wrap_future(runtime.core.call(reconfigure_to, runtime, parsed))
             except (TypeError, ValueError) as e:
                 raise BadRequest(str(e), "node_counts") from None
             if not accepted:
                 return _error(409, "a reconfiguration is still executing; retry when it is done", "conflict")
             return {"accepted": True, "node_counts": counts}
 
-    @app.post("/v1/completions")
-    async def completions(request: Request, body: CompletionRequest):
-        return await _run(request, body, chat=False)
+    # The two endpoints read their own body (size limit, parsing off the loop when large), so
+    # FastAPI is told their schemas; the schemas' shared definitions go to the components.
+    @app.post("/v1/completions", openapi_extra=_body_schema(CompletionRequest))
+    async def completions(request: Request):
+        return await _run(request, chat=False)
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request, body: ChatCompletionRequest):
-        return await _run(request, body, chat=True)
+    @app.post("/v1/chat/completions", openapi_extra=_body_schema(ChatCompletionRequest))
+    async def chat_completions(request: Request):
+        return await _run(request, chat=True)
 
+    default_openapi = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = default_openapi()
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for cls in (CompletionRequest, ChatCompletionRequest):
+                full = cls.model_json_schema(ref_template="#/components/schemas/{model}")
+                components.update(full.pop("$defs", {}))
+            for path in ("/v1/completions", "/v1/chat/completions"):
+                body = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+                body.pop("$defs", None)
+        return app.openapi_schema
+
+    app.openapi = openapi
     return app

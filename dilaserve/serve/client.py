@@ -84,9 +84,12 @@ def health(url: str, timeout_s: float = 5.0) -> dict | None:
     return r.json() if r.status_code == 200 else None
 
 
-def fetch_metrics(url: str, prefix: str = "dilaserve:") -> dict[str, float]:
+def fetch_metrics(
+    url: str, prefix: str = "dilaserve:", drop_labels: tuple[str, ...] = ("model_name",)
+) -> dict[str, float]:
     """Scrape ``/metrics``: every sample whose name starts with ``prefix``, keyed by name
-    plus labels (``dilaserve:instances{tp="1"}``)."""
+    plus labels (``dilaserve:instances{tp="1"}``), less ``drop_labels`` (one server serves
+    one model: its ``model_name`` label tells nothing apart here)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     text = httpx.get(url + "/metrics", timeout=5).text
@@ -95,6 +98,6 @@ def fetch_metrics(url: str, prefix: str = "dilaserve:") -> dict[str, float]:
         for s in family.samples:
             if not s.name.startswith(prefix):
                 continue
-            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()) if k not in drop_labels)
             out[s.name + (f"{{{labels}}}" if labels else "")] = float(s.value)
     return out

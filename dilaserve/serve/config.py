@@ -51,6 +51,9 @@ class ServeConfig:
     )
     max_batch_tokens: int = option(4096, "tokens one instance may hold in its batch")
     max_queue: int = option(256, "requests in flight (running + waiting) before new ones get HTTP 429")
+    max_request_bytes: int = option(
+        2**20, "largest request body accepted (bytes); a larger one gets HTTP 413 without being parsed"
+    )
     default_max_tokens: int = option(64, "generation length when a request sends no max_tokens")
     block_length: int = option(32, "denoising block length")
     artifacts: str = option("data/artifacts", "folder with the pipeline's predictor and latency profiles")
@@ -98,6 +101,8 @@ class ServeConfig:
             raise ValueError(f"--default-slo-ms {self.default_slo_ms} must be positive milliseconds, e.g. 20000")
         if self.default_max_tokens < 1 or self.block_length < 1:
             raise ValueError("--default-max-tokens and --block-length must be positive")
+        if self.max_request_bytes < 1024:
+            raise ValueError(f"--max-request-bytes {self.max_request_bytes}: allow at least 1024 (default 1 MiB)")
         if self.max_queue < 1:
             raise ValueError(f"--max-queue {self.max_queue}: allow at least 1 request in flight (default 256)")
 

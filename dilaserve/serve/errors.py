@@ -14,26 +14,38 @@ class ServeError(Exception):
 
     status = 500
     type = "server_error"
+    #: Why it was refused, for ``dilaserve:rejected_requests_total{reason}``.
+    reason = "error"
 
-    def __init__(self, message: str, param: str | None = None, retry_after_s: float | None = None):
+    def __init__(
+        self, message: str, param: str | None = None, retry_after_s: float | None = None, reason: str | None = None
+    ):
         super().__init__(message)
         self.param = param
         self.retry_after_s = retry_after_s
+        if reason is not None:
+            self.reason = reason
 
 
 class BadRequest(ServeError):
     """The request itself is wrong; resending it unchanged fails again."""
 
-    status, type = 400, "invalid_request_error"
+    status, type, reason = 400, "invalid_request_error", "invalid_request"
 
 
 class Overloaded(ServeError):
     """The request is fine but the server is too busy now; retry after ``retry_after_s``."""
 
-    status, type = 429, "rate_limit_error"
+    status, type, reason = 429, "rate_limit_error", "overloaded"
 
 
 class Unavailable(ServeError):
     """The server cannot serve now (starting up, shutting down, no instance)."""
 
-    status, type = 503, "service_unavailable"
+    status, type, reason = 503, "service_unavailable", "unavailable"
+
+
+class PayloadTooLarge(ServeError):
+    """The request body is over ``--max-request-bytes``; a smaller one may be served."""
+
+    status, type, reason = 413, "invalid_request_error", "too_large"

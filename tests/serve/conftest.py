@@ -5,10 +5,12 @@ from tests.serve.server import LiveServer
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """One small local Ray cluster for the whole test session."""
+    """One small local Ray cluster for the whole test session, on loopback as the server's own."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from dilaserve.cluster import ray_local
+
+    ray_local.connect(None, 2)
     yield
     ray.shutdown()
 

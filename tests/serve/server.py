@@ -45,12 +45,17 @@ class LiveServer:
         raise TimeoutError("server did not become healthy")
 
     def on_loop(self, fn, *args):
-        """Run ``fn(*args)`` on the server's event loop and return its result."""
+        """Run ``fn(*args)`` on the server's HTTP event loop (the front end: its request
+        handles) and return its result."""
 
         async def call():
             return fn(*args)
 
         return asyncio.run_coroutine_threadsafe(call(), self.runtime.loop).result(timeout=30)
+
+    def on_core(self, fn, *args):
+        """Run ``fn(*args)`` on the engine core's loop (the scheduler, its pool, the backend)."""
+        return self.runtime.core.call(fn, *args).result(timeout=30)
 
     def stop(self) -> None:
         self.server.should_exit = True

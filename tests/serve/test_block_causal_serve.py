@@ -43,12 +43,8 @@ def test_a_block_causal_request_migrates_mid_answer_with_its_cache_and_decodes_a
         assert wait_until(stepped, 120)
         (handle,) = server.on_loop(lambda: list(rt.handles.values()))
         # drain the request's instance: its next step moves it to the other one
-        server.on_loop(
-            lambda: [
-                rt.scheduler.pool.set_draining(rt.scheduler.pool.ids.index(h.instances[-1]))
-                for h in rt.handles.values()
-            ]
-        )
+        last = handle.instances[-1]
+        server.on_core(lambda: rt.scheduler.pool.set_draining(rt.scheduler.pool.ids.index(last)))
         thread.join(timeout=300)
         r = out["r"]
         assert r.status_code == 200, r.text

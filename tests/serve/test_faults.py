@@ -8,6 +8,7 @@ import httpx
 import pytest
 import ray
 
+from dilaserve.serve.client import fetch_metrics
 from dilaserve.serve.runtime import reconfigure_to
 from tests.serve.server import LiveServer
 
@@ -58,7 +59,7 @@ def wait_until(fn, timeout_s=120, every=0.05):
 
 def instances(server):
     rt = server.runtime
-    return server.on_loop(
+    return server.on_core(
         lambda: {
             rt.scheduler.pool.ids[s]: (int(rt.scheduler.pool.tp[s]), len(rt.scheduler.pool.members[s]))
             for s in range(len(rt.scheduler.pool.ids))
@@ -82,7 +83,7 @@ def test_killed_instance_actor_loses_no_request(cluster_server):
     # the instance that has already stepped the most of them
     stepped_on = server.on_loop(lambda: [h.instances[-1] for h in rt.handles.values() if h.instances])
     victim = max(set(stepped_on), key=stepped_on.count)
-    for handle in server.on_loop(rt.backend.worker_handles, victim):
+    for handle in server.on_core(rt.backend.worker_handles, victim):
         ray.kill(handle, no_restart=True)
     thread.join(timeout=400)
     assert [r.status_code for r in results] == [200] * 6, [r.text for r in results if r.status_code != 200]
@@ -93,15 +94,18 @@ def test_killed_instance_actor_loses_no_request(cluster_server):
     assert all(i["steps"] == len(i["thresholds"]) >= 1 for i in infos)
     assert victim not in instances(server)
     assert wait_until(lambda: len(instances(server)) == 2, 120), "a replacement instance starts"
-    assert "dilaserve:instance_failures_total 1.0" in httpx.get(server.url + "/metrics").text
+    metrics = fetch_metrics(server.url)
+    assert metrics["dilaserve:instance_failures_total"] == 1
+    # the requests re-queued from the dead instance are counted as resumed
+    assert metrics["dilaserve:resumed_requests_total"] >= len(resumed)
 
 
 def test_live_reconfiguration_two_tp1_to_one_tp2(cluster_server):
     server, rt = cluster_server, cluster_server.runtime
     assert sorted(tp for tp, _ in instances(server).values()) == [1, 1]
     thread, results = send_many(server, 4)
-    assert wait_until(lambda: server.on_loop(lambda: rt.scheduler.in_flight) == 4)
-    assert server.on_loop(reconfigure_to, rt, [{2: 1}])
+    assert wait_until(lambda: server.on_core(lambda: rt.scheduler.in_flight) == 4)
+    assert server.on_core(reconfigure_to, rt, [{2: 1}])
     thread.join(timeout=500)
     assert [r.status_code for r in results] == [200] * 4, [r.text for r in results if r.status_code != 200]
     assert wait_until(lambda: sorted(tp for tp, _ in instances(server).values()) == [2], 180)
@@ -112,5 +116,30 @@ def test_live_reconfiguration_two_tp1_to_one_tp2(cluster_server):
     assert r.status_code == 200 and r.json()["dilaserve"]["instances"] == list(instances(server))
     info = r.json()["dilaserve"]
     assert info["steps"] == len(info["thresholds"]) >= 1
-    metrics = httpx.get(server.url + "/metrics").text
-    assert 'dilaserve:instances{tp="2"} 1.0' in metrics and "dilaserve:reconfigurations_total 1.0" in metrics
+    metrics = fetch_metrics(server.url)
+    assert metrics['dilaserve:instances{tp="2"}'] == 1 and metrics["dilaserve:reconfigurations_total"] == 1
+
+
+def test_health_is_503_while_no_instance_is_ready(cluster_server):
+    """Every worker killed (between steps, so only the liveness pings can tell): readiness
+    turns 503 with the reason while liveness stays 200, and comes back with the replacements."""
+    server, rt = cluster_server, cluster_server.runtime
+    # whatever the cluster is now (two TP-1 or, after the live reconfiguration, one TP-2)
+    settled = lambda: rt.scheduler.executor is None or rt.scheduler.executor.done  # noqa: E731
+    assert wait_until(lambda: instances(server) and server.on_core(settled), 180)
+    for victim in list(instances(server)):
+        for handle in server.on_core(rt.backend.worker_handles, victim):
+            ray.kill(handle, no_restart=True)
+    seen = []
+
+    def unready():
+        r = httpx.get(server.url + "/health", timeout=5)
+        if r.status_code == 503:
+            seen.append((r.json(), httpx.get(server.url + "/health/live", timeout=5).status_code))
+        return bool(seen)
+
+    assert wait_until(unready, 60, 0.01), "readiness stayed 200 with every worker dead"
+    body, live = seen[0]
+    assert body["status"] == "unavailable" and "no instance is ready" in body["reason"] and not body["instances"]
+    assert live == 200
+    assert wait_until(lambda: httpx.get(server.url + "/health", timeout=5).status_code == 200, 240, 0.2)

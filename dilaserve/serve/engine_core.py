@@ -1,0 +1,289 @@
+"""The engine core: the control plane and the instances' backend on their own thread.
+
+The scheduler, threshold controller, reconfigurator and :class:`RayBackend` run on an asyncio
+loop of their own, in a thread named ``engine-core`` (vLLM V1's ``EngineCore`` is the model).
+The HTTP front end (:mod:`dilaserve.serve.runtime`, on uvicorn's loop) only validates,
+tokenises and streams; it reaches the core through a typed interface:
+
+- :meth:`EngineCore.submit` a :class:`~dilaserve.control.request.TrackedRequest`,
+- :meth:`EngineCore.abort` one by id,
+- a stream of :data:`EngineOutput` back, delivered to the front end's ``sink`` in batches
+  (one per scheduler event): :class:`Admitted`, :class:`StepOutput` and :class:`FinalOutput`.
+
+The scheduler's observer hooks and its outcome callback are one channel here: both become
+outputs. A reconfiguration solve, a LightGBM refresh or load control now hold up the core's
+loop only: ``/health`` and the streams of committed text keep flowing. Both threads share the
+GIL, so pure-Python work in the core still takes turns with the front end, in slices of
+:func:`sys.getswitchinterval` (5 ms), not in one block.
+
+Failed instances are replaced here too (``on_failure``), on the loop that owns them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dilaserve.cluster.base import InstanceSpec, StepFinished
+from dilaserve.cluster.ray_backend import RayBackend
+from dilaserve.control.request import TrackedRequest
+from dilaserve.engine.state import RequestState
+from dilaserve.schedule import GlobalScheduler
+from dilaserve.schedule.events import ReconfigTick, RequestArrived, RequestOutcome
+from dilaserve.schedule.observer import SchedulerObserver
+
+from .metrics import ServeMetrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """The scheduler took the request (it runs or waits for room)."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """A step of the request finished on ``instance_id``; ``state`` is its state after it."""
+
+    request_id: str
+    instance_id: str
+    state: RequestState
+
+
+@dataclass(frozen=True)
+class FinalOutput:
+    """The request's outcome (finished, rejected, cancelled, failed). For a request refused
+    by SLO-aware admission, ``alone`` is ``(seconds, tp)``: its predicted time alone on an
+    idle instance of the fastest ready TP degree (``ThresholdController.fastest_alone_s``)."""
+
+    outcome: RequestOutcome
+    alone: tuple[float, int] | None = None
+
+
+EngineOutput = Admitted | StepOutput | FinalOutput
+OutputSink = Callable[[list[EngineOutput]], None]
+
+
+@dataclass(frozen=True)
+class CoreSnapshot:
+    """What the front end may read without asking the core (replaced whole, never mutated)."""
+
+    ready: tuple[str, ...] = ()
+    ready_tp: tuple[int, ...] = ()
+    worker_pids: dict | None = None
+
+
+class EngineCore(SchedulerObserver):
+    """Args:
+    build: called on the core's thread with the core; returns the backend and the scheduler
+        (built there because the backend binds to the loop it is created on). The scheduler
+        must take ``core`` as its observer and ``core.on_outcome`` as its outcome callback.
+    sink: receives every batch of outputs, on the core's thread: it must hand them over to
+        its own loop (``call_soon_threadsafe``) and return.
+    metrics: the server's metrics (thread-safe), for what only the core sees.
+    reconfig_interval_s: seconds between reconfiguration ticks (None: no ticks).
+    max_batch_tokens: per TP rank, for the specs of replacement instances.
+    tp_degrees: the TP degrees the cluster may run (one ``dilaserve:instances`` series each).
+    """
+
+    def __init__(
+        self,
+        build: Callable[[EngineCore], tuple[RayBackend, GlobalScheduler]],
+        sink: OutputSink,
+        metrics: ServeMetrics,
+        reconfig_interval_s: float | None,
+        max_batch_tokens: int,
+        tp_degrees: Sequence[int] = (1,),
+    ):
+        self.tp_degrees = tuple(tp_degrees)
+        self._build = build
+        self._sink = sink
+        self.metrics = metrics
+        self.reconfig_interval_s = reconfig_interval_s
+        self.max_batch_tokens = max_batch_tokens
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.backend: RayBackend | None = None
+        self.scheduler: GlobalScheduler | None = None
+        self.snapshot = CoreSnapshot()
+        self.accepting_replacements = True
+        self._thread: threading.Thread | None = None
+        self._requests: dict[str, TrackedRequest] = {}
+        self._instance_ids = itertools.count()
+        self._tick_task: asyncio.Task | None = None
+        self._pending: list[EngineOutput] = []
+        self._flush_scheduled = False
+
+    # ================================================================ lifecycle
+    def start(self, specs: Callable[[EngineCore], Sequence[InstanceSpec]], timeout_s: float = 60.0) -> None:
+        """Start the core's thread, build the control plane there and launch ``specs(core)``."""
+        built = concurrent.futures.Future()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self.loop = loop
+            try:
+                loop.run_until_complete(self._boot(specs))
+            except BaseException as e:  # noqa: BLE001  reported to start()
+                built.set_exception(e)
+                loop.close()
+                return
+            built.set_result(None)
+            try:
+                loop.run_forever()
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="engine-core", daemon=True)
+        self._thread.start()
+        built.result(timeout=timeout_s)
+
+    async def _boot(self, specs) -> None:
+        self.backend, self.scheduler = self._build(self)
+        self.backend.on_failure = self._on_instance_failure
+        self.scheduler.start(specs(self))
+        if self.reconfig_interval_s and self.scheduler.reconfigurator is not None:
+            self._tick_task = asyncio.get_running_loop().create_task(self._tick_loop())
+
+    async def shutdown(self) -> None:
+        """Stop ticking, free every instance, stop the core's loop and thread (awaited from
+        the front end's loop)."""
+        if self.loop is None or self.loop.is_closed():
+            return
+        self.accepting_replacements = False
+        fut = asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop)
+        try:
+            await asyncio.wrap_future(fut)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            if self._thread is not None:
+                await asyncio.to_thread(self._thread.join, 10)
+
+    async def _shutdown(self) -> None:
+        if self._tick_task is not None:
+            self._tick_task.cancel()
+        if self.backend is not None:
+            await self.backend.shutdown()
+
+    # ================================================================ interface (any thread)
+    def submit(self, req: TrackedRequest) -> None:
+        """Hand a new request to the scheduler; an :class:`Admitted` or a :class:`FinalOutput`
+        (refused) follows."""
+        self.loop.call_soon_threadsafe(self._arrive, req)
+
+    def abort(self, request_id: str, reason: str = "cancelled by the client") -> None:
+        """Withdraw a request (its client left, a stop string ended it, shutdown)."""
+        self.loop.call_soon_threadsafe(self._abort, request_id, reason)
+
+    def call(self, fn: Callable, *args) -> concurrent.futures.Future:
+        """Run ``fn(*args)`` on the core's loop (operator actions, tests); its result or error
+        comes back in the future."""
+        fut = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001  handed to the caller
+                fut.set_exception(e)
+
+        self.loop.call_soon_threadsafe(run)
+        return fut
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._requests)
+
+    def new_spec(self, tp: int, node: int, first_gpu: int) -> InstanceSpec:
+        return InstanceSpec(
+            f"inst-{next(self._instance_ids)}",
+            tp,
+            node,
+            tuple(range(first_gpu, first_gpu + tp)),
+            self.max_batch_tokens * tp,
+        )
+
+    # ================================================================ on the core's loop
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._pending:
+            batch, self._pending = self._pending, []
+            self._sink(batch)
+
+    def _arrive(self, req: TrackedRequest) -> None:
+        rid = req.request_id
+        self._requests[rid] = req
+        self.scheduler.handle(RequestArrived(req.arrival, req))
+        if rid in self.scheduler.requests:
+            self._pending.append(Admitted(rid))
+        self._flush()
+
+    def _abort(self, request_id: str, reason: str) -> None:
+        self.scheduler.cancel(request_id, reason)
+        self._requests.pop(request_id, None)
+        self._flush()
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.reconfig_interval_s)
+            self.scheduler.handle(ReconfigTick(self.backend.clock()))
+            self._flush()
+
+    def _on_instance_failure(self, spec: InstanceSpec, exc: BaseException) -> None:
+        """An instance died: the scheduler re-queues its requests; start a replacement."""
+        self.metrics.instance_failures.inc()
+        slot = self.scheduler.pool.slot_of.get(spec.instance_id)
+        if slot is not None:  # its requests are re-queued and resume from their last state
+            self.metrics.resumed.inc(len(self.scheduler.pool.members[slot]))
+        if not self.accepting_replacements:
+            return
+        log.warning("replacing failed instance %s (TP-%d) on GPUs %s", spec.instance_id, spec.tp, spec.gpus)
+        replacement = self.new_spec(spec.tp, spec.node, spec.gpus[0])
+        self.loop.call_soon(self.scheduler.start, [replacement])
+
+    # ---------------------------------------------------------------- the one channel
+    def on_outcome(self, out: RequestOutcome) -> None:
+        req = self._requests.pop(out.request_id, None)
+        alone = None
+        if out.status == "rejected" and out.retry_after_s is not None and req is not None:
+            tps = list(self.snapshot.ready_tp) or sorted({int(t) for t in self.scheduler.pool.tp})
+            alone = self.scheduler.controller.fastest_alone_s(req, sorted(set(tps)))
+        self._pending.append(FinalOutput(out, alone))
+        self._flush_soon()
+
+    def on_step(self, ev: StepFinished) -> None:
+        self._pending.extend(StepOutput(st.request_id, ev.instance_id, st) for st in ev.states)
+        self._flush_soon()
+
+    def on_migration(self, request_id: str, src: str, dst: str) -> None:
+        self.metrics.migrations.inc()
+
+    def on_plan(self, plan) -> None:
+        self.metrics.reconfigurations.inc()
+
+    def on_instance(self, instance_id: str, ready: bool) -> None:
+        pool = self.scheduler.pool
+        slots = np.flatnonzero(pool.ready & pool.active)
+        self.snapshot = CoreSnapshot(
+            tuple(pool.ids[s] for s in slots),
+            tuple(int(pool.tp[s]) for s in slots),
+            self.backend.worker_pids(),
+        )
+        for tp in sorted(set(self.tp_degrees) | set(self.snapshot.ready_tp)):
+            self.metrics.instances.labels(str(tp)).set(self.snapshot.ready_tp.count(tp))
+        self._flush_soon()
+
+    def _flush_soon(self) -> None:
+        # Outputs raised inside a scheduler event go out together once the event is handled.
+        if self._pending and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
