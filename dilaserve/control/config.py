@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.control.step_law import StepLaw
@@ -50,7 +50,8 @@ class ControlConfig:
     step_law: StepLaw | None = None
     quality_budget: float | None = 0.1
     admission_headroom: float = 0.1
-    operating_point: OperatingPoint = OperatingPoint()
+    # Set at run time (the tuner, the static frontier), not a flag.
+    operating_point: OperatingPoint = field(default=OperatingPoint(), metadata={"cli": False})
 
     def __post_init__(self) -> None:
         thr = tuple(sorted(float(t) for t in self.thresholds))
