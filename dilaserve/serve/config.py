@@ -19,6 +19,7 @@ from dilaserve.control.config import ControlConfig
 from dilaserve.engine import DEFAULT_CHECKPOINT
 from dilaserve.reconfig.config import MonitorConfig, ReconfigConfig
 from dilaserve.schedule.config import SchedulerConfig
+from dilaserve.schedule.tuner import TunerConfig
 from dilaserve.utils.cli import nested, option
 
 #: The server re-plans every minute by default (the class's 300 s suits hour-long traces).
@@ -81,6 +82,7 @@ class ServeConfig:
     )
     monitor: MonitorConfig = nested(MonitorConfig, prefix="monitor")
     scheduler: SchedulerConfig = nested(SchedulerConfig)
+    tuner: TunerConfig = nested(TunerConfig, prefix="tuner")
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from dilaserve import artifacts
 from dilaserve.control.step_law import StepLaw
 from dilaserve.predict.base import OneShotPredictor, StepPredictor
+from dilaserve.predict.quality import ThresholdQuality
+from dilaserve.predict.replay import ReplayTable
 from dilaserve.profile.types import LatencyProfile
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,9 @@ class ControlInputs:
     notes: list[str]
     #: Measured accuracy per candidate threshold, for the quality budget (None: no table).
     accuracy: dict[float, float] | None = None
+    #: The recorded step law and quality table the operating-point tuner replays on (None:
+    #: either is missing, and a tuning policy stays at its configured operating point).
+    replay: tuple[ReplayTable, ThresholdQuality] | None = None
 
 
 def _rates_for(thresholds) -> dict[float, float]:
@@ -97,9 +102,25 @@ def load_control_inputs(
     step_law = load_step_law(artifacts_root, thresholds, block_length, notes)
     step_law = step_law.with_family(block_causal) if step_law is not None else None
     accuracy = load_accuracy(artifacts_root, thresholds, notes)
+    replay = load_replay(artifacts_root, notes)
     for n in notes:
         log.warning(n)
-    return ControlInputs(profile, predictor, oneshot, step_law, notes, accuracy)
+    return ControlInputs(profile, predictor, oneshot, step_law, notes, accuracy, replay)
+
+
+def load_replay(artifacts_root: str, notes: list[str]) -> tuple[ReplayTable, ThresholdQuality] | None:
+    """What the tuner replays its recent arrivals on: the recorded step dynamics and the
+    threshold-quality table; None (noted) without either."""
+    try:
+        return ReplayTable(artifacts.load_step_dynamics(artifacts_root)), artifacts.load_threshold_quality(
+            artifacts_root
+        )
+    except (FileNotFoundError, ValueError) as e:
+        notes.append(
+            f"no step dynamics or quality table to replay ({type(e).__name__}): the operating-point tuner is off "
+            "and the policy runs at its configured point (`make artifacts` builds both)"
+        )
+        return None
 
 
 def load_accuracy(artifacts_root: str, thresholds, notes: list[str]) -> dict[float, float] | None:

@@ -27,7 +27,7 @@ from dilaserve.control.request import TrackedRequest
 from dilaserve.engine.engine import check_block_length
 from dilaserve.engine.state import RequestState, new_request
 from dilaserve.model.adapters import describe_checkpoint
-from dilaserve.reconfig.config import ClusterConfig
+from dilaserve.reconfig.config import ClusterConfig, ReconfigConfig
 from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule import GlobalScheduler
 from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_plane
@@ -69,15 +69,43 @@ def control_plane_spec(cfg: ServeConfig, inputs: ControlInputs) -> ControlPlaneS
     if cfg.reconfig is not None:
         rc = replace(cfg.reconfig, block_length=cfg.block_length)
         rc = rc.with_step_law(inputs.step_law) if inputs.step_law else rc
+    control = replace(cfg.control, step_law=inputs.step_law)
     return ControlPlaneSpec(
         inputs.profile,
-        replace(cfg.control, step_law=inputs.step_law),
+        control,
         cluster_config(cfg),
         reconfig=rc,
         monitor=cfg.monitor,
         accuracy=inputs.accuracy,
         scheduler=cfg.scheduler,
+        tuner=cfg.tuner,
+        evaluator=_tuner_replay(cfg, inputs, control, rc),
     )
+
+
+def _tuner_replay(cfg: ServeConfig, inputs: ControlInputs, control, reconfig):
+    """The operating-point tuner's replay of the server's own cluster on its artifacts'
+    step law (the simulator runs this same control plane), or None where the policy does
+    not tune or the artifacts to replay are missing."""
+    policy = get_policy(cfg.policy)
+    if not policy.tune or inputs.replay is None:
+        return None
+    from dilaserve.sim.setting import ClusterSetting, Predictors  # the simulator, only for a tuning server
+    from dilaserve.sim.window_replay import serving_replay
+
+    table, quality = inputs.replay
+    block_causal = bool(inputs.step_law and inputs.step_law.block_causal)
+    setting = ClusterSetting(
+        "serving",
+        inputs.profile,
+        cluster_config(cfg),
+        control=control,
+        reconfig=reconfig or ReconfigConfig(),
+        block_length=cfg.block_length,
+        block_causal=block_causal,
+    )
+    predictors = Predictors(inputs.predictor, inputs.oneshot, quality)
+    return serving_replay(setting, table, quality, predictors, cfg.tuner, policy)
 
 
 @dataclass
