@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from dilaserve.eval.context import TRACE_LOW_LOAD, EvalContext
 from dilaserve.eval.hindsight import hindsight, mix_layout, with_layout
-from dilaserve.schedule.policies import FIXED_POLICIES, VARIANTS
+from dilaserve.schedule.policies import FIXED_ADMISSION_POLICIES, FIXED_POLICIES, VARIANTS
 from dilaserve.sim.arrivals import PhaseSpec, poisson_workload, shape_trace
 from dilaserve.sim.lengths import GSM8K_OUTPUT_TOKENS, GSM8K_PROMPT_TOKENS
 from dilaserve.sim.setting import ClusterSetting
@@ -40,8 +40,9 @@ from dilaserve.sim.workload import Phase, Workload
 #: The paper's algorithms with one mechanism off or one quality-aware piece added, then the
 #: default with one piece taken out.
 ABLATION_POLICIES = ("dilaserve-paper", *VARIANTS["dilaserve-paper"], "dilaserve", *VARIANTS["dilaserve"])
-#: Fixed-threshold policies: together they trace the static speed-quality frontier.
-STATIC_POLICIES = ("infaas", "llumnix", *FIXED_POLICIES)
+#: Fixed-threshold policies, without and with admission: together they trace the static
+#: speed-quality frontier on the setting's cluster (``frontier --hindsight`` adds the TP mixes).
+STATIC_POLICIES = ("infaas", "llumnix", *FIXED_POLICIES, *FIXED_ADMISSION_POLICIES)
 #: Policies that pick thresholds per request, placed against the static frontier in the
 #: trace and frontier experiments; list a dilaserve* variant here to add it.
 ADAPTIVE_POLICIES = ("dilaserve", "dilaserve-paper", "oracle")
