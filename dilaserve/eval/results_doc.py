@@ -17,6 +17,7 @@ Two kinds of result are read:
 from __future__ import annotations
 
 import json
+import os
 import platform
 from collections import Counter
 from pathlib import Path
@@ -30,7 +31,12 @@ def record(name: str, command: str, output_line: str, folder: Path = RESULTS_DIR
     folder.mkdir(parents=True, exist_ok=True)
     doc = {
         "command": command,
-        "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version()},
+        # Simulated results are deterministic for given artifacts: the machine only dates them.
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+        },
         "output": json.loads(output_line),
     }
     path = folder / f"{name}.json"
