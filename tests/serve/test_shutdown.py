@@ -1,6 +1,7 @@
 """Shutdown on SIGTERM: in-flight requests are drained (or failed cleanly), then the process exits."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,9 +14,10 @@ import ray
 
 from dilaserve.serve.launcher import start_server
 from dilaserve.utils.net import free_port
-from tests.serve.test_faults import LONG, wait_until
+from tests.builders.waiting import wait_until
+from tests.serve.server import LONG
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.integration]  # server processes
 
 
 def test_sigterm_drains_in_flight_requests(ray_cluster):
@@ -52,7 +54,8 @@ def test_sigterm_drains_in_flight_requests(ray_cluster):
             )
         )
         t.start()
-        time.sleep(0.5)
+        # signal once the request is in flight (the gauge counts it from its placement)
+        assert wait_until(lambda: _running(url) >= 1, 60, 0.1), "the request never reached an instance"
         proc.send_signal(signal.SIGTERM)
         t.join(timeout=300)
         # uvicorn re-raises the signal after its graceful shutdown: exit by SIGTERM, not a crash
@@ -64,6 +67,16 @@ def test_sigterm_drains_in_flight_requests(ray_cluster):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _running(url) -> float:
+    """Requests placed on an instance, from the server's metrics (0 when it cannot answer)."""
+    try:
+        text = httpx.get(url + "/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return 0.0
+    m = re.search(r"^dilaserve:num_requests_running (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
 
 
 def _healthy(url):
