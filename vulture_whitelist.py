@@ -43,8 +43,9 @@ writeable
 # marimo writes __generated_with into every notebook and reads it back
 __generated_with
 
-# pytest: module-level marks are read by name
+# pytest: module-level marks and conftest hooks are read by name
 pytestmark
+pytest_collection_modifyitems
 
 # Dagster: an asset's parameters name its upstream assets (a dependency, even when unread)
 step_dynamics
