@@ -5,6 +5,8 @@
 # More:
 #   make demo        decode task prompts at a few thresholds and print accuracy / steps
 #   make artifacts   materialise the offline pipeline (predictor, profiles, quality, dynamics)
+#   make test-unit   lint, then the tests that start no Ray cluster, server, marimo or Dagster run
+#                    (pytest marker `integration`); a few minutes
 #   make lint        ruff (lint rules, format check), import-linter (the layers) and vulture (dead code);
 #                    configuration in pyproject.toml
 #
@@ -16,7 +18,7 @@ PY := $(VENV)/bin/python
 # The CPU build; a bare `torch` would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup run demo artifacts test lint lint-checks bench clean-venv
+.PHONY: setup run demo artifacts test test-unit lint lint-checks bench clean-venv
 
 # Built once on a fresh checkout (data/artifacts/ is git-ignored); `make artifacts` rebuilds.
 ARTIFACTS_STAMP := data/artifacts/.built
@@ -60,7 +62,12 @@ $(SERVING_STAMP): $(VENV)/.installed
 # Lint first: it takes seconds and fails before the suite's minutes.
 test: setup $(ARTIFACTS_STAMP)
 	$(MAKE) --no-print-directory lint-checks
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
+
+# The quick tier: everything but the tests marked `integration` (Ray, servers, marimo, Dagster).
+test-unit: setup $(ARTIFACTS_STAMP)
+	$(MAKE) --no-print-directory lint-checks
+	$(PY) -m pytest -q -m "not integration" --durations=15
 
 # Read-only: reports what to change; `ruff check --fix` / `ruff format` apply it. The
 # import contracts (pyproject.toml, [tool.importlinter]) keep every import pointing down

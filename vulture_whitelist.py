@@ -43,8 +43,9 @@ writeable
 # marimo writes __generated_with into every notebook and reads it back
 __generated_with
 
-# pytest: module-level marks are read by name
+# pytest: module-level marks and conftest hooks are read by name
 pytestmark
+pytest_collection_modifyitems
 
 # Dagster: an asset's parameters name its upstream assets (a dependency, even when unread)
 step_dynamics
@@ -66,3 +67,20 @@ finish_time  # control.request.TrackedRequest, set by schedule.scheduler
 
 # Python calls a module's __getattr__ for a name it lacks (PEP 562: dilaserve.engine's lazy names)
 __getattr__
+
+# pydantic: OpenAI request fields the API accepts (and validates or refuses by name) but
+# whose value the server does not read further
+include_usage
+stream_options
+top_p
+presence_penalty
+frequency_penalty
+logit_bias
+user
+logprobs
+echo
+best_of
+top_logprobs
+
+# Ray reads this module constant (set by dilaserve.cluster.ray_local.loopback_only)
+ENABLE_RAY_CLUSTER

@@ -36,3 +36,14 @@ def tiny_engine(tiny_checkpoint):
 def default_engine():
     """The committed default checkpoint (trained, so its predictions are decisive)."""
     return DenoisingEngine.from_pretrained(DEFAULT_CHECKPOINT)
+
+
+#: Fixtures that start Ray (and with it the servers built on it): a test using one is an
+#: integration test, whatever module it sits in.
+INTEGRATION_FIXTURES = frozenset({"ray_cluster"})
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if INTEGRATION_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)

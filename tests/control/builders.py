@@ -6,6 +6,7 @@ import numpy as np
 
 from dilaserve.control.request import TrackedRequest
 from dilaserve.engine.state import RequestState
+from dilaserve.predict.base import StepPredictor
 from dilaserve.profile.types import LatencyProfile, StepCurve
 
 MASK, EOS = 1, 2
@@ -55,3 +56,19 @@ def linear_profile(per_token: dict[int, float], base: float = 0.01, cache_scale:
 
 def default_profile() -> LatencyProfile:
     return linear_profile({1: 1e-4, 2: 0.75e-4, 4: 0.45e-4})
+
+
+class TablePredictor(StepPredictor):
+    """Fixed remaining steps per threshold for every request."""
+
+    name = "table"
+
+    def __init__(self, row):
+        self.row = np.asarray(row, dtype=float)
+
+    def predict_rows(self, batch):
+        return np.tile(self.row, len(batch.request_ids))
+
+
+def flat_profile(rec=0.1, cache=0.01) -> LatencyProfile:
+    return LatencyProfile("flat", {1: StepCurve((1.0,), (rec,))}, {1: StepCurve((1.0,), (cache,))})

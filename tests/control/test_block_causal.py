@@ -18,8 +18,7 @@ from dilaserve.control.load import (
 from dilaserve.control.step_law import StepLaw, step_split
 from dilaserve.engine.state import StepKind
 from dilaserve.profile.types import LatencyProfile, StepCurve
-from tests.control.builders import commit, make_request
-from tests.control.test_control import TablePredictor
+from tests.control.builders import TablePredictor, commit, make_request
 
 B = 32
 

@@ -10,8 +10,7 @@ from dilaserve.control import ControlConfig, ThresholdController
 from dilaserve.control.capacity_price import per_work_optimum, price_caps
 from dilaserve.control.policies import Outlook, load_controls
 from dilaserve.profile.types import LatencyProfile, StepCurve
-from tests.control.builders import make_request
-from tests.control.test_control import TablePredictor
+from tests.control.builders import TablePredictor, make_request
 
 #: Accuracy at 0.5 .. 0.9: a flat curve (LLaDA-like) and a steep one (the embedded model's).
 FLAT = np.array([0.755, 0.7625, 0.77, 0.7775, 0.785])

@@ -19,25 +19,9 @@ from dilaserve.control import (
 )
 from dilaserve.control.load import split_cost_one
 from dilaserve.control.step_law import StepLaw
-from dilaserve.predict.base import OneShotPredictor, StepPredictor
+from dilaserve.predict.base import OneShotPredictor
 from dilaserve.profile.types import LatencyProfile, StepCurve
-from tests.control.builders import commit, make_request
-
-
-class TablePredictor(StepPredictor):
-    """Fixed remaining steps per threshold for every request."""
-
-    name = "table"
-
-    def __init__(self, row):
-        self.row = np.asarray(row, dtype=float)
-
-    def predict_rows(self, batch):
-        return np.tile(self.row, len(batch.request_ids))
-
-
-def flat_profile(rec=0.1, cache=0.01) -> LatencyProfile:
-    return LatencyProfile("flat", {1: StepCurve((1.0,), (rec,))}, {1: StepCurve((1.0,), (cache,))})
+from tests.control.builders import TablePredictor, commit, flat_profile, make_request
 
 
 # ------------------------------------------------------------------ threshold walk

@@ -11,8 +11,7 @@ from dilaserve.control.quality_budget import quality_allowed
 from dilaserve.engine.state import StepKind
 from dilaserve.predict.base import OneShotPredictor
 from dilaserve.schedule import GlobalScheduler, RequestArrived
-from tests.control.builders import commit, default_profile, make_request
-from tests.control.test_control import TablePredictor, flat_profile
+from tests.control.builders import TablePredictor, commit, default_profile, flat_profile, make_request
 from tests.schedule.fake_backend import RecordingBackend
 
 ACCURACY = {0.5: 0.15, 0.6: 0.58, 0.7: 0.72, 0.8: 0.84, 0.9: 0.92}

@@ -20,6 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = REPO / "notebooks"
 NAMES = ("thresholds", "reconfig", "evaluation", "serve_app")
 
+pytestmark = pytest.mark.integration  # runs marimo (and, for the app, a server)
+
 
 def _run_clean(cmd: list[str], env: dict, timeout: float) -> str:
     """Run ``cmd`` from the repo root; returns stdout + stderr, asserts a clean exit."""

@@ -58,7 +58,7 @@ def test_dev_stops_within_10_s(sig, tmp_path):
         proc.wait(timeout=15)
         waited = time.monotonic() - t0
         assert waited < 10, f"exited {waited:.1f} s after {sig.name}"
-        gone, alive = psutil.wait_procs(family, timeout=max(0.1, 10 - waited))
+        _, alive = psutil.wait_procs(family, timeout=max(0.1, 10 - waited))
         assert not alive, f"still running after {sig.name}: {[p.cmdline()[:4] for p in alive]}"
         assert proc.returncode == 0, (tmp_path / "dev.log").read_text()[-3000:]
     finally:

@@ -10,6 +10,8 @@ from dilaserve.predict.schema import validate_step_table
 
 from .micro import MICRO_RUN_CONFIG, materialize_micro
 
+pytestmark = pytest.mark.integration  # materialises the Dagster graph
+
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):

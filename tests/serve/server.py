@@ -16,6 +16,21 @@ from dilaserve.serve.runtime import ServingRuntime
 from dilaserve.utils.cli import build_dataclass
 from dilaserve.utils.net import free_port
 
+#: A prompt whose answer takes many steps: it is still in flight when a test acts on it.
+LONG = "arith : + 1 - 1 : zero one two three four five six seven"
+
+
+def instances(server: LiveServer) -> dict[str, tuple[int, int]]:
+    """Ready instances of a live server: id -> (TP degree, requests on it)."""
+    rt = server.runtime
+    return server.on_core(
+        lambda: {
+            rt.scheduler.pool.ids[s]: (int(rt.scheduler.pool.tp[s]), len(rt.scheduler.pool.members[s]))
+            for s in range(len(rt.scheduler.pool.ids))
+            if rt.scheduler.pool.ids[s] and rt.scheduler.pool.ready[s]
+        }
+    )
+
 
 class LiveServer:
     def __init__(self, **overrides):

@@ -7,9 +7,9 @@ import httpx
 import pytest
 
 from dilaserve.engine import DenoisingEngine
+from tests.builders.waiting import wait_until
 from tests.conftest import TINY_BD_BLOCK
-from tests.serve.server import LiveServer
-from tests.serve.test_faults import instances, wait_until
+from tests.serve.server import LiveServer, instances
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -2,7 +2,6 @@
 
 import asyncio
 import threading
-import time
 
 import httpx
 import pytest
@@ -10,11 +9,10 @@ import ray
 
 from dilaserve.serve.client import fetch_metrics
 from dilaserve.serve.runtime import reconfigure_to
-from tests.serve.server import LiveServer
+from tests.builders.waiting import wait_until
+from tests.serve.server import LONG, LiveServer, instances
 
 pytestmark = pytest.mark.timeout(600)
-
-LONG = "arith : + 1 - 1 : zero one two three four five six seven"
 
 
 @pytest.fixture(scope="module")
@@ -46,26 +44,6 @@ def send_many(server, n, prompt=LONG, max_tokens=128):
     t = threading.Thread(target=lambda: asyncio.run(run()))
     t.start()
     return t, results
-
-
-def wait_until(fn, timeout_s=120, every=0.05):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if fn():
-            return True
-        time.sleep(every)
-    return False
-
-
-def instances(server):
-    rt = server.runtime
-    return server.on_core(
-        lambda: {
-            rt.scheduler.pool.ids[s]: (int(rt.scheduler.pool.tp[s]), len(rt.scheduler.pool.members[s]))
-            for s in range(len(rt.scheduler.pool.ids))
-            if rt.scheduler.pool.ids[s] and rt.scheduler.pool.ready[s]
-        }
-    )
 
 
 def test_killed_instance_actor_loses_no_request(cluster_server):

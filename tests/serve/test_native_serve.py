@@ -5,8 +5,7 @@ import pytest
 
 from dilaserve.engine import DenoisingEngine
 from dilaserve.model.make_tiny import TinyShape, make_tiny
-from tests.serve.server import LiveServer
-from tests.serve.test_faults import instances
+from tests.serve.server import LiveServer, instances
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -13,9 +13,10 @@ import ray
 
 from dilaserve.serve.launcher import start_server
 from dilaserve.utils.net import free_port
-from tests.serve.test_faults import LONG, wait_until
+from tests.builders.waiting import wait_until
+from tests.serve.server import LONG
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.integration]  # server processes
 
 
 def test_sigterm_drains_in_flight_requests(ray_cluster):
