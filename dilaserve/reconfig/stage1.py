@@ -12,26 +12,34 @@ request's one prefill (prompt + first block), a fixed per-request cost. Either w
 recompute steps of class k are a constant R_k (O_k / B, or 1), split across TP degrees, and
 the threshold split moves cache steps, so the program stays linear.
 
-Variables (k: class, c: threshold, d: TP degree, b: batch size, p: node pattern):
-  m[p]     integer  nodes that run pattern p (a multiset of TP degrees fitting one node);
-                    N_d = sum_p count(p, d) m[p] instances of TP-d. Counting identical nodes
-                    by pattern instead of per node removes the symmetry between nodes, which
-                    keeps the model the same size at 16 GPUs and at 256.
+Variables (k: class, c: threshold, d: TP degree, b: batch size):
+  N[d]     integer  instances of TP-d. TP degrees are powers of two dividing the node, so
+                    any counts whose GPUs fit the cluster pack onto its nodes (pack_nodes):
+                    counting per node or per node pattern would only add equivalent
+                    solutions, and the model stays the same size at 16 GPUs and at 256.
   z[d,b]   binary   TP-d instances run batch size b (exactly one b per degree)
   s[k,c]   >= 0     steps of a class-k request at threshold c
-  u[k,d]   >= 0     steps of a class-k request on TP-d instances (it may migrate)
-  r[k,d]   >= 0     of those, recompute steps (r <= u)
-  w[k,d,b] >= 0     = z[d,b] * u[k,d]  (McCormick with the bound U_k = O_k / min_c T_c)
-  q[k,d,b] >= 0     = z[d,b] * r[k,d]  (McCormick with the bound R_k)
+  w[k,d,b] >= 0     steps of a class-k request on TP-d instances batching b (it may
+                    migrate); u[k,d] = sum_b w[k,d,b], and w[k,d,b] <= U[k,d,b] z[d,b]
+  q[k,d,b] >= 0     of those, recompute steps (q <= w, q <= R_k z[d,b])
+  n[d,b]   >= 0     TP-d instances batching b: sum_b n[d,b] = N[d], n[d,b] <= N_max z[d,b]
+Since exactly one z[d,b] is 1, w, q and n are the products z[d,b] u[k,d], z[d,b] r[k,d]
+and z[d,b] N[d] of the plain model exactly. Splitting them per batch size (a disaggregated,
+convex-hull form of each degree's batch choice) in place of McCormick envelopes of the
+products keeps the relaxation tight: the LP cannot price a class's steps at one batch size
+and its capacity at another. U[k,d,b] is the least of the class's most steps
+(O_k / min_c T_c), what its SLO allows at that step cost and what TP-d's most instances can
+run; none cuts off a plan.
 Constraints:
   token completeness   sum_c T_c s[k,c] = O_k
-  step consistency     sum_c s[k,c] = sum_d u[k,d]
-  recompute steps      sum_d r[k,d] = R_k
+  step consistency     sum_c s[k,c] = sum_{d,b} w[k,d,b]
+  recompute steps      sum_{d,b} q[k,d,b] = R_k
   per-class SLO        t_k = sum_{d,b} Lc[d,b] (w - q)[k,d,b] + Lr[d,b] q[k,d,b] <= SLO_k
-  load <= capacity     sum_k rate_k sum_b (Lc[d,b] (w - q) + Lr[d,b] q)[k,d,b] / b <= N_d
+  load <= capacity     sum_k rate_k (Lc[d,b] (w - q) + Lr[d,b] q)[k,d,b] / b <= n[d,b]
                        (instance-seconds per second: a TP-d instance batching b requests
                        spends one step latency on b request-steps)
-  GPUs per node        by construction of the patterns; sum_p m[p] = nodes
+  GPUs                 sum_d d N[d] = nodes x GPUs per node (<= when the counts are pinned
+                       to score the running cluster, which may leave GPUs idle)
 Lc[d,b] and Lr[d,b] are the cache- and recompute-step latencies of a TP-d instance batching
 b requests of the workload's mean size (block-causal: Lr is the prefill, and Lc feeds the
 block plus the appends' share at the lowest threshold, the most appends per step). Without
@@ -92,6 +100,15 @@ class CapacityProblem:
     block_length: int = 0
     block_causal: bool = False
 
+    def __post_init__(self) -> None:
+        for d in self.degrees:
+            if d < 1 or d & (d - 1) or self.gpus_per_node % d:
+                raise ValueError(
+                    f"CapacityProblem.degrees has {d}: each TP degree must be a power of two that divides "
+                    f"gpus_per_node={self.gpus_per_node} (as ClusterConfig requires), so instance counts pack "
+                    "onto nodes"
+                )
+
     def batches(self, d: int) -> list[int]:
         return sorted(b for (dd, b) in self.latency if dd == d)
 
@@ -133,27 +150,6 @@ class CapacityPlan:
     #: quality + slack_weight x slack: what the solver maximised and the trigger compares.
     objective: float
     solve: SolveResult = field(compare=False)
-
-
-def node_patterns(degrees: Sequence[int], gpus_per_node: int, partial: bool = False) -> list[tuple[int, ...]]:
-    """Every multiset of TP degrees that fills one node exactly (``partial``: that fits it).
-
-    The GPUs-per-node constraint is sum_d d x[n, d] <= G. When the counts are free, an idle
-    GPU never improves the objective, so full nodes suffice (TP degrees divide G, so they
-    exist). Pinned counts (the running cluster) may leave GPUs idle: scoring them needs
-    the partial patterns too, or a cluster with idle GPUs would look infeasible.
-    """
-    out: list[tuple[int, ...]] = []
-
-    def rec(prefix: tuple[int, ...], room: int, start: int) -> None:
-        if room == 0 or partial:
-            out.append(prefix)
-        for i in range(start, len(degrees)):
-            if degrees[i] <= room:
-                rec(prefix + (degrees[i],), room - degrees[i], i)
-
-    rec((), gpus_per_node, 0)
-    return out
 
 
 def pack_nodes(counts: Mapping[int, int], nodes: int, gpus_per_node: int) -> tuple[dict[int, int], ...]:
