@@ -1,7 +1,9 @@
 """Control-plane benchmark: scheduler cost per finished step, and ILP solve times.
 
 ``python -m dilaserve.bench control [--json] [--steps N] [--skip-ilp]``; the last line of
-output is one JSON object with ``schedule_us_per_step``, ``ilp_s`` and ``machine``.
+output is one JSON object with ``schedule_us_per_step``, ``ilp_s`` (wall seconds of stage 1 +
+stage 2 per GPU count), ``ilp_cpu_s`` (their CPU seconds), ``ilp_optimal`` (every solve proved
+optimality, none stopped at a time limit), ``ilp_status`` and ``machine``.
 
 The scheduler runs against a minimal in-process harness (below): it plays instance steps
 in time order, commits a few tokens per request per step and reports each finished step.
@@ -167,16 +169,36 @@ def bench_classes(gpus: int) -> list[RequestClass]:
     return out
 
 
-def bench_ilp(gpus: int, gpus_per_node: int = 4) -> float:
+@dataclass(frozen=True)
+class IlpTiming:
+    """One reconfiguration's stage 1 + stage 2 at a cluster size."""
+
+    seconds: float  # wall clock
+    cpu_seconds: float  # this process's CPU time: what the solves cost on a loaded machine
+    optimal: bool  # every solve proved optimality (none stopped at its time limit)
+    statuses: tuple[str, ...]  # stage 1, stage 2
+
+
+def bench_ilp(gpus: int, gpus_per_node: int = 4) -> IlpTiming:
     cluster = ClusterConfig(nodes=gpus // gpus_per_node, gpus_per_node=gpus_per_node)
     rec = Reconfigurator(cluster, synthetic_profile(), ReconfigConfig(time_limit_s=10.0, block_length=32))
     pb = rec.problem(bench_classes(gpus))
     existing = static_layout(cluster, 1)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     plan = solve_capacity(pb, rec.config.time_limit_s, rec.config.tiebreak_time_s)
+    placement = None
     if plan is not None:
-        solve_placement(cluster.nodes, cluster.gpus_per_node, plan.node_counts, existing, rec.config.time_limit_s)
-    return time.perf_counter() - t0
+        placement = solve_placement(
+            cluster.nodes, cluster.gpus_per_node, plan.node_counts, existing, rec.config.time_limit_s
+        )
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    solves = [plan.solve if plan else None, placement.solve if placement else None]
+    return IlpTiming(
+        seconds,
+        cpu,
+        optimal=all(r is not None and r.optimal for r in solves),
+        statuses=tuple(r.status if r else "none" for r in solves),
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -188,7 +210,11 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.ERROR)
     result: dict = bench_schedule(args.steps)
     if not args.skip_ilp:
-        result["ilp_s"] = {str(g): round(bench_ilp(g), 3) for g in (16, 64, 256)}
+        runs = {str(g): bench_ilp(g) for g in (16, 64, 256)}
+        result["ilp_s"] = {g: round(r.seconds, 3) for g, r in runs.items()}
+        result["ilp_cpu_s"] = {g: round(r.cpu_seconds, 3) for g, r in runs.items()}
+        result["ilp_optimal"] = {g: r.optimal for g, r in runs.items()}
+        result["ilp_status"] = {g: "+".join(r.statuses) for g, r in runs.items()}
     result["machine"] = machine_info()
     if not args.json:
         for k, v in result.items():

@@ -119,8 +119,11 @@ class ReconfigConfig:
         block_causal: the served model is block diffusion: a request's one recompute step is
             its prefill, every other step a block step (taken from the step law at start-up).
         tiebreak_time_s: time budget of stage 1's second solve (most SLO slack among plans
-            with the best average threshold). Its plan replaces the first solve's only when
-            it has more slack, so a budget that runs out costs nothing but the tie-break.
+            with the best average threshold), which starts from the first solve's optimum.
+            Both solves normally prove optimality well within their limits (``python -m
+            dilaserve.bench control`` reports ``ilp_optimal``); the budget is a safety net:
+            the tie-break's plan replaces the first solve's only when it has more slack, so
+            one that runs out costs nothing but the tie-break.
         capacity_headroom: extra arrival rate (fraction) a plan must carry at the lowest
             threshold on top of the monitor's rates (which already include its safety
             margin); 0.1 = 10% more.

@@ -12,26 +12,34 @@ request's one prefill (prompt + first block), a fixed per-request cost. Either w
 recompute steps of class k are a constant R_k (O_k / B, or 1), split across TP degrees, and
 the threshold split moves cache steps, so the program stays linear.
 
-Variables (k: class, c: threshold, d: TP degree, b: batch size, p: node pattern):
-  m[p]     integer  nodes that run pattern p (a multiset of TP degrees fitting one node);
-                    N_d = sum_p count(p, d) m[p] instances of TP-d. Counting identical nodes
-                    by pattern instead of per node removes the symmetry between nodes, which
-                    keeps the model the same size at 16 GPUs and at 256.
+Variables (k: class, c: threshold, d: TP degree, b: batch size):
+  N[d]     integer  instances of TP-d. TP degrees are powers of two dividing the node, so
+                    any counts whose GPUs fit the cluster pack onto its nodes (pack_nodes):
+                    counting per node or per node pattern would only add equivalent
+                    solutions, and the model stays the same size at 16 GPUs and at 256.
   z[d,b]   binary   TP-d instances run batch size b (exactly one b per degree)
   s[k,c]   >= 0     steps of a class-k request at threshold c
-  u[k,d]   >= 0     steps of a class-k request on TP-d instances (it may migrate)
-  r[k,d]   >= 0     of those, recompute steps (r <= u)
-  w[k,d,b] >= 0     = z[d,b] * u[k,d]  (McCormick with the bound U_k = O_k / min_c T_c)
-  q[k,d,b] >= 0     = z[d,b] * r[k,d]  (McCormick with the bound R_k)
+  w[k,d,b] >= 0     steps of a class-k request on TP-d instances batching b (it may
+                    migrate); u[k,d] = sum_b w[k,d,b], and w[k,d,b] <= U[k,d,b] z[d,b]
+  q[k,d,b] >= 0     of those, recompute steps (q <= w, q <= R_k z[d,b])
+  n[d,b]   >= 0     TP-d instances batching b: sum_b n[d,b] = N[d], n[d,b] <= N_max z[d,b]
+Since exactly one z[d,b] is 1, w, q and n are the products z[d,b] u[k,d], z[d,b] r[k,d]
+and z[d,b] N[d] of the plain model exactly. Splitting them per batch size (a disaggregated,
+convex-hull form of each degree's batch choice) in place of McCormick envelopes of the
+products keeps the relaxation tight: the LP cannot price a class's steps at one batch size
+and its capacity at another. U[k,d,b] is the least of the class's most steps
+(O_k / min_c T_c), what its SLO allows at that step cost and what TP-d's most instances can
+run; none cuts off a plan.
 Constraints:
   token completeness   sum_c T_c s[k,c] = O_k
-  step consistency     sum_c s[k,c] = sum_d u[k,d]
-  recompute steps      sum_d r[k,d] = R_k
+  step consistency     sum_c s[k,c] = sum_{d,b} w[k,d,b]
+  recompute steps      sum_{d,b} q[k,d,b] = R_k
   per-class SLO        t_k = sum_{d,b} Lc[d,b] (w - q)[k,d,b] + Lr[d,b] q[k,d,b] <= SLO_k
-  load <= capacity     sum_k rate_k sum_b (Lc[d,b] (w - q) + Lr[d,b] q)[k,d,b] / b <= N_d
+  load <= capacity     sum_k rate_k (Lc[d,b] (w - q) + Lr[d,b] q)[k,d,b] / b <= n[d,b]
                        (instance-seconds per second: a TP-d instance batching b requests
                        spends one step latency on b request-steps)
-  GPUs per node        by construction of the patterns; sum_p m[p] = nodes
+  GPUs                 sum_d d N[d] = nodes x GPUs per node (<= when the counts are pinned
+                       to score the running cluster, which may leave GPUs idle)
 Lc[d,b] and Lr[d,b] are the cache- and recompute-step latencies of a TP-d instance batching
 b requests of the workload's mean size (block-causal: Lr is the prefill, and Lc feeds the
 block plus the appends' share at the lowest threshold, the most appends per step). Without
@@ -92,6 +100,15 @@ class CapacityProblem:
     block_length: int = 0
     block_causal: bool = False
 
+    def __post_init__(self) -> None:
+        for d in self.degrees:
+            if d < 1 or d & (d - 1) or self.gpus_per_node % d:
+                raise ValueError(
+                    f"CapacityProblem.degrees has {d}: each TP degree must be a power of two that divides "
+                    f"gpus_per_node={self.gpus_per_node} (as ClusterConfig requires), so instance counts pack "
+                    "onto nodes"
+                )
+
     def batches(self, d: int) -> list[int]:
         return sorted(b for (dd, b) in self.latency if dd == d)
 
@@ -135,25 +152,25 @@ class CapacityPlan:
     solve: SolveResult = field(compare=False)
 
 
-def node_patterns(degrees: Sequence[int], gpus_per_node: int, partial: bool = False) -> list[tuple[int, ...]]:
-    """Every multiset of TP degrees that fills one node exactly (``partial``: that fits it).
+def pack_nodes(counts: Mapping[int, int], nodes: int, gpus_per_node: int) -> tuple[dict[int, int], ...]:
+    """Per node, instances per TP degree for ``counts``: the largest degrees first, each on
+    the first node with room.
 
-    The GPUs-per-node constraint is sum_d d x[n, d] <= G. When the counts are free, an idle
-    GPU never improves the objective, so full nodes suffice (TP degrees divide G, so they
-    exist). Pinned counts (the running cluster) may leave GPUs idle: scoring them needs
-    the partial patterns too, or a cluster with idle GPUs would look infeasible.
+    With TP degrees that are powers of two dividing the node (``ClusterConfig`` enforces
+    it), a node's free GPUs are always a multiple of the degree being placed, so this packs
+    every count whose GPUs fit the cluster, and fills nodes in order. Raises ValueError
+    when the counts need more GPUs than the cluster has.
     """
-    out: list[tuple[int, ...]] = []
-
-    def rec(prefix: tuple[int, ...], room: int, start: int) -> None:
-        if room == 0 or partial:
-            out.append(prefix)
-        for i in range(start, len(degrees)):
-            if degrees[i] <= room:
-                rec(prefix + (degrees[i],), room - degrees[i], i)
-
-    rec((), gpus_per_node, 0)
-    return out
+    free = [gpus_per_node] * nodes
+    out: list[dict[int, int]] = [{d: 0 for d in counts} for _ in range(nodes)]
+    for d in sorted(counts, reverse=True):
+        for _ in range(int(counts[d])):
+            n = next((i for i, room in enumerate(free) if room >= d), None)
+            if n is None:
+                raise ValueError(f"{dict(counts)} needs more than {nodes} x {gpus_per_node} GPUs")
+            free[n] -= d
+            out[n][d] += 1
+    return tuple(out)
 
 
 def step_latency_table(
@@ -253,84 +270,32 @@ def solve_capacity(
 ) -> CapacityPlan | None:
     """Build and solve stage 1; None when it is infeasible or no solver found a solution.
 
-    The slack tie-break solve gets ``tiebreak_time_s`` (default: what is left of the time
-    limit); its plan replaces the first solve's only when it has more slack, so a tie-break
-    that runs out (or whose fallback solver finds only a poor incumbent) never makes the
-    plan worse. Both are as good on the main objective by construction.
+    The objective is lexicographic, solved as two solves of one model: the best average
+    threshold first, then, with it held, the most SLO slack, started from the first
+    solve's optimum (a feasible point of the second). The slack solve gets
+    ``tiebreak_time_s`` (default: what is left of the time limit); its plan replaces the
+    first solve's only when it has more slack, so a tie-break that runs out never makes the
+    plan worse. ``plan.solve.status`` is optimal only when both solves proved optimality.
     """
-    K, C, D = range(len(pb.classes)), range(len(pb.thresholds)), pb.degrees
-    if not pb.classes or not D:
+    if not pb.classes or not pb.degrees:
         return None
-    pats = node_patterns(D, pb.gpus_per_node, partial=pb.fixed_counts is not None)
-    T = pb.tokens_per_step
-    R = pb.recompute_steps()
-    U = {k: max(pb.classes[k].output_tokens / min(T), R[k]) for k in K}
-    B = {d: pb.batches(d) for d in D}
-    cost = {(d, b): pb.step_costs(d, b) for d in D for b in B[d]}
-    w8 = _weights(pb)
-    prob = pulp.LpProblem("stage1_capacity", pulp.LpMaximize)
-    V = prob.add_variable
-    m = {p: V(f"m_{i}", 0, pb.nodes, cat="Integer") for i, p in enumerate(pats)}
-    z = {(d, b): V(f"z_{d}_{b}", cat="Binary") for d in D for b in B[d]}
-    s = {(k, c): V(f"s_{k}_{c}", 0) for k in K for c in C}
-    u = {(k, d): V(f"u_{k}_{d}", 0, U[k]) for k in K for d in D}
-    r = {(k, d): V(f"r_{k}_{d}", 0, R[k]) for k in K for d in D}
-    w = {(k, d, b): V(f"w_{k}_{d}_{b}", 0, U[k]) for k in K for d in D for b in B[d]}
-    q = {(k, d, b): V(f"q_{k}_{d}_{b}", 0, R[k]) for k in K for d in D for b in B[d]}
-    n_inst = {d: pulp.lpSum(p.count(d) * m[p] for p in pats) for d in D}
-
-    def seconds(k: int, d: int, b: int):
-        """Seconds of class k's steps on TP-d at batch b (zero unless z[d, b])."""
-        lc, lr = cost[d, b]
-        return lc * w[k, d, b] + (lr - lc) * q[k, d, b]
-
-    quality = pulp.lpSum(
-        w8[k] / pb.classes[k].output_tokens * pulp.lpSum(pb.thresholds[c] * T[c] * s[k, c] for c in C) for k in K
-    )
-    lat = {k: pulp.lpSum(seconds(k, d, b) for d in D for b in B[d]) for k in K}
-    slack = pulp.lpSum(w8[k] * (1 - lat[k] / pb.classes[k].slo_s) for k in K if np.isfinite(pb.classes[k].slo_s))
-    # Two-level objective as two solves: the best average threshold first, then the most
-    # SLO slack among plans within a hair of it. (One weighted solve spends most of its time
-    # closing a gap on the tiny tie-break term.)
-    prob += quality
-
-    prob += pulp.lpSum(m.values()) == pb.nodes, "nodes"
-    for d in D:
-        prob += pulp.lpSum(z[d, b] for b in B[d]) == 1, f"one_batch_{d}"
-        busy = pulp.lpSum(pb.classes[k].rate * seconds(k, d, b) / b for k in K for b in B[d])
-        prob += busy <= n_inst[d], f"capacity_{d}"
-        if pb.fixed_counts is not None:
-            prob += n_inst[d] == int(pb.fixed_counts.get(d, 0)), f"fixed_{d}"
-    for k in K:
-        cls = pb.classes[k]
-        prob += pulp.lpSum(T[c] * s[k, c] for c in C) == cls.output_tokens, f"tokens_{k}"
-        prob += pulp.lpSum(s[k, c] for c in C) == pulp.lpSum(u[k, d] for d in D), f"steps_{k}"
-        prob += pulp.lpSum(r[k, d] for d in D) == float(R[k]), f"recompute_{k}"
-        if np.isfinite(cls.slo_s):
-            prob += lat[k] <= cls.slo_s, f"slo_{k}"
-        for d in D:
-            prob += r[k, d] <= u[k, d], f"r_le_u_{k}_{d}"
-            for b in B[d]:
-                for x, xs, bound, tag in ((u, w, U[k], "w"), (r, q, R[k], "q")):
-                    prob += xs[k, d, b] <= bound * z[d, b], f"{tag}_ub_z_{k}_{d}_{b}"
-                    prob += xs[k, d, b] <= x[k, d], f"{tag}_ub_x_{k}_{d}_{b}"
-                    prob += xs[k, d, b] >= x[k, d] - bound * (1 - z[d, b]), f"{tag}_lb_{k}_{d}_{b}"
-
+    model = _build(pb)
+    prob = model.prob
+    prob.setObjective(model.quality)
     res = solve(prob, time_limit_s)
     if not res.has_solution:
         log.warning("stage 1: %s (%s, %.2fs)", res.status, res.solver, res.seconds)
         return None
-    plan = _read_plan(pb, prob, pats, m, z, s, u, r, res)
-    if pb.slack_weight > 0 and not isinstance(slack, (int, float)):
-        best = float(pulp.value(quality))
-        prob += quality >= best - 1e-6 * max(1.0, abs(best)), "keep_quality"
-        prob.setObjective(slack)
-        # Slack is a tie-break: 0.1% of it is precise enough and saves most of the search.
+    plan = _read_plan(pb, model, res)
+    if pb.slack_weight > 0 and not isinstance(model.slack, (int, float)):
+        best = float(pulp.value(model.quality))
+        prob += model.quality >= best - 1e-6 * max(1.0, abs(best)), "keep_quality"
+        prob.setObjective(model.slack)
         budget = max(time_limit_s - res.seconds, 0.1)
-        res2 = solve(prob, min(budget, tiebreak_time_s) if tiebreak_time_s else budget, rel_gap=1e-3)
-        total = SolveResult(res.status, res.solver, res.seconds + res2.seconds)
-        second = _read_plan(pb, prob, pats, m, z, s, u, r, total) if res2.has_solution else None
-        if second is not None and not check_capacity_plan(pb, second) and second.slack > plan.slack:
+        res2 = solve(prob, min(budget, tiebreak_time_s) if tiebreak_time_s else budget, warm_start=True)
+        total = res.then(res2)
+        second = _read_plan(pb, model, total) if res2.has_solution else None
+        if second is not None and not check_capacity_plan(pb, second) and second.slack >= plan.slack:
             plan = second
         else:
             log.info(
@@ -342,22 +307,120 @@ def solve_capacity(
     return plan
 
 
-def _read_plan(pb: CapacityProblem, prob: pulp.LpProblem, pats, m, z, s, u, r, res: SolveResult) -> CapacityPlan:
-    """The plan held by the solver's current variable values."""
-    values = {v.name: v.value() for v in prob.variables()}
-    val = lambda v: float(values.get(v.name) or 0.0)  # noqa: E731
+@dataclass(frozen=True)
+class _Model:
+    """Stage 1's program and the handles to read a plan back from it."""
+
+    prob: pulp.LpProblem
+    quality: pulp.LpAffineExpression
+    slack: pulp.LpAffineExpression | float
+    n_inst: dict
+    z: dict
+    s: dict
+    w: dict
+    q: dict
+
+
+def _build(pb: CapacityProblem) -> _Model:
+    """Stage 1 in its disaggregated form (module docstring), the objective left to the caller.
+
+    ``w[k, d, b] = z[d, b] u[k, d]`` is exact with ``u[k, d] = sum_b w[k, d, b]`` and
+    ``w[k, d, b] <= U[k, d, b] z[d, b]``, since exactly one ``z[d, b]`` is 1: a degree's
+    steps all sit at its chosen batch size. That is the convex hull of each degree's batch
+    choice, where the McCormick form's relaxation lets ``w`` sit anywhere between its
+    envelopes and leaves the solver a wide gap to close. The bounds ``U[k, d, b]`` are
+    what the SLO and the largest possible instance count allow (a class's steps on TP-d at
+    batch b take at least ``min(Lc, Lr)`` seconds each), which tightens the relaxation
+    further without cutting off any plan.
+    """
     K, C, D = range(len(pb.classes)), range(len(pb.thresholds)), pb.degrees
-    pattern_count = {p: int(round(val(m[p]))) for p in pats}
-    counts = {d: sum(p.count(d) * n for p, n in pattern_count.items()) for d in D}
-    nodes = [dict((d, p.count(d)) for d in D) for p, n in pattern_count.items() for _ in range(n)]
-    batch = {d: max(pb.batches(d), key=lambda b: val(z[d, b])) for d in D}
-    steps_at = np.array([[val(s[k, c]) for c in C] for k in K])
-    steps_on = np.array([[val(u[k, d]) for d in D] for k in K])
-    recompute_on = np.array([[val(r[k, d]) for d in D] for k in K])
+    T = pb.tokens_per_step
+    R = pb.recompute_steps()
+    B = {d: pb.batches(d) for d in D}
+    cost = {(d, b): pb.step_costs(d, b) for d in D for b in B[d]}
+    gpus = pb.nodes * pb.gpus_per_node
+    most = {d: gpus // d for d in D} if pb.fixed_counts is None else {d: int(pb.fixed_counts.get(d, 0)) for d in D}
+
+    def bound(k: int, d: int, b: int) -> float:
+        """Most steps class k can put on TP-d batching b: all its steps, no more than its SLO
+        or TP-d's most instances can run."""
+        cls, fastest = pb.classes[k], min(cost[d, b])
+        out = max(cls.output_tokens / min(T), float(R[k]))
+        if np.isfinite(cls.slo_s) and fastest > 0:
+            out = min(out, cls.slo_s / fastest)
+        if cls.rate > 0 and fastest > 0:
+            out = min(out, b * most[d] / (cls.rate * fastest))
+        return max(out, 0.0)
+
+    w8 = _weights(pb)
+    prob = pulp.LpProblem("stage1_capacity", pulp.LpMaximize)
+    V = prob.add_variable
+    z = {(d, b): V(f"z_{d}_{b}", cat="Binary") for d in D for b in B[d]}
+    s = {(k, c): V(f"s_{k}_{c}", 0) for k in K for c in C}
+    w = {(k, d, b): V(f"w_{k}_{d}_{b}", 0, bound(k, d, b)) for k in K for d in D for b in B[d]}
+    q = {(k, d, b): V(f"q_{k}_{d}_{b}", 0, min(R[k], bound(k, d, b))) for k in K for d in D for b in B[d]}
+    # Instance counts alone: TP degrees are powers of two dividing the node, so any counts
+    # whose GPUs fit the cluster pack onto its nodes (pack_nodes); counting per node or per
+    # node pattern would only add equivalent solutions for the search to tell apart.
+    if pb.fixed_counts is None:
+        n_inst = {d: V(f"N_{d}", 0, most[d], cat="Integer") for d in D}
+    else:
+        n_inst = {d: pulp.LpAffineExpression(constant=most[d]) for d in D}
+
+    def seconds(k: int, d: int, b: int):
+        """Seconds of class k's steps on TP-d at batch b (zero unless z[d, b])."""
+        lc, lr = cost[d, b]
+        return lc * w[k, d, b] + (lr - lc) * q[k, d, b]
+
+    quality = pulp.lpSum(
+        w8[k] / pb.classes[k].output_tokens * pulp.lpSum(pb.thresholds[c] * T[c] * s[k, c] for c in C) for k in K
+    )
+    lat = {k: pulp.lpSum(seconds(k, d, b) for d in D for b in B[d]) for k in K}
+    slack = pulp.lpSum(w8[k] * (1 - lat[k] / pb.classes[k].slo_s) for k in K if np.isfinite(pb.classes[k].slo_s))
+
+    used = pulp.lpSum(d * n_inst[d] for d in D)
+    # Free counts fill the cluster (an idle GPU never helps); the running cluster may idle some.
+    prob += (used == gpus if pb.fixed_counts is None else used <= gpus), "gpus"
+    for d in D:
+        prob += pulp.lpSum(z[d, b] for b in B[d]) == 1, f"one_batch_{d}"
+        # n[d, b] = z[d, b] N_d: TP-d's instances, all at its one batch size.
+        n = {b: V(f"n_{d}_{b}", 0, most[d]) for b in B[d]}
+        prob += pulp.lpSum(n.values()) == n_inst[d], f"instances_{d}"
+        for b in B[d]:
+            prob += n[b] <= most[d] * z[d, b], f"n_ub_z_{d}_{b}"
+            busy = pulp.lpSum(pb.classes[k].rate * seconds(k, d, b) / b for k in K)
+            prob += busy <= n[b], f"capacity_{d}_{b}"
+    for k in K:
+        cls = pb.classes[k]
+        prob += pulp.lpSum(T[c] * s[k, c] for c in C) == cls.output_tokens, f"tokens_{k}"
+        steps_on = pulp.lpSum(w[k, d, b] for d in D for b in B[d])
+        prob += pulp.lpSum(s[k, c] for c in C) == steps_on, f"steps_{k}"
+        prob += pulp.lpSum(q[k, d, b] for d in D for b in B[d]) == float(R[k]), f"recompute_{k}"
+        if np.isfinite(cls.slo_s):
+            prob += lat[k] <= cls.slo_s, f"slo_{k}"
+        for d in D:
+            for b in B[d]:
+                prob += w[k, d, b] <= w[k, d, b].upBound * z[d, b], f"w_ub_z_{k}_{d}_{b}"
+                prob += q[k, d, b] <= q[k, d, b].upBound * z[d, b], f"q_ub_z_{k}_{d}_{b}"
+                prob += q[k, d, b] <= w[k, d, b], f"q_le_w_{k}_{d}_{b}"
+    return _Model(prob, quality, slack, n_inst, z, s, w, q)
+
+
+def _read_plan(pb: CapacityProblem, model: _Model, res: SolveResult) -> CapacityPlan:
+    """The plan held by the solver's current variable values."""
+    val = lambda v: float(pulp.value(v) or 0.0)  # noqa: E731
+    K, C, D = range(len(pb.classes)), range(len(pb.thresholds)), pb.degrees
+    B = {d: pb.batches(d) for d in D}
+    counts = {d: int(round(val(model.n_inst[d]))) for d in D}
+    nodes = pack_nodes(counts, pb.nodes, pb.gpus_per_node)
+    batch = {d: max(B[d], key=lambda b: val(model.z[d, b])) for d in D}
+    steps_at = np.array([[val(model.s[k, c]) for c in C] for k in K])
+    steps_on = np.array([[sum(val(model.w[k, d, b]) for b in B[d]) for d in D] for k in K])
+    recompute_on = np.array([[sum(val(model.q[k, d, b]) for b in B[d]) for d in D] for k in K])
     quality, slack = quality_of(pb, steps_at), slack_of(pb, batch, steps_on, recompute_on)
     return CapacityPlan(
         counts=counts,
-        node_counts=tuple(nodes),
+        node_counts=nodes,
         batch=batch,
         steps_at=steps_at,
         steps_on=steps_on,

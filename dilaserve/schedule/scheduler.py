@@ -272,7 +272,12 @@ class GlobalScheduler:
         if self.executor is not None and not self.executor.done:
             log.info("reconfiguration tick at %.1fs skipped: the previous plan is still executing", self.now)
             return
-        plan = self.reconfigurator.propose(self.now, self.pool.active_specs())
+        existing = self.pool.active_specs()
+        plan = self.reconfigurator.propose(self.now, existing)
+        if plan is not None and self.tuner is not None:
+            target = [s for s in existing if s.instance_id in set(plan.keep)] + [st.launch for st in plan.steps]
+            if not self.tuner.layout_pays(self.now, existing, target, self.controller.point):
+                plan = None
         if plan is not None:
             self.executor = PlanExecutor(plan)  # advanced at the end of this event
             self.observer.on_plan(plan)

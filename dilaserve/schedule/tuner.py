@@ -5,7 +5,9 @@ simulator, which runs this same control plane, once per candidate operating poin
 tier pinned to each threshold the quality budget allows, and the adaptive walk (with
 tiers, each tier's alternatives with the others held). New arrivals then run at the point
 that made the most goodput on the replay; the current point is kept unless another beats
-it by ``min_gain``. The candidates include every static point the budget allows, so over a
+it by ``min_gain``. A reconfiguration plan is replayed the same way (the window at the
+current point, on the current layout and on the plan's) and applied only where it gains.
+The candidates include every static point the budget allows, so over a
 stationary stretch the cluster runs at the best static point in hindsight of the last
 window, and where the load or the tier mix moves it follows (docs/architecture.md,
 "Operating points").
@@ -98,6 +100,8 @@ class OperatingPointTuner:
         self._last = None
         #: ``(time, point label, replayed goodput per candidate label)`` of every tuning.
         self.history: list[tuple[float, str, dict[str, float]]] = []
+        #: ``(time, goodput now, goodput on the plan's layout, applied)`` of every plan replayed.
+        self.plan_checks: list[tuple[float, float, float, bool]] = []
 
     def observe(self, req: TrackedRequest, now: float) -> None:
         """Record an arrival (admitted or not: refused requests are demand too)."""
@@ -125,6 +129,34 @@ class OperatingPointTuner:
         self.history.append((now, chosen.label, by_label))
         log.info("tuner at %.0fs: %s (replayed goodput %s)", now, chosen.label, by_label)
         return None if chosen == current else chosen
+
+    def layout_pays(
+        self, now: float, current: Sequence[InstanceSpec], target: Sequence[InstanceSpec], point: OperatingPoint
+    ) -> bool:
+        """Whether moving the cluster from ``current`` to ``target`` (a reconfiguration plan)
+        is worth it on the replay: the window's arrivals at ``point`` must make at least
+        ``min_gain`` more goodput on ``target``. The planner's model prices the classes at
+        their tightest SLO; the replay runs the requests themselves, tiers and all, so a plan
+        that trades the throughput of the many for the latency of a few is caught here. With
+        too thin a window there is no evidence, and the planner's own rules decide."""
+        cfg = self.config
+        while self._window and self._window[0].arrival < now - cfg.window_s:
+            self._window.popleft()
+        if len(self._window) * cfg.sample < cfg.min_arrivals or not current or not target:
+            return True
+        arrivals = list(self._window)
+        (before,) = self.evaluate(arrivals, current, [point])
+        (after,) = self.evaluate(arrivals, target, [point])
+        pays = after >= before + cfg.min_gain
+        self.plan_checks.append((now, before, after, pays))
+        log.info(
+            "tuner at %.0fs: a plan's layout replays at %.3f against %.3f now: %s",
+            now,
+            after,
+            before,
+            "applied" if pays else "kept the cluster",
+        )
+        return pays
 
     def candidates(self, current: OperatingPoint, priorities: set[int]) -> list[OperatingPoint]:
         """``current`` first, then every uniform point (each threshold, and adaptive), then,

@@ -65,10 +65,10 @@ def test_tiebreak_that_finds_nothing_keeps_the_first_solution(monkeypatch):
     real = stage1.solve
     calls = []
 
-    def flaky(prob, time_limit_s, rel_gap=None):
+    def flaky(prob, time_limit_s, rel_gap=None, warm_start=False):
         calls.append(time_limit_s)
         if len(calls) == 1:
-            return real(prob, time_limit_s, rel_gap)
+            return real(prob, time_limit_s, rel_gap, warm_start)
         return SolveResult(NO_SOLUTION, "CBC", time_limit_s)  # the tie-break ran out
 
     monkeypatch.setattr(stage1, "solve", flaky)

@@ -28,9 +28,10 @@ from dilaserve.reconfig import (
     solve_placement,
     static_layout,
 )
-from dilaserve.reconfig.stage1 import capacity_rps, node_patterns
+from dilaserve.reconfig.stage1 import capacity_rps
 from dilaserve.schedule import GlobalScheduler, ReconfigTick, RequestArrived
 from tests.control.builders import default_profile, linear_profile, make_request
+from tests.reconfig.mccormick_reference import node_patterns
 from tests.schedule.fake_backend import RecordingBackend
 
 THR, TPS = (0.5, 0.7, 0.9), (3.0, 2.0, 1.25)
@@ -48,10 +49,6 @@ def cls(rate, out=100.0, slo=10.0, key=(0, 0)):
 
 
 # ---------------------------------------------------------------------------- stage 1
-def test_node_patterns_fill_the_node():
-    assert sorted(node_patterns((1, 2, 4), 4)) == sorted([(1, 1, 1, 1), (1, 1, 2), (2, 2), (4,)])
-
-
 def test_stage1_light_load_runs_everything_at_the_top_threshold():
     pb = problem([cls(1.0)])
     plan = solve_capacity(pb, 5)
@@ -139,7 +136,7 @@ def _layout(draw, nodes, g):
 def test_stage2_never_keeps_fewer_than_greedy(data):
     nodes, g = data.draw(hst.integers(1, 3)), 4
     existing = _layout(data.draw, nodes, g)
-    pats = node_patterns((1, 2, 4), g)
+    pats = node_patterns((1, 2, 4), g, partial=False)
     node_counts = [
         {d: p.count(d) for d in (1, 2, 4) if p.count(d)}
         for p in (data.draw(hst.sampled_from(pats)) for _ in range(nodes))

@@ -67,3 +67,22 @@ def test_with_tiers_each_tier_is_moved_alone():
     assert current.with_pin(1, 0.7) in cands and current.with_pin(0, None) in cands
     keys = [tuple(c.pin(p) for p in (0, 1)) for c in cands]
     assert len(keys) == len(set(keys))  # no point replayed twice
+
+
+def test_a_plan_is_applied_only_where_its_layout_replays_better():
+    tp4 = [InstanceSpec("big", 4, 0, (0, 1, 2, 3), 16384)]
+
+    # A replay that scores the layout, not the point: more instances, more goodput.
+    class LayoutReplay(ScriptedReplay):
+        def __call__(self, arrivals, layout, points):
+            self.calls.append((len(arrivals), list(layout), list(points)))
+            return [0.1 * len(layout) for _ in points]
+
+    lr = LayoutReplay(None)
+    tuner = OperatingPointTuner(lr, (0.9,), TunerConfig(window_s=10, sample=1.0))
+    _fill(tuner, 50, 0.0, 9.0)
+    assert not tuner.layout_pays(9.0, LAYOUT, tp4, OperatingPoint.static(0.9))  # 4 TP-1 beat 1 TP-4
+    assert tuner.layout_pays(9.0, tp4, LAYOUT, OperatingPoint.static(0.9))
+    assert [c[3] for c in tuner.plan_checks] == [False, True]
+    thin = OperatingPointTuner(lr, (0.9,), TunerConfig(window_s=10, sample=1.0))
+    assert thin.layout_pays(9.0, LAYOUT, tp4, OperatingPoint.static(0.9))  # no evidence: the planner decides
