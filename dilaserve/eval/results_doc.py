@@ -125,9 +125,15 @@ def render(docs: dict[str, dict]) -> str:
         "dilaserve without reconfiguration. The last column lists the operating points dilaserve's",
         "tuner ran most often (times chosen).",
         "",
-        "| run | best static point | its goodput | dilaserve | no reconfig | margin | dilaserve ran at |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-        *frontier_rows(docs),
+        *(
+            [
+                "| run | best static point | its goodput | dilaserve | no reconfig | margin | dilaserve ran at |",
+                "| --- | --- | --- | --- | --- | --- | --- |",
+                *frontier_rows(docs),
+            ]
+            if frontier_rows(docs)
+            else ["No complete `frontier --hindsight` run is recorded yet."]
+        ),
         "",
         "## Commands",
         "",
