@@ -16,6 +16,7 @@ from dilaserve.control.step_law import StepLaw
 from dilaserve.predict.base import OneShotPredictor
 from dilaserve.reconfig.config import MonitorConfig, ReconfigConfig
 from dilaserve.schedule.config import SchedulerConfig
+from dilaserve.schedule.tuner import TunerConfig
 from dilaserve.serve.config import ServeConfig
 from dilaserve.serve.control_inputs import ControlInputs
 from dilaserve.serve.runtime import control_plane_spec
@@ -62,12 +63,18 @@ def test_every_field_of_every_concern_is_a_documented_flag_unless_filled_at_run_
     parser = argparse.ArgumentParser()
     add_dataclass_arguments(parser, ServeConfig)
     flags = {a.dest: a for a in parser._actions if a.dest != "help"}
-    run_time = {("control", "step_law"), ("reconfig", "tokens_per_step"), ("reconfig", "block_length")}
+    run_time = {
+        ("control", "step_law"),
+        ("control", "operating_point"),  # pinned by the tuner or the static frontier
+        ("reconfig", "tokens_per_step"),
+        ("reconfig", "block_length"),
+    }
     for name, cls, prefix in (
         ("control", ControlConfig, ""),
         ("reconfig", ReconfigConfig, "reconfig_"),
         ("monitor", MonitorConfig, "monitor_"),
         ("scheduler", SchedulerConfig, ""),
+        ("tuner", TunerConfig, "tuner_"),
     ):
         for f in dataclasses.fields(cls):
             if (name, f.name) not in run_time:
@@ -142,10 +149,10 @@ def test_eval_and_bench_options_come_from_their_dataclasses(capsys):
     from dilaserve.bench.quality import parse as parse_quality
     from dilaserve.eval.__main__ import parse as parse_eval
 
-    names, opts, as_json = parse_eval(
+    names, opts, as_json, record_as = parse_eval(
         ["trace", "--quick", "--json", "--policies", "infaas", "dilaserve", "--lengths", "sharegpt", "--phase-s", "30"]
     )
-    assert names == ["trace"] and as_json and opts.quick and opts.settings == ("paper",)
+    assert names == ["trace"] and as_json and record_as is None and opts.quick and opts.settings == ("paper",)
     assert opts.policies == ("infaas", "dilaserve") and opts.lengths == "sharegpt" and opts.phase_s == 30.0
     assert parse_eval(["trace"])[1].settings == ("paper", "embedded")
     # Given flags override the quick run's settings; the others keep the quick run's.
