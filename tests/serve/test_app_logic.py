@@ -202,13 +202,20 @@ def test_a_burst_makes_the_controller_lower_thresholds(server):
     # Last in this module: the burst loads both instances.
     # Twelve prompts at once with an SLO of twice the slowest one's latency alone: measured on
     # this server, the controller lowers thresholds for several of them (README, serving app).
-    states = list(app_logic.run_burst(server.url, app_logic.BurstRequest(12, 2.0), send(server)))
+    # How far the controller lowers depends on how loaded the machine is while the burst runs
+    # (the SLO follows the latency alone measured just before): a burst at 2x that lowers none
+    # is followed by one at 1.5x, and the assertions hold for the last burst sent.
+    for factor in (2.0, 1.5):
+        states = list(app_logic.run_burst(server.url, app_logic.BurstRequest(12, factor), send(server)))
+        if any(e.lowered for e in states[-1].entries):
+            break
     first, last = states[0], states[-1]
     assert len(states) == 13 and all(e.outcome == "in flight" for e in first.entries) and last.done
     # The view is live: each later state has one more request answered or refused.
     assert [s.count("admitted") + s.count("refused") for s in states] == list(range(13))
     alone = [e.alone for e in last.entries]
-    assert last.alone_ms == max(a.latency_ms for a in alone) and last.slo_ms == pytest.approx(2 * last.alone_ms, 0.01)
+    assert last.alone_ms == max(a.latency_ms for a in alone)
+    assert last.slo_ms == pytest.approx(factor * last.alone_ms, 0.01)
     assert all(a.slo_met and set(a.thresholds) == {max(server.cfg.thresholds)} for a in alone)  # alone: the top
     assert any(e.lowered for e in last.entries), app_logic.burst_rows(last)
     rows = app_logic.burst_rows(last)
