@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -24,10 +24,8 @@ from dilaserve.cluster.base import (
     StepAssignment,
     StepFinished,
 )
-from dilaserve.control.config import ControlConfig
 from dilaserve.control.controller import ThresholdController
 from dilaserve.control.request import TrackedRequest
-from dilaserve.predict.base import StepPredictor
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.reconfig.executor import Drain, Launch, PlanExecutor, Stop
 from dilaserve.reconfig.reconfigurator import Reconfigurator
@@ -39,60 +37,51 @@ from dilaserve.schedule.migration import migration_policies
 from dilaserve.schedule.migration.cost import move_pays
 from dilaserve.schedule.migration_points import migration_points
 from dilaserve.schedule.observer import SchedulerObserver
-from dilaserve.schedule.policies import SchedulerPolicy, get_policy
+from dilaserve.schedule.policies import SchedulerPolicy
 from dilaserve.schedule.pool import InstancePool
 from dilaserve.schedule.tuner import OperatingPointTuner
 
 log = logging.getLogger(__name__)
 
 #: The latest outcomes kept in ``GlobalScheduler.outcomes`` (for tests and inspection): a
-#: long-lived server must not keep every one; ``on_outcome`` sees them all.
+#: long-lived server must not keep every one; the observer's ``on_outcome`` sees them all.
 OUTCOME_HISTORY = 10_000
 
 
 class GlobalScheduler:
+    """Args (built by :func:`~dilaserve.schedule.control_plane.build_control_plane`, which
+    also binds the scheduler to the backend's events):
+    backend: the instances (:class:`~dilaserve.cluster.base.Backend`).
+    profile: step latency per TP degree.
+    policy: names the scheduler's own pieces (dispatch, migration, migration point, filters).
+    controller: the threshold controller the policy names.
+    config: settings that are not part of a policy.
+    reconfigurator: re-plans the cluster on reconfiguration ticks (None: a static cluster).
+    tuner: moves the controller's operating point online (None: it stays where it is).
+    observer: told of steps, outcomes, migrations, plans, instance changes and failures.
+    """
+
     def __init__(
         self,
         backend: Backend,
         profile: LatencyProfile,
-        policy: SchedulerPolicy | str = "dilaserve",
+        policy: SchedulerPolicy,
+        controller: ThresholdController,
         *,
-        control: ControlConfig = ControlConfig(),
         config: SchedulerConfig = SchedulerConfig(),
-        predictor: StepPredictor | None = None,
         reconfigurator: Reconfigurator | None = None,
-        on_outcome: Callable[[RequestOutcome], None] | None = None,
-        accuracy: Mapping[float, float] | None = None,
+        tuner: OperatingPointTuner | None = None,
         observer: SchedulerObserver | None = None,
     ):
-        self.policy = get_policy(policy)
-        p = self.policy
-        if p.predictor in ("oneshot", "oracle") and (predictor is None or predictor.name != p.predictor):
-            raise ValueError(
-                f"policy {p.name!r} needs a {p.predictor} predictor; got "
-                f"{getattr(predictor, 'name', None)!r}: pass predictor={'OneShotPredictor' if p.predictor == 'oneshot' else 'OraclePredictor'}(...)"
-            )
+        self.policy = policy
         self.backend, self.profile, self.config = backend, profile, config
-        control = p.control_for(control)  # a fixed@TAU policy's own threshold
-        self.controller = ThresholdController(
-            control,
-            profile,
-            predictor if p.predictor is not None else None,
-            selection=p.selection,
-            load_control=p.load_control,
-            admission=p.admission,
-            accuracy=accuracy,
-            apply_quality_budget=p.quality_budget,
-            step_pricing=p.step_pricing,
-            calibrate=p.calibrate,
-            refresh_every_steps=p.refresh_every_steps,
-        )
-        self.dispatch = dispatch_policies.get(p.dispatch)(profile)
-        self.migration = migration_policies.get(p.migration)(profile)
-        self.migration_point = migration_points.get(p.migration_point)()
-        self.filters = [instance_filters.get(f)() for f in p.filters]
-        self.reconfigurator = reconfigurator if p.reconfig else None
-        self.on_outcome = on_outcome
+        self.controller = controller
+        self.dispatch = dispatch_policies.get(policy.dispatch)(profile)
+        self.migration = migration_policies.get(policy.migration)(profile)
+        self.migration_point = migration_points.get(policy.migration_point)()
+        self.filters = [instance_filters.get(f)() for f in policy.filters]
+        self.reconfigurator = reconfigurator
+        self.tuner = tuner
         self.observer = observer or SchedulerObserver()
 
         self.pool = InstancePool()
@@ -109,9 +98,6 @@ class GlobalScheduler:
         self._handling = False
         self._max_batch_seen = 0
         self._cancelled: set[str] = set()
-        #: Moves the controller's operating point online (set by ``build_control_plane``).
-        self.tuner: OperatingPointTuner | None = None
-        backend.bind(self.handle)
 
     # ================================================================ public
     def start(self, instances: Iterable[InstanceSpec]) -> None:
@@ -427,8 +413,7 @@ class GlobalScheduler:
 
     def _emit(self, outcome: RequestOutcome) -> None:
         self.outcomes.append(outcome)
-        if self.on_outcome is not None:
-            self.on_outcome(outcome)
+        self.observer.on_outcome(outcome)
 
     def _reject(self, req: TrackedRequest, reason: str, retry_after_s: float | None = None) -> None:
         """Answer ``req`` as rejected (it never ran), with why and when to retry."""

@@ -10,8 +10,8 @@ tokenises and streams; it reaches the core through a typed interface:
 - a stream of :data:`EngineOutput` back, delivered to the front end's ``sink`` in batches
   (one per scheduler event): :class:`Admitted`, :class:`StepOutput` and :class:`FinalOutput`.
 
-The scheduler's observer hooks and its outcome callback are one channel here: both become
-outputs. A reconfiguration solve, a LightGBM refresh or load control now hold up the core's
+The scheduler's observer is the core's one channel from the control plane: its hooks
+(steps, outcomes, instance changes) become outputs and metrics. A reconfiguration solve, a LightGBM refresh or load control now hold up the core's
 loop only: ``/health`` and the streams of committed text keep flowing. Both threads share the
 GIL, so pure-Python work in the core still takes turns with the front end, in slices of
 :func:`sys.getswitchinterval` (5 ms), not in one block.
@@ -87,7 +87,7 @@ class EngineCore(SchedulerObserver):
     """Args:
     build: called on the core's thread with the core; returns the backend and the scheduler
         (built there because the backend binds to the loop it is created on). The scheduler
-        must take ``core`` as its observer and ``core.on_outcome`` as its outcome callback.
+        must take ``core`` as its observer.
     sink: receives every batch of outputs, on the core's thread: it must hand them over to
         its own loop (``call_soon_threadsafe``) and return.
     metrics: the server's metrics (thread-safe), for what only the core sees.
@@ -250,7 +250,7 @@ class EngineCore(SchedulerObserver):
         replacement = self.new_spec(spec.tp, spec.node, spec.gpus[0])
         self.loop.call_soon(self.scheduler.start, [replacement])
 
-    # ---------------------------------------------------------------- the one channel
+    # ---------------------------------------------------------------- the observer
     def on_outcome(self, out: RequestOutcome) -> None:
         req = self._requests.pop(out.request_id, None)
         alone = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -21,6 +22,7 @@ from dilaserve.reconfig.plan import static_layout
 from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_plane
 from dilaserve.schedule.events import ReconfigTick, RequestArrived, RequestOutcome
+from dilaserve.schedule.observer import SchedulerObserver
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
 from dilaserve.schedule.tuner import TunerConfig
 from dilaserve.sim.backend import SimBackend, SimBackendConfig
@@ -103,6 +105,16 @@ REQUEST_COLUMNS = {
 }
 
 
+class _OutcomeRecorder(SchedulerObserver):
+    """Hands every request outcome to the run's recorder (the simulator's one observer)."""
+
+    def __init__(self, record: Callable[[RequestOutcome], None]):
+        self._record = record
+
+    def on_outcome(self, outcome: RequestOutcome) -> None:
+        self._record(outcome)
+
+
 class Simulator:
     def __init__(
         self,
@@ -148,7 +160,7 @@ class Simulator:
         rows: list[tuple] = []
         reqs = workload.requests
 
-        def on_outcome(o: RequestOutcome) -> None:
+        def record(o: RequestOutcome) -> None:
             wr, state = live.pop(o.request_id)
             rows.append(self._row(wr, state, o))
             self.progress.release(state)
@@ -167,7 +179,7 @@ class Simulator:
             tuner=cfg.tuner,
             evaluator=self._window_replay(pol),
         )
-        sched = build_control_plane(backend, pol, spec, self._predictor(pol, live), on_outcome)
+        sched = build_control_plane(backend, pol, spec, self._predictor(pol, live), _OutcomeRecorder(record))
         reconfigurator = sched.reconfigurator
         initial = list(st.initial_layout) if st.initial_layout else static_layout(st.cluster, st.initial_tp)
         with backend.instant_launches():

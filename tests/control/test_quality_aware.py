@@ -10,7 +10,8 @@ from dilaserve.control.policies import admission_policies, load_controls, select
 from dilaserve.control.quality_budget import quality_allowed
 from dilaserve.engine.state import StepKind
 from dilaserve.predict.base import OneShotPredictor
-from dilaserve.schedule import GlobalScheduler, RequestArrived
+from dilaserve.schedule import RequestArrived
+from tests.builders.schedule import build_scheduler
 from tests.control.builders import TablePredictor, commit, default_profile, flat_profile, make_request
 from tests.schedule.fake_backend import RecordingBackend
 
@@ -110,10 +111,8 @@ def test_slo_admission_refuses_predicted_misses_with_a_retry_hint():
 
 
 def _scheduler(policy, predictor):
-    be = RecordingBackend()
-    sched = GlobalScheduler(be, default_profile(), policy, predictor=predictor)
-    spec = InstanceSpec("a", 1, 0, (0,), 100_000)
-    sched.start([spec])
+    sched = build_scheduler(RecordingBackend(), policy, predictor)
+    sched.start([InstanceSpec("a", 1, 0, (0,), 100_000)])
     sched.handle(InstanceReady(0.0, "a"))
     return sched
 
