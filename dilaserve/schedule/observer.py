@@ -9,7 +9,7 @@ overrides only what it needs.
 
 from __future__ import annotations
 
-from dilaserve.cluster.base import StepFinished
+from dilaserve.cluster.base import InstanceFailed, StepFinished
 from dilaserve.schedule.events import RequestOutcome
 
 
@@ -31,4 +31,9 @@ class SchedulerObserver:
         """A reconfiguration plan (:class:`~dilaserve.reconfig.plan.ReconfigPlan`) started executing."""
 
     def on_instance(self, instance_id: str, ready: bool) -> None:
-        """An instance became ready (``ready``) or stopped (not ``ready``)."""
+        """An instance became ready (``ready``), or stopped or failed (not ``ready``)."""
+
+    def on_failure(self, event: InstanceFailed, resumed: int, replacement: str | None) -> None:
+        """An instance died: the ``resumed`` requests it held were re-queued (they go on
+        elsewhere from the state of their last finished step), and ``replacement`` is the
+        id of the instance launched on its GPUs (None: not replaced)."""

@@ -10,14 +10,17 @@ talks to the :class:`~dilaserve.cluster.base.Backend` interface.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from dilaserve.cluster.base import (
     Backend,
+    InstanceFailed,
     InstanceReady,
     InstanceSpec,
     InstanceStopped,
@@ -46,6 +49,14 @@ log = logging.getLogger(__name__)
 #: The latest outcomes kept in ``GlobalScheduler.outcomes`` (for tests and inspection): a
 #: long-lived server must not keep every one; the observer's ``on_outcome`` sees them all.
 OUTCOME_HISTORY = 10_000
+
+
+def replacement_spec(failed: InstanceSpec, n: int) -> InstanceSpec:
+    """The instance launched in place of ``failed``: its TP degree, node, GPUs and batch
+    limit, under the id ``<first instance's id>~<n>`` (a replacement that fails again is
+    replaced under its first predecessor's name, not a growing chain)."""
+    root = failed.instance_id.split("~", 1)[0]
+    return replace(failed, instance_id=f"{root}~{n}")
 
 
 class GlobalScheduler:
@@ -83,6 +94,9 @@ class GlobalScheduler:
         self.reconfigurator = reconfigurator
         self.tuner = tuner
         self.observer = observer or SchedulerObserver()
+        #: Replace instances that die (``config.replace_failed_instances``); a server that is
+        #: shutting down turns it off.
+        self.replace_failed = config.replace_failed_instances
 
         self.pool = InstancePool()
         self.requests: dict[str, TrackedRequest] = {}
@@ -98,6 +112,7 @@ class GlobalScheduler:
         self._handling = False
         self._max_batch_seen = 0
         self._cancelled: set[str] = set()
+        self._replacements = itertools.count(1)
 
     # ================================================================ public
     def start(self, instances: Iterable[InstanceSpec]) -> None:
@@ -155,6 +170,8 @@ class GlobalScheduler:
             self._on_ready(ev.instance_id, touched)
         elif isinstance(ev, InstanceStopped):
             self._on_stopped(ev.instance_id)
+        elif isinstance(ev, InstanceFailed):
+            self._on_failed(ev)
         elif isinstance(ev, ReconfigTick):
             self._on_tick()
         else:
@@ -245,12 +262,50 @@ class GlobalScheduler:
             return
         removed = self.pool.remove(slot)
         self.observer.on_instance(instance_id, False)
-        for rid in removed:
+        if removed:
             # Only drained instances are stopped; anything left is re-queued, never dropped.
+            log.warning("instance %s stopped holding requests %s; re-queueing them", instance_id, removed)
+            self._requeue(removed)
+
+    def _on_failed(self, ev: InstanceFailed) -> None:
+        """Re-queue a dead instance's requests and, unless told not to, launch a replacement
+        on its GPUs. Its step in flight is lost, so each request goes on elsewhere from the
+        state of its last finished step (a real instance's states come back only with a
+        finished step; a simulated one applies a step only when it finishes)."""
+        iid = ev.instance_id
+        slot = self.pool.slot_of.get(iid)
+        if slot is None:
+            log.warning("unknown instance %s failed (%s); ignoring it", iid, ev.reason)
+            return
+        planned = self.executor is not None and not self.executor.done and iid in self.executor.plan.stops
+        removed = self.pool.remove(slot)
+        log.warning("instance %s failed (%s): re-queueing its %d request(s)", iid, ev.reason, len(removed))
+        self._requeue(removed)
+        replacement = None
+        if self.replace_failed and not planned:
+            replacement = replacement_spec(ev.spec, next(self._replacements))
+        if self.executor is not None:
+            self.executor.on_failed(iid, replacement.instance_id if replacement else None)
+        self.observer.on_instance(iid, False)
+        self.observer.on_failure(ev, len(removed), replacement.instance_id if replacement else None)
+        if replacement is not None:
+            log.warning(
+                "replacing failed instance %s with %s (TP-%d on node %d, GPUs %s)",
+                iid,
+                replacement.instance_id,
+                replacement.tp,
+                replacement.node,
+                replacement.gpus,
+            )
+            self._launch(replacement)
+
+    def _requeue(self, request_ids: Sequence[str]) -> None:
+        """Defer requests whose instance is gone (the caller logged why); the placement at
+        the end of this event puts them wherever there is room."""
+        for rid in request_ids:
             req = self.requests[rid]
-            log.warning("instance %s stopped holding request %s; re-queueing it", instance_id, rid)
             req.instance = None
-            self._defer(req)
+            self.deferred.append(req)
 
     def _on_tick(self) -> None:
         if self.reconfigurator is None:

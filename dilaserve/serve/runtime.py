@@ -226,8 +226,6 @@ class ServingRuntime:
 
         def build(core: EngineCore) -> tuple[RayBackend, GlobalScheduler]:
             backend = RayBackend(backend_cfg)
-            backend.on_step_time = lambda s_, t: metrics.step_latency.labels(str(s_.tp)).observe(t)
-            backend.on_step_error = lambda s_, rid, err: metrics.step_errors.inc()
             scheduler = build_control_plane(backend, self.policy, spec, predictor, observer=core)
             # Queue gauges read the scheduler when scraped, so they are never stale.
             metrics.waiting.set_function(lambda: len(scheduler.deferred))

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
+from dilaserve.cluster.base import InstanceFailed
 from dilaserve.control.request import TrackedRequest
 from dilaserve.predict.base import OraclePredictor, StepPredictor
 from dilaserve.reconfig.plan import static_layout
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class SimConfig:
     """Attributes:
-    backend: simulated instance timing (launch, migration, latency noise).
+    backend: simulated instance timing (launch, migration, latency noise) and failures.
     reconfig_interval_s: seconds between reconfiguration ticks (policies with
         reconfiguration only).
     telemetry_bin_s: time bin of the threshold-over-time series.
@@ -76,11 +77,15 @@ class SimResult:
     wall_s: float
     sim_s: float
     migrations: int
-    #: instances launched by reconfiguration plans (0 for a static cluster)
+    #: instances launched by reconfiguration plans (0 for a static cluster; replacements of
+    #: failed instances are in ``failures``)
     reconfig_launches: int
     quality_estimator: str
     #: ``(time, point)`` of every operating-point tuning (empty for a policy that does not tune).
     tunings: tuple[tuple[float, str], ...] = ()
+    #: ``(time, failed instance, its replacement or None)`` of every instance failure
+    #: (``SimBackendConfig.failures``).
+    failures: tuple[tuple[float, str, str | None], ...] = ()
 
     @property
     def sim_speedup(self) -> float:
@@ -105,14 +110,19 @@ REQUEST_COLUMNS = {
 }
 
 
-class _OutcomeRecorder(SchedulerObserver):
-    """Hands every request outcome to the run's recorder (the simulator's one observer)."""
+class _RunRecorder(SchedulerObserver):
+    """The simulator's observer: every request outcome goes to the run's request table, and
+    every instance failure to its list of failures."""
 
     def __init__(self, record: Callable[[RequestOutcome], None]):
         self._record = record
+        self.failures: list[tuple[float, str, str | None]] = []
 
     def on_outcome(self, outcome: RequestOutcome) -> None:
         self._record(outcome)
+
+    def on_failure(self, event: InstanceFailed, resumed: int, replacement: str | None) -> None:
+        self.failures.append((event.time, event.instance_id, replacement))
 
 
 class Simulator:
@@ -179,7 +189,8 @@ class Simulator:
             tuner=cfg.tuner,
             evaluator=self._window_replay(pol),
         )
-        sched = build_control_plane(backend, pol, spec, self._predictor(pol, live), _OutcomeRecorder(record))
+        recorder = _RunRecorder(record)
+        sched = build_control_plane(backend, pol, spec, self._predictor(pol, live), recorder)
         reconfigurator = sched.reconfigurator
         initial = list(st.initial_layout) if st.initial_layout else static_layout(st.cluster, st.initial_tp)
         with backend.instant_launches():
@@ -232,9 +243,10 @@ class Simulator:
             wall_s=wall,
             sim_s=loop.now,
             migrations=sched.migrations,
-            reconfig_launches=backend.launches - len(initial),
+            reconfig_launches=backend.launches - len(initial) - sum(r is not None for _, _, r in recorder.failures),
             quality_estimator=self.progress.quality_estimator,
             tunings=tuple((t, label) for t, label, _ in sched.tuner.history) if sched.tuner else (),
+            failures=tuple(recorder.failures),
         )
 
     def _window_replay(self, policy: SchedulerPolicy):
