@@ -86,8 +86,8 @@ class _Harness(Backend):
     def stop_instance(self, instance_id: str) -> None:
         raise NotImplementedError("the benchmark cluster is static")
 
-    def migrate(self, request_id: str, src: str, dst: str) -> None:
-        pass
+    def migrate(self, state: RequestState, src: str, dst: str) -> None:
+        state.drop_cache()
 
     def submit_step(self, instance_id: str, batch: Sequence[StepAssignment]) -> None:
         tp = self.specs[instance_id].tp

@@ -120,12 +120,17 @@ class Backend(abc.ABC):
         """Run one denoising step over ``batch`` (the instance is idle); report :class:`StepFinished`."""
 
     @abc.abstractmethod
-    def migrate(self, request_id: str, src: str, dst: str) -> None:
+    def migrate(self, state: RequestState, src: str, dst: str) -> None:
         """Move a request's instance-local data (if any) from ``src`` to ``dst``.
 
-        Called between steps, before the request's next step is submitted to ``dst``. With
-        caching the scheduler migrates only before a recompute step, so no KV cache needs
-        to move; the request state itself travels with the next :meth:`submit_step`.
+        Called between steps, before the request's next step is submitted to ``dst``; the
+        request state itself travels with that :meth:`submit_step`. The K/V of the
+        request's current block stay behind, so the backend marks ``state``
+        (:meth:`RequestState.drop_cache`) at once: its next step rebuilds them, and the
+        control plane prices that rebuild when it re-selects the moved request's threshold.
+        A backend that ships a block-causal cache lets the destination's engine use it
+        whatever the mark says. With the dual cache the scheduler migrates only before a
+        recompute step, where the mark changes nothing.
         """
 
     def release(self, instance_id: str, request_ids: Sequence[str]) -> None:

@@ -302,12 +302,14 @@ class RayBackend(Backend):
             )
         )
 
-    def migrate(self, request_id: str, src: str, dst: str) -> None:
+    def migrate(self, state: RequestState, src: str, dst: str) -> None:
         # The state travels with the next step; the source's cache is dropped. With
         # ship_caches, rank r of the source sends its shard to rank r of the destination
         # first (one TP degree: the same heads per rank). Ray runs one caller's calls to an
         # actor in order, so the import lands before the destination's next step; if the
         # source is gone, the import fails, and that step rebuilds the cache instead.
+        request_id = state.request_id
+        state.drop_cache()
         inst, to = self._instances.get(src), self._instances.get(dst)
         if inst is None:
             return

@@ -184,7 +184,7 @@ class DenoisingEngine:
                 f"engine serves a {_kind_name(self.lm.block_causal)} one: migrate it only between instances "
                 "of the same checkpoint"
             )
-        state.block_cached = False
+        state.drop_cache()
         if cache is not None:
             self.import_cache(state.request_id, cache)
         return state

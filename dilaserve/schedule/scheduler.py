@@ -382,11 +382,8 @@ class GlobalScheduler:
             return  # the rebuild on the destination would cost more than the move saves
         self.pool.unassign(src, req.request_id, req.tokens)
         self.pool.assign(dst, req.request_id, req.tokens)
-        st = req.state
-        if st.use_cache and st.block_cached:
-            # The destination has no K/V for this block: its next step must recompute.
-            st.block_cached = False
-        self.backend.migrate(req.request_id, self.pool.ids[src], self.pool.ids[dst])
+        # The backend marks the state: the destination has no K/V for this block yet.
+        self.backend.migrate(req.state, self.pool.ids[src], self.pool.ids[dst])
         req.instance = self.pool.ids[dst]
         self.migrations += 1
         self.observer.on_migration(req.request_id, self.pool.ids[src], self.pool.ids[dst])

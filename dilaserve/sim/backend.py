@@ -5,6 +5,8 @@ placement, threshold or configuration. A step takes the latency profile's time f
 batch it was given (times optional multiplicative noise); its outcome comes from a
 progress model (replayed dynamics or the real model) when the step finishes. Launching an
 instance takes a configurable time, and so does moving a request's data between instances.
+Like an engine, each simulated instance knows whose K/V it holds: a request whose K/V are
+elsewhere (it moved, or its instance died) rebuilds them with a recompute step.
 An instance can be killed at a simulated time (:meth:`SimBackend.fail_instance`,
 ``SimBackendConfig.failures``), as a real one dies: its step in flight is lost and the
 control plane is told :class:`~dilaserve.cluster.base.InstanceFailed`.
@@ -29,7 +31,7 @@ from dilaserve.cluster.base import (
     StepAssignment,
     StepFinished,
 )
-from dilaserve.engine.state import StepKind
+from dilaserve.engine.state import RequestState, StepKind
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.sim.loop import EventLoop
 from dilaserve.sim.progress import ProgressModel
@@ -119,6 +121,7 @@ class SimBackend(Backend):
         self._rng = random.Random(config.seed)
         self._steps = 0
         self._step_of: dict[str, int] = {}  # instance -> its step in flight
+        self._kv_on: dict[str, str] = {}  # request -> the instance that holds its K/V
         for at, instance_id in config.failures:
             self.loop.at(at, lambda i=instance_id: self._scheduled_failure(i))
 
@@ -140,15 +143,25 @@ class SimBackend(Backend):
         self.ready.discard(instance_id)
         self.loop.at(self.loop.now + self.config.stop_time_s, lambda: self._on_stopped(instance_id))
 
-    def migrate(self, request_id: str, src: str, dst: str) -> None:
+    def migrate(self, state: RequestState, src: str, dst: str) -> None:
         self.migrations += 1
-        self._data_ready_at[request_id] = self.loop.now + self.config.migration_time_s
+        state.drop_cache()  # no cache is shipped: the destination rebuilds it
+        self._kv_on.pop(state.request_id, None)
+        self._data_ready_at[state.request_id] = self.loop.now + self.config.migration_time_s
+
+    def release(self, instance_id: str, request_ids: Sequence[str]) -> None:
+        for rid in request_ids:
+            if self._kv_on.get(rid) == instance_id:
+                del self._kv_on[rid]
 
     def submit_step(self, instance_id: str, batch: Sequence[StepAssignment]) -> None:
         if instance_id not in self.ready:
             raise RuntimeError(f"submit_step to {instance_id}, which is not ready (launched and not stopped)")
         if instance_id in self.busy:
             raise RuntimeError(f"submit_step to {instance_id} while its previous step is in flight")
+        for a in batch:
+            if self._kv_on.get(a.state.request_id, instance_id) != instance_id:
+                a.state.drop_cache()  # its K/V died with the instance that held them
         now = self.loop.now
         start = now
         if self._data_ready_at:
@@ -233,5 +246,10 @@ class SimBackend(Backend):
             return  # the instance died during the step: its outcome is lost with it
         del self._step_of[instance_id]
         self.progress.step(batch)
+        for a in batch:
+            if a.state.finished:
+                self._kv_on.pop(a.state.request_id, None)
+            else:
+                self._kv_on[a.state.request_id] = instance_id
         self.busy.discard(instance_id)
         self._emit(StepFinished(self.loop.now, instance_id, tuple(a.state for a in batch), duration_s=latency))
