@@ -200,7 +200,7 @@ class GlobalScheduler:
             point = self.tuner.maybe_tune(self.now, self.pool.active_specs(), self.controller.point)
             if point is not None:
                 self.controller.set_point(point)
-        self.controller.admit(req, self.now)
+        self.controller.prepare_arrival(req, self.now)
         if self.reconfigurator is not None:
             # Refused requests are demand too: the planner sizes the cluster for them.
             self.reconfigurator.observe(req, self.now)
@@ -240,7 +240,7 @@ class GlobalScheduler:
                 stepped.append(req)
         self.controller.refresh(stepped)
         for req in stepped:
-            self._replace(req, src, touched)
+            self._decide_migration(req, src, touched)
         placed.extend(stepped)
 
     def _on_ready(self, instance_id: str, touched: set[int]) -> None:
@@ -356,8 +356,9 @@ class GlobalScheduler:
         touched.add(slot)
         placed.append(req)
 
-    def _replace(self, req: TrackedRequest, src: int, touched: set[int]) -> None:
-        """Migration decision for a just-stepped request (it stays unless a move pays)."""
+    def _decide_migration(self, req: TrackedRequest, src: int, touched: set[int]) -> None:
+        """Whether a just-stepped request moves, and where (it stays unless a move pays); a
+        request on a draining instance leaves for wherever it fits."""
         if not self.migration_point.allows(req):
             return
         mask = self._mask(req)

@@ -33,7 +33,7 @@ from .protocol import (
     now,
     parse_request,
 )
-from .runtime import Generation, RequestHandle, ServingRuntime, reconfigure_to
+from .runtime import CompletionResult, RequestHandle, ServingRuntime, reconfigure_to
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def _error(
     return JSONResponse(error_body(message, type_, param, status), status_code=status, headers=headers)
 
 
-def _usage(g: Generation) -> dict:
+def _usage(g: CompletionResult) -> dict:
     return Usage(
         prompt_tokens=g.prompt_tokens,
         completion_tokens=g.completion_tokens,
@@ -98,7 +98,7 @@ def _usage(g: Generation) -> dict:
     ).model_dump()
 
 
-def _info(g: Generation) -> dict:
+def _info(g: CompletionResult) -> dict:
     return DecodeInfo(
         steps=g.steps,
         thresholds=g.thresholds,
@@ -214,7 +214,7 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
             "dilaserve": _info(gen),
         }
 
-    async def _await_or_cancel(request: Request, handle: RequestHandle) -> Generation | None:
+    async def _await_or_cancel(request: Request, handle: RequestHandle) -> CompletionResult | None:
         """Wait for the result; if the client disconnects first, free its slot."""
         while True:
             try:

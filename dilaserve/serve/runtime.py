@@ -109,7 +109,7 @@ def _tuner_replay(cfg: ServeConfig, inputs: ControlInputs, control, reconfig):
 
 
 @dataclass
-class Generation:
+class CompletionResult:
     """A finished request, as the API reports it."""
 
     request_id: str
@@ -515,7 +515,7 @@ class ServingRuntime:
         if text != self.info.tokenizer.decode(answer.tolist(), skip_special_tokens=True):
             tokens = len(self.info.tokenizer(text, add_special_tokens=False)["input_ids"])  # cut by a stop string
         met = latency_s <= h.slo_s if met is None else met
-        gen = Generation(
+        gen = CompletionResult(
             request_id=h.request_id,
             text=text,
             prompt_tokens=h.prompt_tokens,
