@@ -1,8 +1,8 @@
 """The HTTP API: OpenAI-compatible completions and chat completions, SSE streaming,
 ``/v1/models``, ``/health`` and Prometheus ``/metrics``.
 
-With ``DILASERVE_ADMIN_API=1`` in the server's environment (as vLLM's dev-mode endpoints,
-off by default: it changes the cluster), ``POST /admin/reconfigure`` applies an operator's
+With ``--admin-api`` (``ServeConfig.admin_api``; as vLLM's dev-mode endpoints, off by
+default: it changes the cluster), ``POST /admin/reconfigure`` applies an operator's
 configuration live, e.g. ``{"node_counts": [{"2": 1}]}`` for one TP-2 instance on node 0
 (see :func:`~dilaserve.serve.runtime.reconfigure_to`); ``bench chaos`` uses it.
 """
@@ -13,7 +13,6 @@ import asyncio
 import json
 import logging
 import math
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -36,9 +35,6 @@ from .protocol import (
 from .runtime import CompletionResult, RequestHandle, ServingRuntime, reconfigure_to
 
 log = logging.getLogger(__name__)
-
-#: Set to 1 to serve ``POST /admin/reconfigure``.
-ADMIN_ENV = "DILASERVE_ADMIN_API"
 
 #: Bodies larger than this are parsed and tokenised off the event loop: a 1 MiB prompt takes
 #: tens of milliseconds to read, and every other request and /health would wait that long.
@@ -262,7 +258,7 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
             runtime.cancel(handle)
             raise
 
-    if os.environ.get(ADMIN_ENV) == "1":
+    if runtime.cfg.admin_api:
 
         @app.post("/admin/reconfigure")
         async def admin_reconfigure(request: Request):
