@@ -39,7 +39,6 @@ import numpy as np
 
 from dilaserve.bench.common import emit, machine_info
 from dilaserve.bench.serve import Prompt, load_prompts
-from dilaserve.serve.api import ADMIN_ENV
 from dilaserve.serve.client import fetch_metrics
 from dilaserve.serve.launcher import start_server
 from dilaserve.sim.arrivals import gamma_arrivals
@@ -249,10 +248,10 @@ def main(argv=None) -> int:
     if args.num_requests < 1 or args.request_rate <= 0 or args.kills < 0:
         p.error("--num-requests must be at least 1, --request-rate positive and --kills non-negative")
     prompts = load_prompts("tasks", args.num_requests, args.seed)
-    os.environ[ADMIN_ENV] = "1"  # the launched server inherits it: the reconfiguration goes through its admin API
-    # Reconfiguration ticks off: the one live reconfiguration is the bench's own.
+    # Reconfiguration ticks off: the one live reconfiguration is the bench's own, through the
+    # server's admin API.
     server = start_server(
-        extra_args=["--reconfig-interval-s", "0", "--log-level", "warning", *args.server_args.split()]
+        extra_args=["--reconfig-interval-s", "0", "--admin-api", "--log-level", "warning", *args.server_args.split()]
     )
     try:
         results, log, wall = asyncio.run(

@@ -7,7 +7,7 @@ optimality, none stopped at a time limit), ``ilp_status`` and ``machine``.
 
 The scheduler runs against a minimal in-process harness (below): it plays instance steps
 in time order, commits a few tokens per request per step and reports each finished step.
-Only ``GlobalScheduler.handle`` on step events is timed; the harness's own work is not.
+Only the scheduler's ``handle`` on step events is timed; the harness's own work is not.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from dilaserve.reconfig.plan import static_layout
 from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.reconfig.stage1 import solve_capacity
 from dilaserve.reconfig.stage2 import solve_placement
+from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_plane
 from dilaserve.schedule.events import RequestArrived
-from dilaserve.schedule.scheduler import GlobalScheduler
 
 MASK, EOS = 1, 2
 #: Historical steps per token at each threshold (a representative rollout table).
@@ -86,8 +86,8 @@ class _Harness(Backend):
     def stop_instance(self, instance_id: str) -> None:
         raise NotImplementedError("the benchmark cluster is static")
 
-    def migrate(self, request_id: str, src: str, dst: str) -> None:
-        pass
+    def migrate(self, state: RequestState, src: str, dst: str) -> None:
+        state.drop_cache()
 
     def submit_step(self, instance_id: str, batch: Sequence[StepAssignment]) -> None:
         tp = self.specs[instance_id].tp
@@ -126,8 +126,11 @@ def bench_schedule(steps: int = 2000, in_flight: int = 1000, seed: int = 0) -> d
     )
     assert len(specs) == 64
     harness = _Harness(profile)
-    sched = GlobalScheduler(
-        harness, profile, "dilaserve-no-reconfig", control=ControlConfig(), predictor=OneShotPredictor(STEPS_PER_TOKEN)
+    sched = build_control_plane(
+        harness,
+        "dilaserve-no-reconfig",
+        ControlPlaneSpec(profile, ControlConfig(), cluster),
+        OneShotPredictor(STEPS_PER_TOKEN),
     )
     sched.start(specs)
     rng = np.random.default_rng(seed)

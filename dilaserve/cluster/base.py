@@ -50,6 +50,12 @@ class StepFinished:
     time: float
     instance_id: str
     states: tuple[RequestState, ...]
+    #: Seconds the step took on the instance (wall clock on a real one, the latency
+    #: profile's on a simulated one); None where the backend does not measure it.
+    duration_s: float | None = None
+    #: ``(request_id, error)`` for each request the instance refused to step; its state
+    #: comes back unchanged, so it is retried, never lost (a bad threshold is a control-plane bug).
+    errors: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,11 +68,31 @@ class InstanceReady:
 
 @dataclass(frozen=True)
 class InstanceStopped:
+    """An instance the scheduler stopped has freed its GPUs."""
+
     time: float
     instance_id: str
 
 
-BackendEvent = StepFinished | InstanceReady | InstanceStopped
+@dataclass(frozen=True)
+class InstanceFailed:
+    """An instance died (a worker crashed, it failed to start, or the simulator killed it).
+
+    Its GPUs are free again and any step in flight on it is lost: the requests it held keep
+    the state of their last finished step. The scheduler re-queues them and, unless told
+    not to, launches a replacement on the same GPUs (docs/architecture.md, "One control plane").
+    """
+
+    time: float
+    spec: InstanceSpec
+    reason: str
+
+    @property
+    def instance_id(self) -> str:
+        return self.spec.instance_id
+
+
+BackendEvent = StepFinished | InstanceReady | InstanceStopped | InstanceFailed
 EventSink = Callable[[object], None]
 
 
@@ -79,7 +105,8 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def launch_instance(self, spec: InstanceSpec) -> None:
-        """Start an instance on ``spec.gpus``; report :class:`InstanceReady` when it can step."""
+        """Start an instance on ``spec.gpus``; report :class:`InstanceReady` when it can step,
+        or :class:`InstanceFailed` if it cannot start (or dies later)."""
 
     @abc.abstractmethod
     def stop_instance(self, instance_id: str) -> None:
@@ -93,12 +120,17 @@ class Backend(abc.ABC):
         """Run one denoising step over ``batch`` (the instance is idle); report :class:`StepFinished`."""
 
     @abc.abstractmethod
-    def migrate(self, request_id: str, src: str, dst: str) -> None:
+    def migrate(self, state: RequestState, src: str, dst: str) -> None:
         """Move a request's instance-local data (if any) from ``src`` to ``dst``.
 
-        Called between steps, before the request's next step is submitted to ``dst``. With
-        caching the scheduler migrates only before a recompute step, so no KV cache needs
-        to move; the request state itself travels with the next :meth:`submit_step`.
+        Called between steps, before the request's next step is submitted to ``dst``; the
+        request state itself travels with that :meth:`submit_step`. The K/V of the
+        request's current block stay behind, so the backend marks ``state``
+        (:meth:`RequestState.drop_cache`) at once: its next step rebuilds them, and the
+        control plane prices that rebuild when it re-selects the moved request's threshold.
+        A backend that ships a block-causal cache lets the destination's engine use it
+        whatever the mark says. With the dual cache the scheduler migrates only before a
+        recompute step, where the mark changes nothing.
         """
 
     def release(self, instance_id: str, request_ids: Sequence[str]) -> None:

@@ -13,6 +13,11 @@ as ``RequestState.to_bytes()`` (a few KB). The KV cache crosses it only when a
 block-causal request migrates between instances of one TP degree: its exact cache
 goes actor to actor (``ship_caches``; docs/architecture.md, "Block-diffusion
 models", prices it against the destination's prefill, which is the fallback).
+
+An instance whose worker dies (at start, during a step, or between steps, which the
+liveness pings notice) is freed and reported as :class:`InstanceFailed`; replacing it is
+the control plane's decision. Each :class:`StepFinished` carries the step's wall time and
+the requests the engine refused to step.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from dilaserve.cluster import ray_local
 from dilaserve.cluster.base import (
     Backend,
     EventSink,
+    InstanceFailed,
     InstanceReady,
     InstanceSpec,
     InstanceStopped,
@@ -159,12 +165,6 @@ class RayBackend(Backend):
         self._instances: dict[str, _Instance] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task] = set()
-        #: Called with (spec, exception) when an instance dies; for metrics and replacement.
-        self.on_failure: Callable[[InstanceSpec, BaseException], None] | None = None
-        #: Called with (spec, seconds) after every step; for metrics.
-        self.on_step_time: Callable[[InstanceSpec, float], None] | None = None
-        #: Called with (spec, request_id, error) for each request an engine refused to step.
-        self.on_step_error: Callable[[InstanceSpec, str, str], None] | None = None
 
     # ------------------------------------------------------------ helpers
     def _spawn(self, coro) -> None:
@@ -226,7 +226,8 @@ class RayBackend(Backend):
             )
         except (RayError, asyncio.TimeoutError) as e:
             log.error("instance %s failed to start (%s); it is removed", inst.spec.instance_id, e)
-            self._fail(inst, e)
+            why = type(e).__name__ if isinstance(e, RayError) else f"not ready within {self.config.launch_timeout_s:g}s"
+            self._fail(inst, f"failed to start ({why})")
             return
         inst.ready, inst.pids = True, tuple(pids)
         log.info("instance %s ready (TP-%d)", inst.spec.instance_id, inst.spec.tp)
@@ -246,7 +247,7 @@ class RayBackend(Backend):
                 await _gather([w.ready.remote() for w in inst.workers])
             except (RayActorError, RayError) as e:
                 log.error("instance %s died between steps (%s)", inst.spec.instance_id, type(e).__name__)
-                self._fail(inst, e)
+                self._fail(inst, f"died between steps ({type(e).__name__})")
                 return
 
     def stop_instance(self, instance_id: str) -> None:
@@ -264,14 +265,13 @@ class RayBackend(Backend):
         self._instances.pop(inst.spec.instance_id, None)
         threading.Thread(target=_free, args=(inst,), name=f"free-{inst.spec.instance_id}", daemon=True).start()
 
-    def _fail(self, inst: _Instance, exc: BaseException) -> None:
-        """An instance died: free it and report it stopped, so its requests are re-queued."""
+    def _fail(self, inst: _Instance, reason: str) -> None:
+        """An instance died: free it and report :class:`InstanceFailed` (the control plane
+        re-queues its requests and replaces it)."""
         if inst.dead:
             return
         self._teardown(inst)
-        if self.on_failure is not None:
-            self.on_failure(inst.spec, exc)
-        self._emit(InstanceStopped(self.clock(), inst.spec.instance_id))
+        self._emit(InstanceFailed(self.clock(), inst.spec, reason))
 
     def submit_step(self, instance_id: str, batch: Sequence[StepAssignment]) -> None:
         inst = self._instances[instance_id]
@@ -288,25 +288,28 @@ class RayBackend(Backend):
                 inst.spec.instance_id,
                 type(e).__name__,
             )
-            self._fail(inst, e)
+            self._fail(inst, f"died during a step ({type(e).__name__})")
             return
         if inst.dead:
             return
-        if self.on_step_time is not None:
-            self.on_step_time(inst.spec, time.perf_counter() - started)
+        duration = time.perf_counter() - started
         for rid, err in errors:
             log.error("instance %s could not step %s: %s", inst.spec.instance_id, rid, err)
-            if self.on_step_error is not None:
-                self.on_step_error(inst.spec, rid, err)
         states = tuple(RequestState.from_bytes(b) for b in blobs)
-        self._emit(StepFinished(self.clock(), inst.spec.instance_id, states))
+        self._emit(
+            StepFinished(
+                self.clock(), inst.spec.instance_id, states, duration_s=duration, errors=tuple(map(tuple, errors))
+            )
+        )
 
-    def migrate(self, request_id: str, src: str, dst: str) -> None:
+    def migrate(self, state: RequestState, src: str, dst: str) -> None:
         # The state travels with the next step; the source's cache is dropped. With
         # ship_caches, rank r of the source sends its shard to rank r of the destination
         # first (one TP degree: the same heads per rank). Ray runs one caller's calls to an
         # actor in order, so the import lands before the destination's next step; if the
         # source is gone, the import fails, and that step rebuilds the cache instead.
+        request_id = state.request_id
+        state.drop_cache()
         inst, to = self._instances.get(src), self._instances.get(dst)
         if inst is None:
             return

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dilaserve.control.load_control import highest_allowed
+from dilaserve.control.cap_walk import highest_allowed
 
 
 def per_work_optimum(accuracy: np.ndarray, load: np.ndarray, allowed: np.ndarray) -> np.ndarray:

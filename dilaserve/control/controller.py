@@ -19,7 +19,7 @@ import numpy as np
 
 from dilaserve.control.batch_cost import mixed_step_prices
 from dilaserve.control.config import ControlConfig
-from dilaserve.control.load import (
+from dilaserve.control.cost_model import (
     CacheStepLatency,
     CapacityModel,
     RequestShape,
@@ -141,9 +141,12 @@ class ThresholdController:
             else None
         )
 
-    # ---------------------------------------------------------------- admission
-    def admit(self, req: TrackedRequest, now: float) -> None:
-        """Set the allowed thresholds of a new request and predict its steps."""
+    # ---------------------------------------------------------------- arrivals and admission
+    def prepare_arrival(self, req: TrackedRequest, now: float) -> None:
+        """Ready a new request for the admission check and for threshold selection: its
+        allowed thresholds (client floor, quality budget, operating-point pin), its cap and
+        starting threshold, whether it arrived late, and its predicted steps. It decides
+        nothing about taking the request; :meth:`check_admission` does."""
         t = len(self.thresholds)
         floor = self.thresholds >= req.min_threshold - 1e-12
         if not floor.any():
@@ -209,7 +212,7 @@ class ThresholdController:
         now: float,
         members: Sequence[TrackedRequest] = (),
     ) -> Rejection | None:
-        """Whether ``req`` (already :meth:`admit`-ted) is taken: None to take it.
+        """Whether ``req`` (already through :meth:`prepare_arrival`) is taken: None to take it.
 
         ``placement`` is ``(tp, tokens, requests)`` of the instance it would join, counting
         the request itself, or None when it would wait for room; ``members`` are the
@@ -372,7 +375,7 @@ class ThresholdController:
         return partial(_remaining_s, req, st.recompute_left_lower_bound, True, lp_cache, lp_recompute, extra)
 
     def fastest_alone_s(self, req: TrackedRequest, tp_degrees: Sequence[int]) -> tuple[float, int] | None:
-        """``(seconds, tp)``: the predicted remaining time of ``req`` (already :meth:`admit`-ted)
+        """``(seconds, tp)``: the predicted remaining time of ``req`` (after :meth:`prepare_arrival`)
         alone on an idle instance of the fastest of ``tp_degrees``, at its lowest allowed
         threshold. An SLO shorter than that cannot be met whatever the load; the server
         refuses it with this figure instead of asking the client to retry. None without a
@@ -403,7 +406,7 @@ def _remaining_s(
     j: int,
 ) -> float:
     """Remaining seconds of ``req`` at threshold index ``j``: its steps left, priced as
-    :func:`~dilaserve.control.load.remaining_time` prices them, plus ``extra_s`` for what
+    :func:`~dilaserve.control.cost_model.remaining_time` prices them, plus ``extra_s`` for what
     no threshold changes (its appends)."""
     t = split_cost_one(PredictionCache.steps_left_at(req, j), recompute_left, use_cache, lp_cache, lp_recompute)
     return t + extra_s if extra_s else t

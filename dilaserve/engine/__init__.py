@@ -16,14 +16,14 @@ from .state import RequestState, StepKind
 from .unmask import select_commits
 
 if TYPE_CHECKING:
-    from .engine import DenoisingEngine, Generation, StepResult
+    from .engine import DecodeResult, DenoisingEngine, StepResult
 
 #: Names served by :mod:`dilaserve.engine.engine`, imported when first asked for.
-_LAZY = ("DenoisingEngine", "Generation", "StepResult")
+_LAZY = ("DenoisingEngine", "DecodeResult", "StepResult")
 
 __all__ = [
     "DenoisingEngine",
-    "Generation",
+    "DecodeResult",
     "StepResult",
     "RequestState",
     "StepKind",

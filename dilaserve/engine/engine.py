@@ -48,7 +48,7 @@ class StepResult:
 
 
 @dataclass
-class Generation:
+class DecodeResult:
     """A finished request as returned by :meth:`DenoisingEngine.generate`."""
 
     request_id: str
@@ -184,7 +184,7 @@ class DenoisingEngine:
                 f"engine serves a {_kind_name(self.lm.block_causal)} one: migrate it only between instances "
                 "of the same checkpoint"
             )
-        state.block_cached = False
+        state.drop_cache()
         if cache is not None:
             self.import_cache(state.request_id, cache)
         return state
@@ -409,7 +409,7 @@ class DenoisingEngine:
         block_length: int | None = None,
         use_cache: bool = True,
         sequential: bool = False,
-    ) -> list[Generation]:
+    ) -> list[DecodeResult]:
         """Decode ``prompts`` to completion as one batch, built on :meth:`step`.
 
         ``sequential=True`` commits exactly one token per step (the quality
@@ -426,7 +426,7 @@ class DenoisingEngine:
             self.step(active, [thr] * len(active))
             active = [s for s in active if not s.finished]
         return [
-            Generation(
+            DecodeResult(
                 s.request_id,
                 self.decode(s),
                 s.answer_ids().tolist(),

@@ -157,6 +157,13 @@ class RequestState:
     def unmasked_in_block(self) -> int:
         return self._block_unmasked
 
+    def drop_cache(self) -> None:
+        """The request's K/V are no longer where its next step runs (it moved to another
+        instance, or its instance died): that step rebuilds them, a recompute step (a
+        block-causal request's prefill). Called by the engine and the backends, which own
+        where the K/V are; the control plane only reads the consequence."""
+        self.block_cached = False
+
     @property
     def next_kind(self) -> StepKind:
         if self.use_cache and self.block_cached:

@@ -14,10 +14,15 @@ class SchedulerConfig:
             derives the limit from the largest batch any configured instance can hold.
         warn_interval_s: minimum event time between two repeated warnings of one kind
             (empty cluster, deferral), so an overload does not flood the log.
+        replace_failed_instances: when an instance dies, launch one of the same TP degree
+            on the same GPUs in its place (its requests are re-queued either way). An
+            instance a running reconfiguration plan was going to stop is not replaced: the
+            plan has other use for its GPUs. The server turns this off while it shuts down.
     """
 
     max_request_tokens: int | None = None
     warn_interval_s: float = 5.0
+    replace_failed_instances: bool = True
 
     def __post_init__(self) -> None:
         if self.max_request_tokens is not None and self.max_request_tokens <= 0:

@@ -1,30 +1,36 @@
-"""The control plane, built in one place for serving and for the simulator.
+"""The control plane, wired in one place for serving and for the simulator.
 
 A :class:`ControlPlaneSpec` names everything the control plane is made of (latency
 profile, control and cluster settings, reconfiguration, the quality table's accuracies);
-:func:`build_control_plane` turns it and a policy into the scheduler that drives a
-backend. The HTTP server and the simulator both call it, so a policy decides the same way
-against real and simulated instances (docs/architecture.md, "One control plane").
+:func:`build_control_plane` turns it and a policy into the threshold controller, the
+reconfigurator, the operating-point tuner and the scheduler that holds them, and binds the
+scheduler to the backend's events. The HTTP server and the simulator both call it, so a
+policy decides the same way against real and simulated instances (docs/architecture.md,
+"One control plane"). Every choice a policy makes about which pieces exist (a predictor
+or none, a reconfigurator or none, a tuner or none) is made here and nowhere else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dilaserve.cluster.base import Backend
 from dilaserve.control.config import ControlConfig
+from dilaserve.control.controller import ThresholdController
 from dilaserve.predict.base import StepPredictor
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConfig
 from dilaserve.reconfig.monitor import WorkloadMonitor
 from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule.config import SchedulerConfig
-from dilaserve.schedule.events import RequestOutcome
 from dilaserve.schedule.observer import SchedulerObserver
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
 from dilaserve.schedule.scheduler import GlobalScheduler
 from dilaserve.schedule.tuner import OperatingPointTuner, TunerConfig, WindowEvaluator
+
+#: The predictor class each policy predictor kind needs, for the error that asks for it.
+_PREDICTOR_CLASS = {"oneshot": "OneShotPredictor", "oracle": "OraclePredictor"}
 
 
 @dataclass(frozen=True)
@@ -53,35 +59,70 @@ class ControlPlaneSpec:
     evaluator: WindowEvaluator | None = None
 
 
+def build_controller(
+    policy: SchedulerPolicy,
+    profile: LatencyProfile,
+    control: ControlConfig,
+    predictor: StepPredictor | None,
+    accuracy: Mapping[float, float] | None = None,
+) -> ThresholdController:
+    """The threshold controller ``policy`` names, on ``policy``'s own copy of ``control``
+    (a ``fixed@TAU`` policy's threshold). A policy without a predictor kind (fixed
+    thresholds) gets none, whatever is passed; one that needs a particular kind must be
+    given that kind."""
+    kind = policy.predictor
+    if kind in _PREDICTOR_CLASS and (predictor is None or predictor.name != kind):
+        raise ValueError(
+            f"policy {policy.name!r} needs a {kind} predictor; got {getattr(predictor, 'name', None)!r}: "
+            f"pass predictor={_PREDICTOR_CLASS[kind]}(...)"
+        )
+    return ThresholdController(
+        policy.control_for(control),
+        profile,
+        predictor if kind is not None else None,
+        selection=policy.selection,
+        load_control=policy.load_control,
+        admission=policy.admission,
+        accuracy=accuracy,
+        apply_quality_budget=policy.quality_budget,
+        step_pricing=policy.step_pricing,
+        calibrate=policy.calibrate,
+        refresh_every_steps=policy.refresh_every_steps,
+    )
+
+
 def build_control_plane(
     backend: Backend,
     policy: SchedulerPolicy | str,
     spec: ControlPlaneSpec,
     predictor: StepPredictor | None = None,
-    on_outcome: Callable[[RequestOutcome], None] | None = None,
     observer: SchedulerObserver | None = None,
 ) -> GlobalScheduler:
-    """The scheduler for ``policy`` over ``backend``, with a reconfigurator when both the
-    policy and the spec reconfigure. ``predictor`` is ignored by fixed-threshold policies;
-    ``observer`` is told of steps, migrations, plans and instance changes."""
+    """The scheduler for ``policy`` over ``backend``, bound to its events.
+
+    It holds a reconfigurator when both the policy and the spec reconfigure, and a tuner
+    when the policy tunes and the spec has a replay to tune on. ``predictor`` is ignored by
+    fixed-threshold policies; ``observer`` is told of steps, outcomes, migrations, plans,
+    instance changes and failures.
+    """
     pol = get_policy(policy)
+    controller = build_controller(pol, spec.profile, spec.control, predictor, spec.accuracy)
     reconfigurator = None
     if pol.reconfig and spec.reconfig is not None:
         reconfigurator = Reconfigurator(spec.cluster, spec.profile, spec.reconfig, WorkloadMonitor(spec.monitor))
-    sched = GlobalScheduler(
+    tuner = None
+    if pol.tune and spec.evaluator is not None:
+        pins = [t for t, ok in zip(controller.config.thresholds, controller.budget_mask.tolist()) if ok]
+        tuner = OperatingPointTuner(spec.evaluator, pins, spec.tuner)
+    scheduler = GlobalScheduler(
         backend,
         spec.profile,
         pol,
-        control=spec.control,
+        controller,
         config=spec.scheduler,
-        predictor=predictor if pol.predictor is not None else None,
         reconfigurator=reconfigurator,
-        on_outcome=on_outcome,
-        accuracy=spec.accuracy,
+        tuner=tuner,
         observer=observer,
     )
-    if pol.tune and spec.evaluator is not None:
-        ctl = sched.controller
-        pins = [t for t, ok in zip(ctl.config.thresholds, ctl.budget_mask.tolist()) if ok]
-        sched.tuner = OperatingPointTuner(spec.evaluator, pins, spec.tuner)
-    return sched
+    backend.bind(scheduler.handle)
+    return scheduler

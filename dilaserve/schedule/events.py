@@ -1,7 +1,7 @@
 """Scheduler events and outcomes.
 
-Backend events (step finished, instance ready or stopped) are defined with the backend
-interface; this module adds the two that come from elsewhere: arrivals (frontend or
+Backend events (step finished, instance ready, stopped or failed) are defined with the
+backend interface; this module adds the two that come from elsewhere: arrivals (frontend or
 workload) and reconfiguration ticks (a timer).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dilaserve.cluster.base import InstanceReady, InstanceStopped, StepFinished
+from dilaserve.cluster.base import InstanceFailed, InstanceReady, InstanceStopped, StepFinished
 from dilaserve.control.request import TrackedRequest
 
 
@@ -24,7 +24,7 @@ class ReconfigTick:
     time: float
 
 
-Event = RequestArrived | StepFinished | InstanceReady | InstanceStopped | ReconfigTick
+Event = RequestArrived | StepFinished | InstanceReady | InstanceStopped | InstanceFailed | ReconfigTick
 
 
 @dataclass(frozen=True)

@@ -10,24 +10,25 @@ talks to the :class:`~dilaserve.cluster.base.Backend` interface.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from dilaserve.cluster.base import (
     Backend,
+    InstanceFailed,
     InstanceReady,
     InstanceSpec,
     InstanceStopped,
     StepAssignment,
     StepFinished,
 )
-from dilaserve.control.config import ControlConfig
 from dilaserve.control.controller import ThresholdController
 from dilaserve.control.request import TrackedRequest
-from dilaserve.predict.base import StepPredictor
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.reconfig.executor import Drain, Launch, PlanExecutor, Stop
 from dilaserve.reconfig.reconfigurator import Reconfigurator
@@ -39,61 +40,63 @@ from dilaserve.schedule.migration import migration_policies
 from dilaserve.schedule.migration.cost import move_pays
 from dilaserve.schedule.migration_points import migration_points
 from dilaserve.schedule.observer import SchedulerObserver
-from dilaserve.schedule.policies import SchedulerPolicy, get_policy
+from dilaserve.schedule.policies import SchedulerPolicy
 from dilaserve.schedule.pool import InstancePool
 from dilaserve.schedule.tuner import OperatingPointTuner
 
 log = logging.getLogger(__name__)
 
 #: The latest outcomes kept in ``GlobalScheduler.outcomes`` (for tests and inspection): a
-#: long-lived server must not keep every one; ``on_outcome`` sees them all.
+#: long-lived server must not keep every one; the observer's ``on_outcome`` sees them all.
 OUTCOME_HISTORY = 10_000
 
 
+def replacement_spec(failed: InstanceSpec, n: int) -> InstanceSpec:
+    """The instance launched in place of ``failed``: its TP degree, node, GPUs and batch
+    limit, under the id ``<first instance's id>~<n>`` (a replacement that fails again is
+    replaced under its first predecessor's name, not a growing chain)."""
+    root = failed.instance_id.split("~", 1)[0]
+    return replace(failed, instance_id=f"{root}~{n}")
+
+
 class GlobalScheduler:
+    """Args (built by :func:`~dilaserve.schedule.control_plane.build_control_plane`, which
+    also binds the scheduler to the backend's events):
+    backend: the instances (:class:`~dilaserve.cluster.base.Backend`).
+    profile: step latency per TP degree.
+    policy: names the scheduler's own pieces (dispatch, migration, migration point, filters).
+    controller: the threshold controller the policy names.
+    config: settings that are not part of a policy.
+    reconfigurator: re-plans the cluster on reconfiguration ticks (None: a static cluster).
+    tuner: moves the controller's operating point online (None: it stays where it is).
+    observer: told of steps, outcomes, migrations, plans, instance changes and failures.
+    """
+
     def __init__(
         self,
         backend: Backend,
         profile: LatencyProfile,
-        policy: SchedulerPolicy | str = "dilaserve",
+        policy: SchedulerPolicy,
+        controller: ThresholdController,
         *,
-        control: ControlConfig = ControlConfig(),
         config: SchedulerConfig = SchedulerConfig(),
-        predictor: StepPredictor | None = None,
         reconfigurator: Reconfigurator | None = None,
-        on_outcome: Callable[[RequestOutcome], None] | None = None,
-        accuracy: Mapping[float, float] | None = None,
+        tuner: OperatingPointTuner | None = None,
         observer: SchedulerObserver | None = None,
     ):
-        self.policy = get_policy(policy)
-        p = self.policy
-        if p.predictor in ("oneshot", "oracle") and (predictor is None or predictor.name != p.predictor):
-            raise ValueError(
-                f"policy {p.name!r} needs a {p.predictor} predictor; got "
-                f"{getattr(predictor, 'name', None)!r}: pass predictor={'OneShotPredictor' if p.predictor == 'oneshot' else 'OraclePredictor'}(...)"
-            )
+        self.policy = policy
         self.backend, self.profile, self.config = backend, profile, config
-        control = p.control_for(control)  # a fixed@TAU policy's own threshold
-        self.controller = ThresholdController(
-            control,
-            profile,
-            predictor if p.predictor is not None else None,
-            selection=p.selection,
-            load_control=p.load_control,
-            admission=p.admission,
-            accuracy=accuracy,
-            apply_quality_budget=p.quality_budget,
-            step_pricing=p.step_pricing,
-            calibrate=p.calibrate,
-            refresh_every_steps=p.refresh_every_steps,
-        )
-        self.dispatch = dispatch_policies.get(p.dispatch)(profile)
-        self.migration = migration_policies.get(p.migration)(profile)
-        self.migration_point = migration_points.get(p.migration_point)()
-        self.filters = [instance_filters.get(f)() for f in p.filters]
-        self.reconfigurator = reconfigurator if p.reconfig else None
-        self.on_outcome = on_outcome
+        self.controller = controller
+        self.dispatch = dispatch_policies.get(policy.dispatch)(profile)
+        self.migration = migration_policies.get(policy.migration)(profile)
+        self.migration_point = migration_points.get(policy.migration_point)()
+        self.filters = [instance_filters.get(f)() for f in policy.filters]
+        self.reconfigurator = reconfigurator
+        self.tuner = tuner
         self.observer = observer or SchedulerObserver()
+        #: Replace instances that die (``config.replace_failed_instances``); a server that is
+        #: shutting down turns it off.
+        self.replace_failed = config.replace_failed_instances
 
         self.pool = InstancePool()
         self.requests: dict[str, TrackedRequest] = {}
@@ -109,9 +112,7 @@ class GlobalScheduler:
         self._handling = False
         self._max_batch_seen = 0
         self._cancelled: set[str] = set()
-        #: Moves the controller's operating point online (set by ``build_control_plane``).
-        self.tuner: OperatingPointTuner | None = None
-        backend.bind(self.handle)
+        self._replacements = itertools.count(1)
 
     # ================================================================ public
     def start(self, instances: Iterable[InstanceSpec]) -> None:
@@ -169,6 +170,8 @@ class GlobalScheduler:
             self._on_ready(ev.instance_id, touched)
         elif isinstance(ev, InstanceStopped):
             self._on_stopped(ev.instance_id)
+        elif isinstance(ev, InstanceFailed):
+            self._on_failed(ev)
         elif isinstance(ev, ReconfigTick):
             self._on_tick()
         else:
@@ -197,7 +200,7 @@ class GlobalScheduler:
             point = self.tuner.maybe_tune(self.now, self.pool.active_specs(), self.controller.point)
             if point is not None:
                 self.controller.set_point(point)
-        self.controller.admit(req, self.now)
+        self.controller.prepare_arrival(req, self.now)
         if self.reconfigurator is not None:
             # Refused requests are demand too: the planner sizes the cluster for them.
             self.reconfigurator.observe(req, self.now)
@@ -237,7 +240,7 @@ class GlobalScheduler:
                 stepped.append(req)
         self.controller.refresh(stepped)
         for req in stepped:
-            self._replace(req, src, touched)
+            self._decide_migration(req, src, touched)
         placed.extend(stepped)
 
     def _on_ready(self, instance_id: str, touched: set[int]) -> None:
@@ -259,12 +262,50 @@ class GlobalScheduler:
             return
         removed = self.pool.remove(slot)
         self.observer.on_instance(instance_id, False)
-        for rid in removed:
+        if removed:
             # Only drained instances are stopped; anything left is re-queued, never dropped.
+            log.warning("instance %s stopped holding requests %s; re-queueing them", instance_id, removed)
+            self._requeue(removed)
+
+    def _on_failed(self, ev: InstanceFailed) -> None:
+        """Re-queue a dead instance's requests and, unless told not to, launch a replacement
+        on its GPUs. Its step in flight is lost, so each request goes on elsewhere from the
+        state of its last finished step (a real instance's states come back only with a
+        finished step; a simulated one applies a step only when it finishes)."""
+        iid = ev.instance_id
+        slot = self.pool.slot_of.get(iid)
+        if slot is None:
+            log.warning("unknown instance %s failed (%s); ignoring it", iid, ev.reason)
+            return
+        planned = self.executor is not None and not self.executor.done and iid in self.executor.plan.stops
+        removed = self.pool.remove(slot)
+        log.warning("instance %s failed (%s): re-queueing its %d request(s)", iid, ev.reason, len(removed))
+        self._requeue(removed)
+        replacement = None
+        if self.replace_failed and not planned:
+            replacement = replacement_spec(ev.spec, next(self._replacements))
+        if self.executor is not None:
+            self.executor.on_failed(iid, replacement.instance_id if replacement else None)
+        self.observer.on_instance(iid, False)
+        self.observer.on_failure(ev, len(removed), replacement.instance_id if replacement else None)
+        if replacement is not None:
+            log.warning(
+                "replacing failed instance %s with %s (TP-%d on node %d, GPUs %s)",
+                iid,
+                replacement.instance_id,
+                replacement.tp,
+                replacement.node,
+                replacement.gpus,
+            )
+            self._launch(replacement)
+
+    def _requeue(self, request_ids: Sequence[str]) -> None:
+        """Defer requests whose instance is gone (the caller logged why); the placement at
+        the end of this event puts them wherever there is room."""
+        for rid in request_ids:
             req = self.requests[rid]
-            log.warning("instance %s stopped holding request %s; re-queueing it", instance_id, rid)
             req.instance = None
-            self._defer(req)
+            self.deferred.append(req)
 
     def _on_tick(self) -> None:
         if self.reconfigurator is None:
@@ -315,8 +356,9 @@ class GlobalScheduler:
         touched.add(slot)
         placed.append(req)
 
-    def _replace(self, req: TrackedRequest, src: int, touched: set[int]) -> None:
-        """Migration decision for a just-stepped request (it stays unless a move pays)."""
+    def _decide_migration(self, req: TrackedRequest, src: int, touched: set[int]) -> None:
+        """Whether a just-stepped request moves, and where (it stays unless a move pays); a
+        request on a draining instance leaves for wherever it fits."""
         if not self.migration_point.allows(req):
             return
         mask = self._mask(req)
@@ -341,11 +383,8 @@ class GlobalScheduler:
             return  # the rebuild on the destination would cost more than the move saves
         self.pool.unassign(src, req.request_id, req.tokens)
         self.pool.assign(dst, req.request_id, req.tokens)
-        st = req.state
-        if st.use_cache and st.block_cached:
-            # The destination has no K/V for this block: its next step must recompute.
-            st.block_cached = False
-        self.backend.migrate(req.request_id, self.pool.ids[src], self.pool.ids[dst])
+        # The backend marks the state: the destination has no K/V for this block yet.
+        self.backend.migrate(req.state, self.pool.ids[src], self.pool.ids[dst])
         req.instance = self.pool.ids[dst]
         self.migrations += 1
         self.observer.on_migration(req.request_id, self.pool.ids[src], self.pool.ids[dst])
@@ -427,8 +466,7 @@ class GlobalScheduler:
 
     def _emit(self, outcome: RequestOutcome) -> None:
         self.outcomes.append(outcome)
-        if self.on_outcome is not None:
-            self.on_outcome(outcome)
+        self.observer.on_outcome(outcome)
 
     def _reject(self, req: TrackedRequest, reason: str, retry_after_s: float | None = None) -> None:
         """Answer ``req`` as rejected (it never ran), with why and when to retry."""

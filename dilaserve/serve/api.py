@@ -1,8 +1,8 @@
 """The HTTP API: OpenAI-compatible completions and chat completions, SSE streaming,
 ``/v1/models``, ``/health`` and Prometheus ``/metrics``.
 
-With ``DILASERVE_ADMIN_API=1`` in the server's environment (as vLLM's dev-mode endpoints,
-off by default: it changes the cluster), ``POST /admin/reconfigure`` applies an operator's
+With ``--admin-api`` (``ServeConfig.admin_api``; as vLLM's dev-mode endpoints, off by
+default: it changes the cluster), ``POST /admin/reconfigure`` applies an operator's
 configuration live, e.g. ``{"node_counts": [{"2": 1}]}`` for one TP-2 instance on node 0
 (see :func:`~dilaserve.serve.runtime.reconfigure_to`); ``bench chaos`` uses it.
 """
@@ -13,7 +13,6 @@ import asyncio
 import json
 import logging
 import math
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -33,12 +32,9 @@ from .protocol import (
     now,
     parse_request,
 )
-from .runtime import Generation, RequestHandle, ServingRuntime, reconfigure_to
+from .runtime import CompletionResult, RequestHandle, ServingRuntime, reconfigure_to
 
 log = logging.getLogger(__name__)
-
-#: Set to 1 to serve ``POST /admin/reconfigure``.
-ADMIN_ENV = "DILASERVE_ADMIN_API"
 
 #: Bodies larger than this are parsed and tokenised off the event loop: a 1 MiB prompt takes
 #: tens of milliseconds to read, and every other request and /health would wait that long.
@@ -90,7 +86,7 @@ def _error(
     return JSONResponse(error_body(message, type_, param, status), status_code=status, headers=headers)
 
 
-def _usage(g: Generation) -> dict:
+def _usage(g: CompletionResult) -> dict:
     return Usage(
         prompt_tokens=g.prompt_tokens,
         completion_tokens=g.completion_tokens,
@@ -98,7 +94,7 @@ def _usage(g: Generation) -> dict:
     ).model_dump()
 
 
-def _info(g: Generation) -> dict:
+def _info(g: CompletionResult) -> dict:
     return DecodeInfo(
         steps=g.steps,
         thresholds=g.thresholds,
@@ -214,7 +210,7 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
             "dilaserve": _info(gen),
         }
 
-    async def _await_or_cancel(request: Request, handle: RequestHandle) -> Generation | None:
+    async def _await_or_cancel(request: Request, handle: RequestHandle) -> CompletionResult | None:
         """Wait for the result; if the client disconnects first, free its slot."""
         while True:
             try:
@@ -262,7 +258,7 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
             runtime.cancel(handle)
             raise
 
-    if os.environ.get(ADMIN_ENV) == "1":
+    if runtime.cfg.admin_api:
 
         @app.post("/admin/reconfigure")
         async def admin_reconfigure(request: Request):

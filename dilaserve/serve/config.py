@@ -69,6 +69,11 @@ class ServeConfig:
         30.0, "on SIGINT/SIGTERM, wait this long for in-flight requests before failing them"
     )
     log_level: str = option("info", "logging level")
+    admin_api: bool = option(
+        False,
+        "serve POST /admin/reconfigure, which applies an operator's cluster configuration live; "
+        "it changes the cluster, so keep the port private when it is on",
+    )
     # The per-concern configs; the step law comes from the artifacts at start-up.
     control: ControlConfig = nested(ControlConfig, exclude=("step_law",))
     reconfig: ReconfigConfig | None = nested(

@@ -10,13 +10,15 @@ tokenises and streams; it reaches the core through a typed interface:
 - a stream of :data:`EngineOutput` back, delivered to the front end's ``sink`` in batches
   (one per scheduler event): :class:`Admitted`, :class:`StepOutput` and :class:`FinalOutput`.
 
-The scheduler's observer hooks and its outcome callback are one channel here: both become
-outputs. A reconfiguration solve, a LightGBM refresh or load control now hold up the core's
+The scheduler's observer is the core's one channel from the control plane: its hooks
+(steps, outcomes, instance changes) become outputs and metrics. A reconfiguration solve, a LightGBM refresh or load control now hold up the core's
 loop only: ``/health`` and the streams of committed text keep flowing. Both threads share the
 GIL, so pure-Python work in the core still takes turns with the front end, in slices of
 :func:`sys.getswitchinterval` (5 ms), not in one block.
 
-Failed instances are replaced here too (``on_failure``), on the loop that owns them.
+Instance failures reach the core as the observer's ``on_failure`` (counted in the metrics);
+the control plane itself re-queues the requests and launches the replacement, and the core
+turns replacement off when the server shuts down.
 """
 
 from __future__ import annotations
@@ -24,14 +26,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
-import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from dilaserve.cluster.base import InstanceSpec, StepFinished
+from dilaserve.cluster.base import InstanceFailed, InstanceSpec, StepFinished
 from dilaserve.cluster.ray_backend import RayBackend
 from dilaserve.control.request import TrackedRequest
 from dilaserve.engine.state import RequestState
@@ -40,8 +41,6 @@ from dilaserve.schedule.events import ReconfigTick, RequestArrived, RequestOutco
 from dilaserve.schedule.observer import SchedulerObserver
 
 from .metrics import ServeMetrics
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -87,12 +86,12 @@ class EngineCore(SchedulerObserver):
     """Args:
     build: called on the core's thread with the core; returns the backend and the scheduler
         (built there because the backend binds to the loop it is created on). The scheduler
-        must take ``core`` as its observer and ``core.on_outcome`` as its outcome callback.
+        must take ``core`` as its observer.
     sink: receives every batch of outputs, on the core's thread: it must hand them over to
         its own loop (``call_soon_threadsafe``) and return.
     metrics: the server's metrics (thread-safe), for what only the core sees.
     reconfig_interval_s: seconds between reconfiguration ticks (None: no ticks).
-    max_batch_tokens: per TP rank, for the specs of replacement instances.
+    max_batch_tokens: per TP rank, for the specs of the instances launched at start.
     tp_degrees: the TP degrees the cluster may run (one ``dilaserve:instances`` series each).
     """
 
@@ -115,7 +114,6 @@ class EngineCore(SchedulerObserver):
         self.backend: RayBackend | None = None
         self.scheduler: GlobalScheduler | None = None
         self.snapshot = CoreSnapshot()
-        self.accepting_replacements = True
         self._thread: threading.Thread | None = None
         self._requests: dict[str, TrackedRequest] = {}
         self._instance_ids = itertools.count()
@@ -150,7 +148,6 @@ class EngineCore(SchedulerObserver):
 
     async def _boot(self, specs) -> None:
         self.backend, self.scheduler = self._build(self)
-        self.backend.on_failure = self._on_instance_failure
         self.scheduler.start(specs(self))
         if self.reconfig_interval_s and self.scheduler.reconfigurator is not None:
             self._tick_task = asyncio.get_running_loop().create_task(self._tick_loop())
@@ -160,7 +157,6 @@ class EngineCore(SchedulerObserver):
         the front end's loop)."""
         if self.loop is None or self.loop.is_closed():
             return
-        self.accepting_replacements = False
         fut = asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop)
         try:
             await asyncio.wrap_future(fut)
@@ -170,6 +166,8 @@ class EngineCore(SchedulerObserver):
                 await asyncio.to_thread(self._thread.join, 10)
 
     async def _shutdown(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.replace_failed = False  # an instance dying now is not replaced
         if self._tick_task is not None:
             self._tick_task.cancel()
         if self.backend is not None:
@@ -238,19 +236,7 @@ class EngineCore(SchedulerObserver):
             self.scheduler.handle(ReconfigTick(self.backend.clock()))
             self._flush()
 
-    def _on_instance_failure(self, spec: InstanceSpec, exc: BaseException) -> None:
-        """An instance died: the scheduler re-queues its requests; start a replacement."""
-        self.metrics.instance_failures.inc()
-        slot = self.scheduler.pool.slot_of.get(spec.instance_id)
-        if slot is not None:  # its requests are re-queued and resume from their last state
-            self.metrics.resumed.inc(len(self.scheduler.pool.members[slot]))
-        if not self.accepting_replacements:
-            return
-        log.warning("replacing failed instance %s (TP-%d) on GPUs %s", spec.instance_id, spec.tp, spec.gpus)
-        replacement = self.new_spec(spec.tp, spec.node, spec.gpus[0])
-        self.loop.call_soon(self.scheduler.start, [replacement])
-
-    # ---------------------------------------------------------------- the one channel
+    # ---------------------------------------------------------------- the observer
     def on_outcome(self, out: RequestOutcome) -> None:
         req = self._requests.pop(out.request_id, None)
         alone = None
@@ -261,8 +247,17 @@ class EngineCore(SchedulerObserver):
         self._flush_soon()
 
     def on_step(self, ev: StepFinished) -> None:
+        slot = self.scheduler.pool.slot_of.get(ev.instance_id)
+        if ev.duration_s is not None and slot is not None:
+            self.metrics.step_latency.labels(str(int(self.scheduler.pool.tp[slot]))).observe(ev.duration_s)
+        if ev.errors:
+            self.metrics.step_errors.inc(len(ev.errors))
         self._pending.extend(StepOutput(st.request_id, ev.instance_id, st) for st in ev.states)
         self._flush_soon()
+
+    def on_failure(self, event: InstanceFailed, resumed: int, replacement: str | None) -> None:
+        self.metrics.instance_failures.inc()
+        self.metrics.resumed.inc(resumed)  # they go on elsewhere from their last state
 
     def on_migration(self, request_id: str, src: str, dst: str) -> None:
         self.metrics.migrations.inc()

@@ -79,7 +79,9 @@ class ServeMetrics:
         self.instances = gauge("dilaserve:instances", "ready instances by TP degree", ["tp"])
         self.migrations = counter("dilaserve:migrations", "requests moved between instances")
         self.reconfigurations = counter("dilaserve:reconfigurations", "reconfiguration plans applied")
-        self.instance_failures = counter("dilaserve:instance_failures", "instances that died and were replaced")
+        self.instance_failures = counter(
+            "dilaserve:instance_failures", "instances that died (replaced unless the server was shutting down)"
+        )
         self.resumed = counter(
             "dilaserve:resumed_requests", "requests whose instance died; they resume elsewhere from their last state"
         )

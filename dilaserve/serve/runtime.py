@@ -109,7 +109,7 @@ def _tuner_replay(cfg: ServeConfig, inputs: ControlInputs, control, reconfig):
 
 
 @dataclass
-class Generation:
+class CompletionResult:
     """A finished request, as the API reports it."""
 
     request_id: str
@@ -226,9 +226,7 @@ class ServingRuntime:
 
         def build(core: EngineCore) -> tuple[RayBackend, GlobalScheduler]:
             backend = RayBackend(backend_cfg)
-            backend.on_step_time = lambda s_, t: metrics.step_latency.labels(str(s_.tp)).observe(t)
-            backend.on_step_error = lambda s_, rid, err: metrics.step_errors.inc()
-            scheduler = build_control_plane(backend, self.policy, spec, predictor, core.on_outcome, observer=core)
+            scheduler = build_control_plane(backend, self.policy, spec, predictor, observer=core)
             # Queue gauges read the scheduler when scraped, so they are never stale.
             metrics.waiting.set_function(lambda: len(scheduler.deferred))
             metrics.running.set_function(lambda: scheduler.in_flight - len(scheduler.deferred))
@@ -517,7 +515,7 @@ class ServingRuntime:
         if text != self.info.tokenizer.decode(answer.tolist(), skip_special_tokens=True):
             tokens = len(self.info.tokenizer(text, add_special_tokens=False)["input_ids"])  # cut by a stop string
         met = latency_s <= h.slo_s if met is None else met
-        gen = Generation(
+        gen = CompletionResult(
             request_id=h.request_id,
             text=text,
             prompt_tokens=h.prompt_tokens,

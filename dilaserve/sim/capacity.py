@@ -1,6 +1,6 @@
 """Nominal capacity of a static cluster, in requests per second, for a request mix.
 
-Uses the control plane's own capacity model (:class:`~dilaserve.control.load.CapacityModel`,
+Uses the control plane's own capacity model (:class:`~dilaserve.control.cost_model.CapacityModel`,
 see ``docs/architecture.md``, control algorithms) with the replayed dynamics' step law in the
 setting's family: instance throughput in token-steps per second at its best batch, a request
 priced by :meth:`~dilaserve.control.step_law.StepLaw.split` (bidirectional: per block
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dilaserve.control.load import CapacityModel
+from dilaserve.control.cost_model import CapacityModel
 from dilaserve.control.step_law import StepLaw
 from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.plan import static_layout

@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
 
+from dilaserve.cluster.base import InstanceFailed
 from dilaserve.control.request import TrackedRequest
 from dilaserve.predict.base import OraclePredictor, StepPredictor
 from dilaserve.reconfig.plan import static_layout
 from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_plane
 from dilaserve.schedule.events import ReconfigTick, RequestArrived, RequestOutcome
+from dilaserve.schedule.observer import SchedulerObserver
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
 from dilaserve.schedule.tuner import TunerConfig
 from dilaserve.sim.backend import SimBackend, SimBackendConfig
@@ -37,7 +40,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class SimConfig:
     """Attributes:
-    backend: simulated instance timing (launch, migration, latency noise).
+    backend: simulated instance timing (launch, migration, latency noise) and failures.
     reconfig_interval_s: seconds between reconfiguration ticks (policies with
         reconfiguration only).
     telemetry_bin_s: time bin of the threshold-over-time series.
@@ -74,11 +77,15 @@ class SimResult:
     wall_s: float
     sim_s: float
     migrations: int
-    #: instances launched by reconfiguration plans (0 for a static cluster)
+    #: instances launched by reconfiguration plans (0 for a static cluster; replacements of
+    #: failed instances are in ``failures``)
     reconfig_launches: int
     quality_estimator: str
     #: ``(time, point)`` of every operating-point tuning (empty for a policy that does not tune).
     tunings: tuple[tuple[float, str], ...] = ()
+    #: ``(time, failed instance, its replacement or None)`` of every instance failure
+    #: (``SimBackendConfig.failures``).
+    failures: tuple[tuple[float, str, str | None], ...] = ()
 
     @property
     def sim_speedup(self) -> float:
@@ -101,6 +108,21 @@ REQUEST_COLUMNS = {
     "mean_threshold": pl.Float64,
     "quality": pl.Float64,
 }
+
+
+class _RunRecorder(SchedulerObserver):
+    """The simulator's observer: every request outcome goes to the run's request table, and
+    every instance failure to its list of failures."""
+
+    def __init__(self, record: Callable[[RequestOutcome], None]):
+        self._record = record
+        self.failures: list[tuple[float, str, str | None]] = []
+
+    def on_outcome(self, outcome: RequestOutcome) -> None:
+        self._record(outcome)
+
+    def on_failure(self, event: InstanceFailed, resumed: int, replacement: str | None) -> None:
+        self.failures.append((event.time, event.instance_id, replacement))
 
 
 class Simulator:
@@ -148,7 +170,7 @@ class Simulator:
         rows: list[tuple] = []
         reqs = workload.requests
 
-        def on_outcome(o: RequestOutcome) -> None:
+        def record(o: RequestOutcome) -> None:
             wr, state = live.pop(o.request_id)
             rows.append(self._row(wr, state, o))
             self.progress.release(state)
@@ -167,7 +189,8 @@ class Simulator:
             tuner=cfg.tuner,
             evaluator=self._window_replay(pol),
         )
-        sched = build_control_plane(backend, pol, spec, self._predictor(pol, live), on_outcome)
+        recorder = _RunRecorder(record)
+        sched = build_control_plane(backend, pol, spec, self._predictor(pol, live), recorder)
         reconfigurator = sched.reconfigurator
         initial = list(st.initial_layout) if st.initial_layout else static_layout(st.cluster, st.initial_tp)
         with backend.instant_launches():
@@ -220,9 +243,10 @@ class Simulator:
             wall_s=wall,
             sim_s=loop.now,
             migrations=sched.migrations,
-            reconfig_launches=backend.launches - len(initial),
+            reconfig_launches=backend.launches - len(initial) - sum(r is not None for _, _, r in recorder.failures),
             quality_estimator=self.progress.quality_estimator,
             tunings=tuple((t, label) for t, label, _ in sched.tuner.history) if sched.tuner else (),
+            failures=tuple(recorder.failures),
         )
 
     def _window_replay(self, policy: SchedulerPolicy):

@@ -87,7 +87,9 @@ class WindowReplay:
         )
         slo = max(a.slo_s for a in kept)
         # A request still running this long after the window's last arrival is a miss anyway.
-        config = replace(self.config, drain_limit_s=4 * slo + 1.0)
+        # The window is replayed on healthy instances: the run's scheduled failures name
+        # instances at times of the run, not of the window.
+        config = replace(self.config, drain_limit_s=4 * slo + 1.0, backend=replace(self.config.backend, failures=()))
         base = replace(self.setting, initial_layout=tuple(part))
         out = []
         for point in points:

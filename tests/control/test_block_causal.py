@@ -7,7 +7,7 @@ import pytest
 from dilaserve.control.batch_cost import mixed_step_prices
 from dilaserve.control.config import ControlConfig
 from dilaserve.control.controller import ThresholdController
-from dilaserve.control.load import (
+from dilaserve.control.cost_model import (
     CapacityModel,
     RequestShape,
     appends_left,
@@ -105,7 +105,7 @@ def test_controller_prices_appends_in_selection():
         cfg, sloped_profile(), TablePredictor([24, 24]), selection="paper", load_control="none", step_pricing="paper"
     )
     req = make_request("a", prompt=100, gen=96, block_causal=True)
-    ctl.admit(req, now=0.0)
+    ctl.prepare_arrival(req, now=0.0)
     remaining = ctl._remaining_fn(req, 1, 392, 2)
     assert remaining(1) == pytest.approx(23 * 2.0 + 3.92 + 2 * 1.0)
 
@@ -128,7 +128,7 @@ def test_load_control_prices_capacity_in_the_laws_family():
         cfg = ControlConfig(thresholds=(0.5, 0.9), fixed_threshold=0.9, step_law=law.with_family(bc))
         ctl = ThresholdController(cfg, flat, TablePredictor([12, 24]), selection="paper", load_control="paper")
         req = make_request("a", prompt=100, gen=96, block_causal=bc, slo=1.0)
-        ctl.admit(req, now=0.0)
+        ctl.prepare_arrival(req, now=0.0)
         ctl.control_load([req], [(1, 196)], now=0.0)
         split = law.with_family(bc).split(0.5, 100, 96)  # the lowest threshold in flight
         caps[bc] = ctl.capacity.throughput(1, 196, split)

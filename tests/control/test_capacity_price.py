@@ -134,7 +134,7 @@ def test_controller_prices_capacity_for_the_requests_arriving_next():
         reqs = []
         for i in range(8):
             r = make_request(f"r{i}", prompt=36, gen=64, arrival=0.1 * i, slo=10.0, use_cache=False)
-            ctl.admit(r, now=0.1 * i)
+            ctl.prepare_arrival(r, now=0.1 * i)
             reqs.append(r)
             ctl.control_load(reqs, [(1, 1200)], now=0.1 * i)
             if i == 1:  # two in flight, two arrivals: 4,000 fits, quality is free
@@ -162,7 +162,7 @@ def test_capacity_price_without_a_quality_table_is_the_feasible_prefix_walk(capl
     assert "no threshold-quality table" in caplog.text
     reqs = [make_request(f"r{i}", prompt=36, gen=64, slo=10.0, use_cache=False) for i in range(8)]
     for r in reqs:
-        ctl.admit(r, now=0.0)
+        ctl.prepare_arrival(r, now=0.0)
     ctl.control_load(reqs, [(1, 1200)], now=0.0)
     assert [q.cap_index for q in reqs] == [1] * 8
     piece = load_controls.get("capacity_price")(ControlConfig())

@@ -17,7 +17,7 @@ from dilaserve.control import (
     split_cost,
     walk_thresholds,
 )
-from dilaserve.control.load import split_cost_one
+from dilaserve.control.cost_model import split_cost_one
 from dilaserve.control.step_law import StepLaw
 from dilaserve.predict.base import OneShotPredictor
 from dilaserve.profile.types import LatencyProfile, StepCurve
@@ -73,7 +73,7 @@ def test_select_uses_cache_aware_remaining_time():
     )
     tight, loose = make_request("a", slo=0.27), make_request("b", slo=0.29)
     for r in (tight, loose):
-        ctl.admit(r, now=0.0)
+        ctl.prepare_arrival(r, now=0.0)
     shape = RequestShape.of([tight])
     t = remaining_time(np.array([[10.0, 10.0]]), shape, ctl.profile, 1, 1000, 2)
     np.testing.assert_allclose(t, [[0.28, 0.28]])
@@ -145,7 +145,7 @@ def test_high_priority_requests_are_capped_last():
     early = make_request("early", prompt=36, gen=64, arrival=0.0, slo=10.0, use_cache=False)
     vip = make_request("vip", prompt=36, gen=64, arrival=1.0, slo=10.0, priority=1, use_cache=False)
     for r in (early, vip):
-        ctl.admit(r, now=1.0)
+        ctl.prepare_arrival(r, now=1.0)
     # Loads: 2 * 100 = 200 at 0.5, 10 * 100 = 1000 at 0.9. Capacity 120 tok/s x 10 s = 1200
     # fits one request at 0.9 and one at 0.5: the later, high-priority one keeps 0.9.
     ctl.control_load([early, vip], [(1, 120)], now=1.0)
@@ -158,7 +158,7 @@ def test_slo_missed_on_arrival_is_served_at_lowest_by_the_paper(caplog):
     ctl = ThresholdController(ControlConfig(), flat_profile(), TablePredictor([1] * 5), selection="paper")
     r = make_request("late", arrival=0.0, slo=1.0, min_threshold=0.7)
     with caplog.at_level(logging.WARNING):
-        ctl.admit(r, now=5.0)
+        ctl.prepare_arrival(r, now=5.0)
     assert r.late_on_arrival and "past its deadline" in caplog.text
     assert r.allowed.tolist() == [False, False, True, False, False] and r.cap_index == 2
 
@@ -166,7 +166,7 @@ def test_slo_missed_on_arrival_is_served_at_lowest_by_the_paper(caplog):
 def test_slo_missed_on_arrival_keeps_its_quality_when_quality_aware():
     ctl = ThresholdController(ControlConfig(quality_budget=None), flat_profile(), TablePredictor([1] * 5))
     r = make_request("late", arrival=0.0, slo=1.0, min_threshold=0.7)
-    ctl.admit(r, now=5.0)
+    ctl.prepare_arrival(r, now=5.0)
     assert r.late_on_arrival and r.allowed.tolist() == [False, False, True, True, True]
     ctl.select([r], 1, 100, 1, now=5.0)
     assert ctl.threshold(r) == 0.9  # nothing makes its SLO: no reason to lower it
@@ -175,7 +175,7 @@ def test_slo_missed_on_arrival_keeps_its_quality_when_quality_aware():
 def test_fixed_threshold_mode_needs_no_predictor():
     ctl = ThresholdController(ControlConfig(), flat_profile(), None, selection="fixed")
     r = make_request("a")
-    ctl.admit(r, 0.0)
+    ctl.prepare_arrival(r, 0.0)
     ctl.select([r], 1, 100, 1, 0.0)
     assert ctl.threshold(r) == 0.9
     with pytest.raises(ValueError, match="needs a StepPredictor"):

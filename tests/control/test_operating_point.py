@@ -39,7 +39,7 @@ def test_a_pinned_tier_runs_at_its_pin_and_an_adaptive_one_keeps_every_candidate
     ctl = _controller(OperatingPoint.per_tier({1: 0.6}))
     pinned, free = make_request("a", priority=1), make_request("b", priority=0)
     for r in (pinned, free):
-        ctl.admit(r, 0.0)
+        ctl.prepare_arrival(r, 0.0)
     assert ctl.threshold(pinned) == 0.6 and pinned.allowed.sum() == 1
     assert free.allowed.all() and ctl.threshold(free) == 0.9  # starts at its cap
     ctl.select([pinned], 1, pinned.tokens, 1, 0.0)
@@ -49,17 +49,17 @@ def test_a_pinned_tier_runs_at_its_pin_and_an_adaptive_one_keeps_every_candidate
 def test_a_pin_below_the_clients_floor_gives_way_to_the_floor():
     ctl = _controller(OperatingPoint.static(0.5))
     req = make_request("a", min_threshold=0.75)
-    ctl.admit(req, 0.0)
+    ctl.prepare_arrival(req, 0.0)
     assert ctl.threshold(req) == 0.8
 
 
 def test_set_point_applies_to_new_arrivals_only():
     ctl = _controller(OperatingPoint.adaptive())
     old = make_request("old")
-    ctl.admit(old, 0.0)
+    ctl.prepare_arrival(old, 0.0)
     ctl.set_point(OperatingPoint.static(0.7))
     new = make_request("new")
-    ctl.admit(new, 0.0)
+    ctl.prepare_arrival(new, 0.0)
     assert old.allowed.all() and ctl.threshold(new) == 0.7
 
 
@@ -70,16 +70,16 @@ def test_fixed_threshold_admission_predicts_at_the_fixed_threshold_not_the_lowes
     ctl = ThresholdController(cfg, default_profile(), OneShotPredictor(spt), selection="fixed", admission="slo")
     assert ctl.admission_on and not ctl.slo_aware
     probe = make_request("probe", gen=128)
-    ctl.admit(probe, 0.0)
+    ctl.prepare_arrival(probe, 0.0)
     at = {t: ctl._remaining_fn(probe, 1, probe.tokens, 1)(cfg.index_of(t)) for t in (0.5, 0.9)}
     assert at[0.5] < at[0.9]
     req = make_request("r", gen=128, slo=(at[0.5] + at[0.9]) / 2)
-    ctl.admit(req, 0.0)
+    ctl.prepare_arrival(req, 0.0)
     assert ctl.threshold(req) == 0.9 and req.cap_index == req.threshold_index  # priced where it runs
     refusal = ctl.check_admission(req, (1, float(req.tokens), 1), 0.0)
     assert refusal is not None and "SLO" in refusal.reason
     roomy = make_request("roomy", gen=128, slo=2 * at[0.9])
-    ctl.admit(roomy, 0.0)
+    ctl.prepare_arrival(roomy, 0.0)
     assert ctl.check_admission(roomy, (1, float(roomy.tokens), 1), 0.0) is None
 
 

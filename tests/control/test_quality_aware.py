@@ -10,7 +10,8 @@ from dilaserve.control.policies import admission_policies, load_controls, select
 from dilaserve.control.quality_budget import quality_allowed
 from dilaserve.engine.state import StepKind
 from dilaserve.predict.base import OneShotPredictor
-from dilaserve.schedule import GlobalScheduler, RequestArrived
+from dilaserve.schedule import RequestArrived
+from tests.builders.schedule import build_scheduler
 from tests.control.builders import TablePredictor, commit, default_profile, flat_profile, make_request
 from tests.schedule.fake_backend import RecordingBackend
 
@@ -79,15 +80,15 @@ def test_quality_budget_follows_the_model_not_a_list():
 def test_controller_applies_budget_and_client_floor():
     ctl = ThresholdController(CFG, flat_profile(), TablePredictor([1] * 5), accuracy=ACCURACY)
     r = make_request("r")
-    ctl.admit(r, 0.0)
+    ctl.prepare_arrival(r, 0.0)
     assert r.allowed.tolist() == [False, False, False, True, True]
     strict = make_request("s", min_threshold=0.9)
-    ctl.admit(strict, 0.0)
+    ctl.prepare_arrival(strict, 0.0)
     assert strict.allowed.tolist() == [False, False, False, False, True]
     paper = ThresholdController(
         CFG, flat_profile(), TablePredictor([1] * 5), accuracy=ACCURACY, apply_quality_budget=False
     )
-    paper.admit(r, 0.0)
+    paper.prepare_arrival(r, 0.0)
     assert r.allowed.all()
 
 
@@ -110,10 +111,8 @@ def test_slo_admission_refuses_predicted_misses_with_a_retry_hint():
 
 
 def _scheduler(policy, predictor):
-    be = RecordingBackend()
-    sched = GlobalScheduler(be, default_profile(), policy, predictor=predictor)
-    spec = InstanceSpec("a", 1, 0, (0,), 100_000)
-    sched.start([spec])
+    sched = build_scheduler(RecordingBackend(), policy, predictor)
+    sched.start([InstanceSpec("a", 1, 0, (0,), 100_000)])
     sched.handle(InstanceReady(0.0, "a"))
     return sched
 
@@ -142,18 +141,18 @@ def test_calibration_corrects_a_predictor_that_is_off_by_a_factor():
     )
     for i in range(300):
         r = make_request(f"r{i}", gen=32)
-        ctl.admit(r, 0.0)
+        ctl.prepare_arrival(r, 0.0)
         for _ in range(8):
             commit(r, 4)
         ctl.on_finish(r)
     assert ctl.predictions.scale == pytest.approx(2.0, rel=0.02)
     fresh = make_request("new", gen=32)
-    ctl.admit(fresh, 0.0)
+    ctl.prepare_arrival(fresh, 0.0)
     assert fresh.steps_pred[0] == pytest.approx(8.0, rel=0.02)
     off = ThresholdController(
         ControlConfig(thresholds=(0.9,), quality_budget=None), flat_profile(), TablePredictor([4.0]), calibrate=False
     )
-    off.admit(fresh, 0.0)
+    off.prepare_arrival(fresh, 0.0)
     assert off.predictions.scale == 1.0
 
 
@@ -182,8 +181,8 @@ def test_admission_refuses_a_newcomer_that_would_push_two_requests_in_flight_pas
         cfg, default_profile(), OneShotPredictor({t: 0.7 for t in cfg.thresholds}), admission="slo"
     )
     probe, big = make_request("probe"), make_request("big", prompt=3000, slo=1e6)
-    ctl.admit(probe, 0.0)
-    ctl.admit(big, 0.0)
+    ctl.prepare_arrival(probe, 0.0)
+    ctl.prepare_arrival(big, 0.0)
     n, tokens = 3, 3 * probe.tokens
     before = ctl._remaining_fn(probe, 1, tokens, n)(0)
     after = ctl._remaining_fn(probe, 1, tokens + big.tokens, n + 1)(0)
@@ -193,7 +192,7 @@ def test_admission_refuses_a_newcomer_that_would_push_two_requests_in_flight_pas
     tight = [make_request(f"m{i}", slo=slo) for i in range(2)]
     loose = make_request("loose", slo=1e6)
     for m in (*tight, loose):
-        ctl.admit(m, 0.0)
+        ctl.prepare_arrival(m, 0.0)
     placement = (1, float(tokens + big.tokens), n + 1)
     refusal = ctl.check_admission(big, placement, 0.0, [*tight, loose])
     assert refusal is not None and "2 request(s) in flight" in refusal.reason

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dilaserve.control.load import CapacityModel
+from dilaserve.control.cost_model import CapacityModel
 from dilaserve.control.step_law import StepLaw
 from dilaserve.predict.replay import ReplayTable
 from dilaserve.profile.types import LatencyProfile, StepCurve

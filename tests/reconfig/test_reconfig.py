@@ -29,7 +29,8 @@ from dilaserve.reconfig import (
     static_layout,
 )
 from dilaserve.reconfig.stage1 import capacity_rps
-from dilaserve.schedule import GlobalScheduler, ReconfigTick, RequestArrived
+from dilaserve.schedule import ReconfigTick, RequestArrived
+from tests.builders.schedule import build_scheduler
 from tests.control.builders import default_profile, linear_profile, make_request
 from tests.reconfig.mccormick_reference import node_patterns
 from tests.schedule.fake_backend import RecordingBackend
@@ -201,10 +202,14 @@ def test_reconfiguration_tick_reshapes_the_cluster_without_dropping_requests():
     cluster = ClusterConfig(nodes=1, gpus_per_node=4)
     # Per-token cost dominates: TP-4 runs a 64-token answer at 0.9 in ~0.33 s, TP-1 in ~0.68 s.
     profile = linear_profile({1: 4e-4, 2: 3e-4, 4: 1.8e-4}, base=0.001)
-    rec = Reconfigurator(cluster, profile, ReconfigConfig(min_improvement=0.1))
     be = RecordingBackend()
-    sched = GlobalScheduler(
-        be, profile, "dilaserve", predictor=OneShotPredictor({0.5: 0.3, 0.7: 0.45, 0.9: 0.7}), reconfigurator=rec
+    sched = build_scheduler(
+        be,
+        "dilaserve",
+        OneShotPredictor({0.5: 0.3, 0.7: 0.45, 0.9: 0.7}),
+        profile=profile,
+        cluster=cluster,
+        reconfig=ReconfigConfig(min_improvement=0.1),
     )
     sched.start(static_layout(cluster, 1))
     for s in static_layout(cluster, 1):

@@ -21,8 +21,9 @@ class RecordingBackend(Backend):
     def submit_step(self, instance_id, batch):
         self.steps.append((instance_id, list(batch)))
 
-    def migrate(self, request_id, src, dst):
-        self.migrations.append((request_id, src, dst))
+    def migrate(self, state, src, dst):
+        state.drop_cache()  # as the Backend contract asks: the K/V stay behind
+        self.migrations.append((state.request_id, src, dst))
 
     def release(self, instance_id, request_ids):
         self.released.append((instance_id, list(request_ids)))

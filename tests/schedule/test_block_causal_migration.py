@@ -5,8 +5,8 @@ import pytest
 from dilaserve.cluster.base import InstanceReady
 from dilaserve.schedule.migration.cost import move_pays, rebuild_seconds, steps_left
 from dilaserve.schedule.migration_points import migration_points
+from tests.builders.schedule import arrive, cluster, finish_step, spec
 from tests.control.builders import commit, default_profile, make_request
-from tests.schedule.test_scheduler import arrive, cluster, finish_step, spec
 
 
 def test_recompute_point_lets_a_block_causal_request_move_at_any_step_priced():

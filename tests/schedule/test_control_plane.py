@@ -1,5 +1,6 @@
 """The control plane is built in one place for serving and simulation."""
 
+from dilaserve.cluster.base import InstanceReady, InstanceSpec
 from dilaserve.control import ControlConfig
 from dilaserve.predict.base import OneShotPredictor
 from dilaserve.reconfig.config import ClusterConfig, ReconfigConfig
@@ -35,3 +36,12 @@ def test_the_spec_accuracies_reach_the_quality_budget_and_fixed_policies_need_no
     assert paper.controller.budget_mask.all()
     fixed = build_control_plane(RecordingBackend(), "fixed@0.7", spec(), predictor=None)
     assert fixed.controller.predictions is None and fixed.controller.config.fixed_threshold == 0.7
+
+
+def test_the_factory_binds_the_scheduler_to_the_backends_events():
+    be = RecordingBackend()
+    sched = build_control_plane(be, "fixed@0.7", spec())
+    assert be.sink == sched.handle
+    sched.start([InstanceSpec("a", 1, 0, (0,), 1000)])
+    be.sink(InstanceReady(0.0, "a"))  # the backend's report reaches the scheduler
+    assert sched.pool.ready[sched.pool.slot_of["a"]]

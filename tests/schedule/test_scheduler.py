@@ -3,42 +3,15 @@ from dataclasses import replace
 
 import pytest
 
-from dilaserve.cluster.base import InstanceReady, InstanceSpec, InstanceStopped, StepFinished
+from dilaserve.cluster.base import InstanceReady, InstanceStopped, StepFinished
 from dilaserve.predict.base import OneShotPredictor
 from dilaserve.reconfig.config import ClusterConfig
 from dilaserve.reconfig.reconfigurator import Reconfigurator
-from dilaserve.schedule import GlobalScheduler, RequestArrived, SchedulerPolicy, policies
-from tests.control.builders import commit, default_profile, make_request
+from dilaserve.schedule import SchedulerPolicy, policies
+from dilaserve.schedule.observer import SchedulerObserver
+from tests.builders.schedule import SPT, arrive, build_scheduler, cluster, finish_step, spec
+from tests.control.builders import default_profile, make_request
 from tests.schedule.fake_backend import RecordingBackend
-
-SPT = {0.5: 0.3, 0.6: 0.35, 0.7: 0.45, 0.8: 0.55, 0.9: 0.7}
-
-
-def spec(iid, tp=1, max_batch=1000, node=0):
-    return InstanceSpec(iid, tp, node, tuple(range(tp)), max_batch)
-
-
-def cluster(policy="dilaserve-no-reconfig", specs=(), **kw):
-    be = RecordingBackend()
-    predictor = OneShotPredictor(SPT)
-    sched = GlobalScheduler(be, kw.pop("profile", default_profile()), policy, predictor=predictor, **kw)
-    sched.start(specs)
-    for s in specs:
-        sched.handle(InstanceReady(0.0, s.instance_id))
-    return sched, be
-
-
-def arrive(sched, req, t=0.0):
-    sched.handle(RequestArrived(t, req))
-    return req
-
-
-def finish_step(sched, be, iid, t, k=1):
-    """Report the last submitted step of ``iid`` finished, each request committing ``k`` tokens."""
-    batch = be.last_batch(iid)
-    for a in batch:
-        commit(sched.requests[a.state.request_id], k, a.threshold)
-    sched.handle(StepFinished(t, iid, tuple(a.state for a in batch)))
 
 
 def test_instance_selection_minimises_predicted_step_latency():
@@ -192,15 +165,15 @@ def test_policy_registry():
     with pytest.raises(ValueError, match="choose one of"):
         policies.get("nope")
     with pytest.raises(ValueError, match="needs a oracle predictor"):
-        GlobalScheduler(RecordingBackend(), default_profile(), "oracle", predictor=OneShotPredictor(SPT))
+        build_scheduler(RecordingBackend(), "oracle", OneShotPredictor(SPT))
     custom = SchedulerPolicy(
         "custom", dispatch="least_tokens", selection="fixed", load_control="none", admission="all", predictor=None
     )
-    sched = GlobalScheduler(RecordingBackend(), default_profile(), custom)
+    sched = build_scheduler(RecordingBackend(), custom)
     assert sched.policy.name == "custom"
     # Admission predicts a fixed threshold's latency, so it needs a predictor too.
     with pytest.raises(ValueError, match="admission 'slo' needs a StepPredictor"):
-        GlobalScheduler(RecordingBackend(), default_profile(), replace(custom, admission="slo"))
+        build_scheduler(RecordingBackend(), replace(custom, admission="slo"))
     assert "fixed@0.7+admission" in policies.names()
 
 
@@ -220,7 +193,7 @@ def test_cancel_frees_the_slot_and_drops_the_in_flight_result():
     assert not sched.cancel("r0") and sched.cancel("r1") and sched.in_flight == 0
 
 
-class Watcher:
+class Watcher(SchedulerObserver):
     """A scheduler observer that records what it is told, and when."""
 
     def __init__(self, sched_box):
@@ -229,6 +202,9 @@ class Watcher:
     def on_step(self, ev):
         # the step is reported before the scheduler adopts it: no outcome for it yet
         self.calls.append(("step", ev.instance_id, len(self.box[0].outcomes)))
+
+    def on_outcome(self, outcome):
+        self.calls.append(("outcome", outcome.request_id, outcome.status))
 
     def on_migration(self, rid, src, dst):
         self.calls.append(("migration", rid, src, dst))
@@ -240,7 +216,7 @@ class Watcher:
         self.calls.append(("instance", iid, ready))
 
 
-def test_observer_is_told_of_steps_migrations_instances_and_plans():
+def test_observer_is_told_of_steps_outcomes_migrations_instances_and_plans():
     box = []
     w = Watcher(box)
     sched, be = cluster(specs=[spec("a")], observer=w)
@@ -260,3 +236,4 @@ def test_observer_is_told_of_steps_migrations_instances_and_plans():
     assert sched.apply_plan(plan) and w.calls[-1] == ("plan", plan)
     sched.handle(InstanceStopped(0.2, "a"))
     assert ("instance", "a", False) in w.calls
+    assert sched.cancel("r0") and w.calls[-1] == ("outcome", "r0", "cancelled")

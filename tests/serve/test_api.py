@@ -231,6 +231,8 @@ def test_operator_metrics_follow_the_requests(server):
     ):
         assert grew(hist + "_count") == 1, hist
     assert grew("dilaserve:request_prompt_tokens_sum") == usage["prompt_tokens"]
+    # every step the request ran alone is timed by the backend (StepFinished.duration_s)
+    assert grew('dilaserve:step_latency_seconds_count{tp="1"}') == r.json()["dilaserve"]["steps"]
     assert grew('dilaserve:rejected_requests_total{code="400",reason="invalid_request"}') == 1
 
 

@@ -1,6 +1,7 @@
 import pytest
 
 from dilaserve.serve.config import ServeConfig
+from dilaserve.utils.cli import parse_dataclass
 
 
 @pytest.mark.parametrize("value", [0, -5.0])
@@ -11,3 +12,14 @@ def test_a_non_positive_startup_budget_is_refused_with_the_flag_to_fix(value):
 
 def test_the_startup_budget_defaults_to_five_minutes():
     assert ServeConfig().startup_timeout_s == 300.0
+
+
+@pytest.mark.parametrize("argv, served", [([], False), (["--admin-api"], True)])
+def test_the_admin_reconfigure_endpoint_is_served_only_with_its_flag(argv, served):
+    from dilaserve.serve.api import build_app
+    from dilaserve.serve.runtime import ServingRuntime
+
+    cfg = parse_dataclass(ServeConfig, argv)
+    assert cfg.admin_api is served
+    app = build_app(ServingRuntime(cfg), manage_lifecycle=False)
+    assert ("/admin/reconfigure" in {route.path for route in app.routes}) is served

@@ -4,7 +4,7 @@ latency, isolated latency (the SLO's base) and the nominal capacity."""
 import pytest
 
 from dilaserve.cluster.base import StepAssignment
-from dilaserve.control.load import CapacityModel
+from dilaserve.control.cost_model import CapacityModel
 from dilaserve.control.step_law import step_split
 from dilaserve.engine.state import StepKind
 from dilaserve.predict.replay import ReplayTable

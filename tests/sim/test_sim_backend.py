@@ -77,7 +77,7 @@ def test_launch_time_and_migration_transfer_delay_events():
     loop.run()
     assert sink == [InstanceReady(5.0, "i")]
     state = sim.progress.new_state(WorkloadRequest("r", 0.0, 68, 32), 32)
-    be.migrate("r", "elsewhere", "i")
+    be.migrate(state, "elsewhere", "i")
     be.submit_step("i", [StepAssignment(state, 0.9)])
     loop.run()
     assert isinstance(sink[-1], StepFinished) and sink[-1].time == pytest.approx(5.0 + 0.5 + 0.2)
@@ -97,3 +97,32 @@ def test_backend_refuses_what_the_scheduler_must_never_ask():
         be.launch_instance(InstanceSpec("j", 1, 0, (0,), 1000))
     with pytest.raises(ValueError, match=">= 0"):
         SimBackendConfig(launch_time_s=-1)
+
+
+def test_a_request_whose_cache_is_elsewhere_rebuilds_it_on_its_next_step():
+    # 8 tokens a step: after its first (recompute) step a request's next three are cache
+    # steps, LP_cache(32) = 0.082 s, where its K/V are; elsewhere it is LP_rec(100) = 0.2 s.
+    loop = EventLoop()
+    sim, _ = simulator(8)
+    be = SimBackend(loop, PROFILE, sim.progress, SimBackendConfig(launch_time_s=0.0, migration_time_s=0.0))
+    sink = Sink()
+    be.bind(sink)
+    for iid, gpu in (("i", 0), ("j", 1)):
+        be.launch_instance(InstanceSpec(iid, 1, 0, (gpu,), 1000))
+    loop.run()
+    moved, stays = (sim.progress.new_state(WorkloadRequest(r, 0.0, 36, 64), 32) for r in ("moved", "stays"))
+    for st in (moved, stays):
+        be.submit_step("i", [StepAssignment(st, 0.9)])
+        loop.run()
+        assert st.next_kind.value == "cache"
+    be.migrate(moved, "i", "j")  # marked at once: the control plane prices the rebuild
+    assert moved.next_kind.value == "recompute"
+    be.submit_step("i", [StepAssignment(stays, 0.9)])
+    loop.run()
+    assert sink[-1].duration_s == pytest.approx(0.082)  # its cache is where it runs
+    # stays's K/V die with i; its state still says cached, but j has no K/V for it
+    be.fail_instance("i")
+    assert stays.next_kind.value == "cache"
+    be.submit_step("j", [StepAssignment(stays, 0.9)])
+    loop.run()
+    assert sink[-1].duration_s == pytest.approx(0.2) and stays.recompute_steps_done == 2

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dilaserve.control.cap_walk import cap_thresholds, highest_allowed, lowest_allowed
 from dilaserve.control.capacity_price import price_caps
-from dilaserve.control.load_control import cap_thresholds, highest_allowed, lowest_allowed
 from dilaserve.control.policies.base import LoadControl, Outlook, load_controls
 
 
@@ -22,7 +22,7 @@ class NoLoadControl(LoadControl):
 
 @load_controls.register("paper")
 class PaperLoadControl(LoadControl):
-    """The paper's walk (:func:`~dilaserve.control.load_control.cap_thresholds`): a request
+    """The paper's walk (:func:`~dilaserve.control.cap_walk.cap_thresholds`): a request
     keeps a threshold only if the work before it, its own at that threshold and everyone
     after it at their lowest still fit; otherwise it drops, to its lowest if need be."""
 

@@ -1,4 +1,5 @@
-"""Request load, remaining time and instance capacity (docs/architecture.md section 5).
+"""The cost model: request load, remaining time and instance capacity (docs/architecture.md
+section 5, "Cost model").
 
 Both request load and remaining time split a request's remaining steps into cache steps
 and recompute steps when caching is on; the recompute steps still certain are the state's

@@ -1,4 +1,6 @@
-"""Adaptive load control: cap each request's highest threshold so the worst case fits.
+"""The paper's cap walk, the core of load control: cap each request's highest threshold so
+the worst case fits (the named load-control pieces that use it are in
+:mod:`dilaserve.control.policies.load_control`).
 
 Walk requests in order (priority, then deadline, then arrival); keep suffix sums of the
 load every later request would carry at its lowest allowed threshold; keep threshold
