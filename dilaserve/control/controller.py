@@ -232,6 +232,25 @@ class ThresholdController:
             return self.admission.check(predicted, req.slo_left(now), harmed)
         return self.admission.check(predicted, req.slo_left(now))
 
+    def fits(
+        self,
+        req: TrackedRequest,
+        placement: tuple[int, float, int],
+        now: float,
+        members: Sequence[TrackedRequest],
+        headroom: float,
+    ) -> bool:
+        """Whether ``req`` (already through :meth:`prepare_arrival`) fits the instance of ``placement``
+        (as in :meth:`check_admission`) with room to spare: it makes ``(1 - headroom)`` x
+        its SLO time left at the threshold it is admitted on, and no member loses that
+        headroom by its joining. The test slack-aware placement applies along its ranking;
+        it needs step predictions."""
+        tp, tokens, n = placement
+        margin = 1.0 - headroom
+        if self._remaining_fn(req, tp, tokens, n)(self.promise_index(req)) > margin * req.slo_left(now):
+            return False
+        return not any(self._pushed_past_slo(m, tp, tokens, n, req.tokens, margin, now) for m in members)
+
     def _pushed_past_slo(
         self, member: TrackedRequest, tp: int, tokens: float, n: int, newcomer_tokens: float, margin: float, now: float
     ) -> bool:

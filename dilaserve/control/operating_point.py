@@ -25,10 +25,14 @@ class OperatingPoint:
         pins: ``(priority, threshold)`` pairs, sorted by priority; a tier that is absent
             (or pinned to ``None``) is adaptive. Use :meth:`static` and :meth:`per_tier`.
         default: the pin of every priority not listed (``None``: adaptive).
+        fit: place arrivals by slack (best fit: the busiest instance each still fits with
+            headroom) rather than on the instance with the lowest step latency; honoured by
+            a slack-aware dispatch (docs/architecture.md, "Slack-aware placement").
     """
 
     pins: tuple[tuple[int, float | None], ...] = ()
     default: float | None = ADAPTIVE
+    fit: bool = False
 
     def __post_init__(self) -> None:
         pins = tuple(sorted((int(p), None if t is None else float(t)) for p, t in self.pins))
@@ -62,7 +66,11 @@ class OperatingPoint:
     def with_pin(self, priority: int, threshold: float | None) -> OperatingPoint:
         """This point with one tier changed."""
         rest = [(p, t) for p, t in self.pins if p != priority]
-        return OperatingPoint((*rest, (priority, threshold)), self.default)
+        return OperatingPoint((*rest, (priority, threshold)), self.default, self.fit)
+
+    def with_fit(self, fit: bool) -> OperatingPoint:
+        """This point with slack-aware placement switched on or off."""
+        return OperatingPoint(self.pins, self.default, fit)
 
     @property
     def is_adaptive(self) -> bool:
@@ -70,7 +78,12 @@ class OperatingPoint:
 
     @property
     def label(self) -> str:
-        """``adaptive``, ``static@0.8``, or ``tiers(2:0.7,1:adaptive,0:0.9)`` (highest priority first)."""
+        """``adaptive``, ``static@0.8``, or ``tiers(2:0.7,1:adaptive,0:0.9)`` (highest priority
+        first), with ``+fit`` where arrivals are placed by slack."""
+        return self._threshold_label + ("+fit" if self.fit else "")
+
+    @property
+    def _threshold_label(self) -> str:
         if not self.pins:
             return "adaptive" if self.default is None else f"static@{self.default}"
         parts = [f"{p}:{'adaptive' if t is None else t}" for p, t in reversed(self.pins)]

@@ -34,6 +34,8 @@ class ReconfigPlan:
     objective: float | None  # stage-1 objective of the target (None: fallback)
     current_objective: float | None  # the same for the running configuration
     reason: str
+    #: Seconds from the plan's start until its last launch is ready: drains, then launches.
+    transition_s: float = 0.0
 
     @property
     def stops(self) -> tuple[str, ...]:

@@ -167,6 +167,7 @@ class Reconfigurator:
             node_counts, batch, obj = list(target.node_counts), target.batch, target.objective
             reason = "improvement" if cur_obj is not None else "current cluster cannot meet the SLOs"
         plan = self.plan_to(node_counts, existing, batch, obj, cur_obj, reason)
+        plan = replace(plan, transition_s=(self._drain_s(pb) if plan.stops else 0.0) + self.config.launch_time_s)
         if cur_obj is not None and obj is not None and not self._pays_back(pb, plan, existing, obj / cur_obj - 1):
             return None
         log.info(
@@ -188,14 +189,16 @@ class Reconfigurator:
         if total <= 0:
             return 0.0
         tp_of = {e.instance_id: e.tp for e in existing}
-        cfg = self.config
-        drain = (
-            cfg.drain_time_s
-            if cfg.drain_time_s is not None
-            else min((k.slo_s for k in pb.classes if np.isfinite(k.slo_s)), default=0.0)
-        )
         lost = sum(capacity_rps(pb, {tp_of[i]: 1}) for i in plan.stops if i in tp_of)
-        return lost / total * (drain + cfg.launch_time_s)
+        return lost / total * (self._drain_s(pb) + self.config.launch_time_s)
+
+    def _drain_s(self, pb: CapacityProblem) -> float:
+        """Seconds a stopped instance takes to drain: the configured time, else the tightest
+        class SLO (its requests finish within their SLO when the plan is sound)."""
+        cfg = self.config
+        if cfg.drain_time_s is not None:
+            return cfg.drain_time_s
+        return min((k.slo_s for k in pb.classes if np.isfinite(k.slo_s)), default=0.0)
 
     def _pays_back(
         self, pb: CapacityProblem, plan: ReconfigPlan, existing: Sequence[InstanceSpec], gain: float

@@ -24,6 +24,7 @@ from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConf
 from dilaserve.reconfig.monitor import WorkloadMonitor
 from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule.config import SchedulerConfig
+from dilaserve.schedule.dispatch import dispatch_policies
 from dilaserve.schedule.observer import SchedulerObserver
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
 from dilaserve.schedule.scheduler import GlobalScheduler
@@ -113,7 +114,8 @@ def build_control_plane(
     tuner = None
     if pol.tune and spec.evaluator is not None:
         pins = [t for t, ok in zip(controller.config.thresholds, controller.budget_mask.tolist()) if ok]
-        tuner = OperatingPointTuner(spec.evaluator, pins, spec.tuner)
+        placement = dispatch_policies.get(pol.dispatch).fits_by_slack
+        tuner = OperatingPointTuner(spec.evaluator, pins, spec.tuner, placement=placement)
     scheduler = GlobalScheduler(
         backend,
         spec.profile,

@@ -33,7 +33,8 @@ def fixed_policy_name(threshold: float) -> str:
 class SchedulerPolicy:
     """Attributes:
     name: registry name.
-    dispatch: dispatch policy name (``lowest_latency``, ``least_tokens``).
+    dispatch: dispatch policy name (``lowest_latency``, ``least_tokens``, or ``slack_fit``:
+        the lowest latency, or best fit by slack where the operating point asks for it).
     migration: migration policy name (``lowest_latency``, ``load_balance``, ``none``).
     migration_point: when a request may move (``recompute``: before recompute steps,
         i.e. any step without caching; ``any``: between any two steps).
@@ -100,7 +101,7 @@ policies: Registry[SchedulerPolicy] = Registry("scheduler policy")
 _FIXED = dict(
     selection="fixed", load_control="none", admission="all", quality_budget=False, reconfig=False, predictor=None
 )
-DILASERVE = policies.add("dilaserve", SchedulerPolicy("dilaserve", tune=True))
+DILASERVE = policies.add("dilaserve", SchedulerPolicy("dilaserve", dispatch="slack_fit", tune=True))
 PAPER = policies.add(
     "dilaserve-paper",
     SchedulerPolicy(
@@ -148,6 +149,7 @@ _variant(DILASERVE, "-no-quality-budget", quality_budget=False)
 _variant(DILASERVE, "-no-reconfig", reconfig=False)
 _variant(DILASERVE, "-no-calibration", calibrate=False)
 _variant(DILASERVE, "-no-tuner", tune=False)
+_variant(DILASERVE, "-no-slack-fit", dispatch="lowest_latency")
 policies.add("oracle", replace(DILASERVE, name="oracle", predictor="oracle", refresh_every_steps=1, tune=False))
 
 

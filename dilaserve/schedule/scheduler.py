@@ -204,7 +204,7 @@ class GlobalScheduler:
         if self.reconfigurator is not None:
             # Refused requests are demand too: the planner sizes the cluster for them.
             self.reconfigurator.observe(req, self.now)
-        slot = self.dispatch.choose(req, self.pool, self._mask(req))
+        slot = self._place_new(req, self._mask(req))
         refusal = self._admission(req, slot) if self.controller.admission_on else None
         if refusal is not None:
             self._warn("admission", "request %s refused: %s", req.request_id, refusal.reason)
@@ -317,7 +317,8 @@ class GlobalScheduler:
         plan = self.reconfigurator.propose(self.now, existing)
         if plan is not None and self.tuner is not None:
             target = [s for s in existing if s.instance_id in set(plan.keep)] + [st.launch for st in plan.steps]
-            if not self.tuner.layout_pays(self.now, existing, target, self.controller.point):
+            share = plan.transition_s / self.reconfigurator.config.lifetime_s
+            if not self.tuner.layout_pays(self.now, existing, target, self.controller.point, share):
                 plan = None
         if plan is not None:
             self.executor = PlanExecutor(plan)  # advanced at the end of this event
@@ -334,14 +335,36 @@ class GlobalScheduler:
         self._advance_plan()
         return True
 
+    def _place_new(self, req: TrackedRequest, mask: np.ndarray) -> int | None:
+        """The slot for an arrival: with a slack-aware dispatch and an operating point that
+        places by slack, the first slot of the dispatch's ranking that ``req`` fits with
+        headroom; else (and for every other dispatch) the dispatch's choice."""
+        if self._places_by_slack:
+            for slot in self.dispatch.rank(req, self.pool, mask):
+                placement, members = self._placement(slot, req), self._members(slot)
+                if self.controller.fits(req, placement, self.now, members, self.config.fit_headroom):
+                    return slot
+        return self.dispatch.choose(req, self.pool, mask)
+
+    @property
+    def _places_by_slack(self) -> bool:
+        """Arrivals go to the busiest instance they fit (the operating point asks for it and
+        the dispatch and the controller can do it)."""
+        return self.dispatch.fits_by_slack and self.controller.point.fit and self.controller.predicting
+
+    def _placement(self, slot: int, req: TrackedRequest) -> tuple[int, float, int]:
+        """``(tp, tokens, requests)`` of ``slot`` once ``req`` joins it."""
+        pool = self.pool
+        return int(pool.tp[slot]), float(pool.tokens[slot] + req.tokens), int(pool.n_reqs[slot]) + 1
+
+    def _members(self, slot: int) -> list[TrackedRequest]:
+        return [self.requests[rid] for rid in self.pool.members[slot]]
+
     def _admission(self, req: TrackedRequest, slot: int | None):
         """The controller's admission check for ``req`` joining ``slot`` (None: it would wait)."""
         if slot is None:
             return self.controller.check_admission(req, None, self.now)
-        pool = self.pool
-        placement = (int(pool.tp[slot]), float(pool.tokens[slot] + req.tokens), int(pool.n_reqs[slot]) + 1)
-        members = [self.requests[rid] for rid in pool.members[slot]]
-        return self.controller.check_admission(req, placement, self.now, members)
+        return self.controller.check_admission(req, self._placement(slot, req), self.now, self._members(slot))
 
     # ============================================================ placement
     def _mask(self, req: TrackedRequest) -> np.ndarray:
@@ -358,12 +381,17 @@ class GlobalScheduler:
 
     def _decide_migration(self, req: TrackedRequest, src: int, touched: set[int]) -> None:
         """Whether a just-stepped request moves, and where (it stays unless a move pays); a
-        request on a draining instance leaves for wherever it fits."""
+        request on a draining instance leaves for wherever it fits. Placed by slack, a
+        request stays where it was put: moving it to a faster instance would fill the light
+        instances that placement keeps for the requests that need them."""
         if not self.migration_point.allows(req):
+            return
+        draining = self.pool.draining[src]
+        if not draining and self._places_by_slack:
             return
         mask = self._mask(req)
         mask[src] = False
-        if self.pool.draining[src]:
+        if draining:
             dst = self.dispatch.choose(req, self.pool, mask)  # leave whenever anywhere fits
         else:
             dst = self.migration.propose(req, src, self.pool, mask)

@@ -78,10 +78,15 @@ class WindowArrival:
 
 class WindowEvaluator(Protocol):
     """Replays ``arrivals`` on a cluster of ``layout`` once per point; returns each point's
-    goodput (share of the replayed requests on time and correct)."""
+    goodput (share of the replayed requests on time and correct). ``sample``: the share of
+    the cluster (and of the arrivals) replayed; None: the evaluator's own."""
 
     def __call__(
-        self, arrivals: Sequence[WindowArrival], layout: Sequence[InstanceSpec], points: Sequence[OperatingPoint]
+        self,
+        arrivals: Sequence[WindowArrival],
+        layout: Sequence[InstanceSpec],
+        points: Sequence[OperatingPoint],
+        sample: float | None = None,
     ) -> list[float]: ...
 
 
@@ -90,12 +95,21 @@ class OperatingPointTuner:
     evaluate: the replay (:class:`WindowEvaluator`).
     thresholds: the thresholds a tier may be pinned to (those the quality budget allows).
     config: interval, window, sample and hysteresis.
+    placement: the scheduler's dispatch can place by slack, so the tuner also weighs the
+        current point with the other placement (:attr:`OperatingPoint.fit`).
     """
 
-    def __init__(self, evaluate: WindowEvaluator, thresholds: Sequence[float], config: TunerConfig = TunerConfig()):
+    def __init__(
+        self,
+        evaluate: WindowEvaluator,
+        thresholds: Sequence[float],
+        config: TunerConfig = TunerConfig(),
+        placement: bool = False,
+    ):
         self.evaluate = evaluate
         self.thresholds = tuple(float(t) for t in thresholds)
         self.config = config
+        self.placement = placement
         self._window: deque[WindowArrival] = deque()
         self._last = None
         #: ``(time, point label, replayed goodput per candidate label)`` of every tuning.
@@ -131,22 +145,39 @@ class OperatingPointTuner:
         return None if chosen == current else chosen
 
     def layout_pays(
-        self, now: float, current: Sequence[InstanceSpec], target: Sequence[InstanceSpec], point: OperatingPoint
+        self,
+        now: float,
+        current: Sequence[InstanceSpec],
+        target: Sequence[InstanceSpec],
+        point: OperatingPoint,
+        transition_share: float = 0.0,
     ) -> bool:
         """Whether moving the cluster from ``current`` to ``target`` (a reconfiguration plan)
         is worth it on the replay: the window's arrivals at ``point`` must make at least
         ``min_gain`` more goodput on ``target``. The planner's model prices the classes at
         their tightest SLO; the replay runs the requests themselves, tiers and all, so a plan
-        that trades the throughput of the many for the latency of a few is caught here. With
-        too thin a window there is no evidence, and the planner's own rules decide."""
+        that trades the throughput of the many for the latency of a few is caught here.
+
+        While the plan executes, the instances it stops are gone and those it launches not
+        yet there: for ``transition_share`` of the plan's lifetime the cluster is the kept
+        instances alone, and the expected goodput after the move blends that replay with the
+        target's. The whole window runs on the whole cluster (a sampled slice of a mixed-TP
+        layout is too coarse for a decision this rare and this costly). With too thin a
+        window there is no evidence, and the planner's own rules decide."""
         cfg = self.config
         while self._window and self._window[0].arrival < now - cfg.window_s:
             self._window.popleft()
-        if len(self._window) * cfg.sample < cfg.min_arrivals or not current or not target:
+        if len(self._window) < cfg.min_arrivals or not current or not target:
             return True
         arrivals = list(self._window)
-        (before,) = self.evaluate(arrivals, current, [point])
-        (after,) = self.evaluate(arrivals, target, [point])
+        (before,) = self.evaluate(arrivals, current, [point], sample=1.0)
+        (after,) = self.evaluate(arrivals, target, [point], sample=1.0)
+        share = min(max(transition_share, 0.0), 1.0)
+        kept_ids = {s.instance_id for s in target}
+        kept = [s for s in current if s.instance_id in kept_ids]
+        if share > 0:
+            (during,) = self.evaluate(arrivals, kept, [point], sample=1.0) if kept else (0.0,)
+            after = share * during + (1 - share) * after
         pays = after >= before + cfg.min_gain
         self.plan_checks.append((now, before, after, pays))
         log.info(
@@ -160,15 +191,19 @@ class OperatingPointTuner:
 
     def candidates(self, current: OperatingPoint, priorities: set[int]) -> list[OperatingPoint]:
         """``current`` first, then every uniform point (each threshold, and adaptive), then,
-        with tiers, each tier moved alone to each alternative."""
-        out = [current, OperatingPoint.adaptive(), *(OperatingPoint.static(t) for t in self.thresholds)]
+        with tiers, each tier moved alone to each alternative, all placed as ``current``
+        is; last, with ``placement``, ``current`` placed the other way."""
+        uniform = [OperatingPoint.adaptive(), *(OperatingPoint.static(t) for t in self.thresholds)]
+        out = [current, *(p.with_fit(current.fit) for p in uniform)]
         if len(priorities) > 1:
             options = (None, *self.thresholds)
             for p in sorted(priorities, reverse=True):
                 out.extend(current.with_pin(p, t) for t in options)
+        if self.placement:
+            out.append(current.with_fit(not current.fit))
         unique, seen = [], set()
         for point in out:
-            key = tuple((p, point.pin(p)) for p in sorted(priorities))
+            key = (point.fit, *((p, point.pin(p)) for p in sorted(priorities)))
             if key not in seen:
                 seen.add(key)
                 unique.append(point)

@@ -35,6 +35,10 @@ def layout_slice(layout: Sequence[InstanceSpec], share: float) -> list[InstanceS
     return [ordered[i] for i in picks]
 
 
+def gpu_count(layout: Sequence[InstanceSpec]) -> int:
+    return sum(len(s.gpus) for s in layout)
+
+
 class WindowReplay:
     """Args:
     setting: the simulated cluster (its control settings and profile).
@@ -61,11 +65,18 @@ class WindowReplay:
         self.calls = 0
 
     def __call__(
-        self, arrivals: Sequence[WindowArrival], layout: Sequence[InstanceSpec], points: Sequence[OperatingPoint]
+        self,
+        arrivals: Sequence[WindowArrival],
+        layout: Sequence[InstanceSpec],
+        points: Sequence[OperatingPoint],
+        sample: float | None = None,
     ) -> list[float]:
         self.calls += 1
-        part = layout_slice(layout, self.sample)
-        share = len(part) / len(layout)
+        part = layout_slice(layout, self.sample if sample is None else sample)
+        # Arrivals are sampled by the slice's share of the GPUs, not of the instances: one
+        # TP-4 instance does the work of about four GPUs, and a slice that kept it while
+        # sampling arrivals by instance count would replay a lighter load than the layout's.
+        share = gpu_count(part) / gpu_count(layout)
         rng = np.random.default_rng((self.seed, self.calls))
         kept = [a for a, u in zip(arrivals, rng.random(len(arrivals)).tolist()) if u < share]
         if not kept:

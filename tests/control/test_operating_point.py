@@ -87,3 +87,11 @@ def test_admission_needs_a_predictor_even_with_fixed_thresholds():
     with pytest.raises(ValueError, match="admission 'slo' needs a StepPredictor"):
         ThresholdController(CFG, default_profile(), None, selection="fixed", admission="slo")
     ThresholdController(CFG, default_profile(), None, selection="fixed", admission="all")
+
+
+def test_placement_by_slack_is_part_of_the_point_and_survives_a_tier_move():
+    point = OperatingPoint.static(0.8).with_fit(True)
+    assert point.fit and point.label == "static@0.8+fit"
+    moved = point.with_pin(1, 0.7)
+    assert moved.fit and moved.pin(1) == 0.7 and moved.pin(0) == 0.8
+    assert point.with_fit(False) == OperatingPoint.static(0.8) and point != OperatingPoint.static(0.8)

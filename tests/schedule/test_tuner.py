@@ -3,6 +3,8 @@ the best, with hysteresis, and only when a tuning is due."""
 
 from __future__ import annotations
 
+import pytest
+
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.schedule.tuner import OperatingPointTuner, TunerConfig
@@ -17,7 +19,7 @@ class ScriptedReplay:
     def __init__(self, score):
         self.score, self.calls = score, []
 
-    def __call__(self, arrivals, layout, points):
+    def __call__(self, arrivals, layout, points, sample=None):
         self.calls.append((len(arrivals), list(layout), list(points)))
         return [self.score(p) for p in points]
 
@@ -74,7 +76,8 @@ def test_a_plan_is_applied_only_where_its_layout_replays_better():
 
     # A replay that scores the layout, not the point: more instances, more goodput.
     class LayoutReplay(ScriptedReplay):
-        def __call__(self, arrivals, layout, points):
+        def __call__(self, arrivals, layout, points, sample=None):
+            assert sample == 1.0  # a plan is judged on the whole window and cluster
             self.calls.append((len(arrivals), list(layout), list(points)))
             return [0.1 * len(layout) for _ in points]
 
@@ -86,3 +89,43 @@ def test_a_plan_is_applied_only_where_its_layout_replays_better():
     assert [c[3] for c in tuner.plan_checks] == [False, True]
     thin = OperatingPointTuner(lr, (0.9,), TunerConfig(window_s=10, sample=1.0))
     assert thin.layout_pays(9.0, LAYOUT, tp4, OperatingPoint.static(0.9))  # no evidence: the planner decides
+
+
+def test_a_plan_must_also_repay_its_transition():
+    """Three TP-1 instances replay better than two (0.3 against 0.2), but a plan that keeps
+    one of the two while it launches the others runs on that one alone meanwhile (0.1): at
+    half its lifetime in transition the move is worth 0.2, no gain; at a tenth, 0.28."""
+
+    class LayoutReplay(ScriptedReplay):
+        def __call__(self, arrivals, layout, points, sample=None):
+            self.calls.append((len(arrivals), list(layout), list(points)))
+            return [0.1 * len(layout) for _ in points]
+
+    two, three = LAYOUT[:2], [LAYOUT[0], *(InstanceSpec(f"n{g}", 1, 1, (g,), 4096) for g in range(2))]
+    tuner = OperatingPointTuner(LayoutReplay(None), (0.9,), TunerConfig(window_s=10, sample=1.0))
+    _fill(tuner, 50, 0.0, 9.0)
+    point = OperatingPoint.static(0.9)
+    assert tuner.layout_pays(9.0, two, three, point)
+    assert not tuner.layout_pays(9.0, two, three, point, transition_share=0.5)
+    assert tuner.layout_pays(9.0, two, three, point, transition_share=0.1)
+    assert tuner.plan_checks[-1][2] == pytest.approx(0.1 * 0.1 + 0.9 * 0.3)
+
+
+def test_with_placement_the_current_point_is_also_weighed_placed_the_other_way():
+    current = OperatingPoint.static(0.8)
+    plain = OperatingPointTuner(ScriptedReplay(lambda p: 0.5), (0.7, 0.8), TunerConfig(sample=1.0))
+    assert all(not c.fit for c in plain.candidates(current, {0}))
+    tuner = OperatingPointTuner(ScriptedReplay(lambda p: 0.5), (0.7, 0.8), TunerConfig(sample=1.0), placement=True)
+    cands = tuner.candidates(current, {0})
+    assert cands[0] == current and cands[-1] == current.with_fit(True)
+    assert [c.fit for c in cands].count(True) == 1  # the thresholds are weighed as placed now
+    fitted = tuner.candidates(current.with_fit(True), {0})
+    assert all(c.fit for c in fitted[:-1]) and not fitted[-1].fit
+
+
+def test_the_tuner_moves_to_slack_placement_where_it_replays_better():
+    replay = ScriptedReplay(lambda p: 0.7 if p.fit else 0.6)
+    tuner = OperatingPointTuner(replay, (0.9,), TunerConfig(interval_s=5, window_s=5, sample=1.0), placement=True)
+    _fill(tuner, 50, 0.0, 5.0)
+    chosen = tuner.maybe_tune(5.0, LAYOUT, OperatingPoint.adaptive())
+    assert chosen == OperatingPoint.adaptive().with_fit(True) and chosen.label == "adaptive+fit"
