@@ -315,7 +315,7 @@ class EvalContext:
             # Phases of a quick run last ~a minute: tick often enough for reconfiguration to act.
             return SimConfig(
                 backend=replace(backend, launch_time_s=5.0),
-                reconfig_interval_s=30.0,
+                reconfig_tick_s=30.0,
                 telemetry_bin_s=10.0,
                 tuner=TunerConfig(interval_s=10.0, window_s=15.0),
             )

@@ -104,7 +104,9 @@ class ReconfigConfig:
       (``launch_time_s``), in cluster-seconds.
 
     Attributes:
-        interval_s: seconds between reconfiguration ticks.
+        interval_s: seconds between reconfiguration ticks in serving (the simulator ticks
+            at ``SimConfig.reconfig_tick_s``), and a plan's lifetime unless
+            ``plan_lifetime_s`` is set.
         min_improvement: apply a new plan only if its objective beats the current
             configuration's by at least this fraction (0.10 = 10%).
         time_limit_s: wall-clock limit for each ILP solve.

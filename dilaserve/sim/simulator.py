@@ -41,8 +41,10 @@ log = logging.getLogger(__name__)
 class SimConfig:
     """Attributes:
     backend: simulated instance timing (launch, migration, latency noise) and failures.
-    reconfig_interval_s: seconds between reconfiguration ticks (policies with
-        reconfiguration only).
+    reconfig_tick_s: simulated seconds between two reconfiguration ticks (policies with
+        reconfiguration only). Not the plan's lifetime: a plan is priced over
+        ``ReconfigConfig.lifetime_s`` (``plan_lifetime_s``, else ``interval_s``, which is the
+        server's tick), so quick runs can tick often and still price plans over minutes.
     telemetry_bin_s: time bin of the threshold-over-time series.
     drain_limit_s: after the last arrival, give up on requests still unfinished this
         much later (they count as SLO misses); guards against a stuck cluster.
@@ -51,14 +53,14 @@ class SimConfig:
     """
 
     backend: SimBackendConfig = field(default_factory=SimBackendConfig)
-    reconfig_interval_s: float = 300.0
+    reconfig_tick_s: float = 300.0
     telemetry_bin_s: float = 60.0
     drain_limit_s: float = 3600.0
     tuner: TunerConfig = field(default_factory=TunerConfig)
 
     def __post_init__(self) -> None:
-        if self.reconfig_interval_s <= 0:
-            raise ValueError(f"SimConfig.reconfig_interval_s={self.reconfig_interval_s} must be positive seconds")
+        if self.reconfig_tick_s <= 0:
+            raise ValueError(f"SimConfig.reconfig_tick_s={self.reconfig_tick_s} must be positive seconds")
         if self.drain_limit_s <= 0:
             raise ValueError("SimConfig.drain_limit_s must be positive seconds")
 
@@ -209,12 +211,12 @@ class Simulator:
         def tick() -> None:
             sched.handle(ReconfigTick(loop.now))
             if len(rows) < len(reqs):
-                loop.at(loop.now + cfg.reconfig_interval_s, tick)
+                loop.at(loop.now + cfg.reconfig_tick_s, tick)
 
         if reqs:
             loop.at(reqs[0].arrival, lambda: arrive(0))
         if reconfigurator is not None:
-            loop.at(cfg.reconfig_interval_s, tick)
+            loop.at(cfg.reconfig_tick_s, tick)
         t0 = time.perf_counter()
         loop.run(until=(reqs[-1].arrival if reqs else 0.0) + cfg.drain_limit_s)
         wall = time.perf_counter() - t0

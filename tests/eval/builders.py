@@ -20,7 +20,7 @@ def tiny_trace_runs(policies) -> tuple[ExperimentOutput, object]:
     table = ReplayTable(dyn)
     setting = small_setting(dyn)
     wl = shape_trace(load_trace(), [PhaseSpec("low", 5, 2.0), PhaseSpec("high", 5, 8.0)])
-    sim = Simulator(setting, ReplayProgress(table, quality()), predictors(table), SimConfig(reconfig_interval_s=2.0))
+    sim = Simulator(setting, ReplayProgress(table, quality()), predictors(table), SimConfig(reconfig_tick_s=2.0))
     out = ExperimentOutput("trace", notes=["tiny"])
     for policy in policies:
         out.runs.append(
@@ -44,4 +44,4 @@ class TinyContext(EvalContext):
 
     def sim_config(self) -> SimConfig:
         # One reconfiguration tick per short run: each solves an ILP, the bulk of the cost.
-        return SimConfig(reconfig_interval_s=5.0)
+        return SimConfig(reconfig_tick_s=5.0)

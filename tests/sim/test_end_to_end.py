@@ -31,7 +31,7 @@ def runs():
     cap = nominal_capacity_rps(setting, table, tr.prompt_tokens, tr.output_tokens, 0.9)
     wl = shape_trace(tr, [PhaseSpec("low", 10, 0.3 * cap), PhaseSpec("high", 10, 1.0 * cap)])
     slo = workload_slo(wl, setting.profile, table, 32, 0.9, scale=3)
-    cfg = SimConfig(backend=SimBackendConfig(latency_noise=0.05, launch_time_s=1.0), reconfig_interval_s=5.0)
+    cfg = SimConfig(backend=SimBackendConfig(latency_noise=0.05, launch_time_s=1.0), reconfig_tick_s=5.0)
     sim = Simulator(setting, ReplayProgress(table, quality(), seed=0), predictors(table), cfg)
     return wl, slo, {p: sim.run(p, wl, slo) for p in POLICIES}, sim
 
@@ -104,6 +104,7 @@ def _pieces(sched) -> dict:
         "reconfig": sched.reconfigurator is not None,
         "predictor": id(c.predictions.predictor),
         "migration_point": type(sched.migration_point),
+        "dispatch": type(sched.dispatch),
         "tune": sched.tuner is not None,
     }
 
@@ -152,7 +153,7 @@ def test_ablation_policies_run():
     setting = small_setting(dyn)
     wl = shape_trace(load_trace(), [PhaseSpec("high", 5, 6.0)])
     slo = workload_slo(wl, setting.profile, table, 32, 0.9)
-    sim = Simulator(setting, ReplayProgress(table, quality()), predictors(table), SimConfig(reconfig_interval_s=2.0))
+    sim = Simulator(setting, ReplayProgress(table, quality()), predictors(table), SimConfig(reconfig_tick_s=2.0))
     for policy in ABLATION_POLICIES:
         res = sim.run(policy, wl, slo)
         assert res.summary.finished + res.summary.rejected == len(wl), policy

@@ -18,7 +18,7 @@ def sim():
     dyn = varied_dynamics()
     table = ReplayTable(dyn)
     return Simulator(
-        small_setting(dyn), ReplayProgress(table, quality()), predictors(table), SimConfig(reconfig_interval_s=2.0)
+        small_setting(dyn), ReplayProgress(table, quality()), predictors(table), SimConfig(reconfig_tick_s=2.0)
     )
 
 
