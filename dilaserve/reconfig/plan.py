@@ -42,6 +42,14 @@ class ReconfigPlan:
         return tuple(i for st in self.steps for i in st.stop_first)
 
 
+def node_counts_of(layout: Sequence[InstanceSpec], nodes: int) -> list[dict[int, int]]:
+    """Instances per TP degree on each of ``nodes`` nodes."""
+    out: list[dict[int, int]] = [{} for _ in range(nodes)]
+    for s in layout:
+        out[s.node][s.tp] = out[s.node].get(s.tp, 0) + 1
+    return out
+
+
 def all_tp1_node_counts(cluster: ClusterConfig, degrees: Sequence[int]) -> list[dict[int, int]]:
     """The safe fallback: the smallest allowed degree on every GPU (TP-1 when allowed)."""
     d = min(degrees) if degrees else 1

@@ -20,7 +20,7 @@ from dilaserve.control.step_law import step_split
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConfig
 from dilaserve.reconfig.monitor import RequestClass, WorkloadMonitor
-from dilaserve.reconfig.plan import ReconfigPlan, all_tp1_node_counts, build_plan
+from dilaserve.reconfig.plan import ReconfigPlan, all_tp1_node_counts, build_plan, node_counts_of
 from dilaserve.reconfig.stage1 import (
     CapacityPlan,
     CapacityProblem,
@@ -218,6 +218,20 @@ class Reconfigurator:
             )
             return False
         return True
+
+    def plan_home(
+        self, now: float, existing: Sequence[InstanceSpec], home: Sequence[InstanceSpec]
+    ) -> ReconfigPlan | None:
+        """Stage 2 alone, back to the layout ``home`` (the one the cluster started with), its
+        transition priced as a proposal's; None where the cluster already has ``home``'s TP
+        degrees on every node."""
+        target = node_counts_of(home, self.cluster.nodes)
+        if node_counts_of(existing, self.cluster.nodes) == target:
+            return None
+        classes = self.monitor.classes(now)
+        drain = self._drain_s(self.problem(classes)) if classes else (self.config.drain_time_s or 0.0)
+        plan = self.plan_to(target, existing, reason="back to the starting layout, which replays better")
+        return replace(plan, transition_s=(drain if plan.stops else 0.0) + self.config.launch_time_s)
 
     def plan_to(
         self,

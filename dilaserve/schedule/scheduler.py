@@ -103,6 +103,8 @@ class GlobalScheduler:
         self.deferred: list[TrackedRequest] = []
         self.outcomes: deque[RequestOutcome] = deque(maxlen=OUTCOME_HISTORY)
         self.executor: PlanExecutor | None = None
+        #: The layout the cluster started with (set by the first :meth:`start`).
+        self._home: list[InstanceSpec] | None = None
         self.now = 0.0
         self.migrations = 0
         self._last_load_control = -np.inf
@@ -116,7 +118,11 @@ class GlobalScheduler:
 
     # ================================================================ public
     def start(self, instances: Iterable[InstanceSpec]) -> None:
-        """Launch the initial instances (e.g. a static all-TP-1 cluster)."""
+        """Launch the initial instances (e.g. a static all-TP-1 cluster); the first ones
+        launched are the layout the tuner may return to."""
+        instances = list(instances)
+        if self._home is None:
+            self._home = instances
         for spec in instances:
             self._launch(spec)
 
@@ -197,9 +203,12 @@ class GlobalScheduler:
             return
         if self.tuner is not None:
             self.tuner.observe(req, self.now)
+            tunings = len(self.tuner.history)
             point = self.tuner.maybe_tune(self.now, self.pool.active_specs(), self.controller.point)
             if point is not None:
                 self.controller.set_point(point)
+            if len(self.tuner.history) > tunings:
+                self._maybe_go_home()
         self.controller.prepare_arrival(req, self.now)
         if self.reconfigurator is not None:
             # Refused requests are demand too: the planner sizes the cluster for them.
@@ -315,12 +324,28 @@ class GlobalScheduler:
             return
         existing = self.pool.active_specs()
         plan = self.reconfigurator.propose(self.now, existing)
-        if plan is not None and self.tuner is not None:
-            target = [s for s in existing if s.instance_id in set(plan.keep)] + [st.launch for st in plan.steps]
-            share = plan.transition_s / self.reconfigurator.config.lifetime_s
-            if not self.tuner.layout_pays(self.now, existing, target, self.controller.point, share):
-                plan = None
-        if plan is not None:
+        if plan is not None and (self.tuner is None or self._replay_pays(existing, plan)):
+            self.executor = PlanExecutor(plan)  # advanced at the end of this event
+            self.observer.on_plan(plan)
+
+    def _replay_pays(self, existing: list[InstanceSpec], plan) -> bool:
+        """The tuner's replay of the last window says ``plan``'s layout, its transition
+        counted, makes more goodput than ``existing`` (:meth:`OperatingPointTuner.layout_pays`)."""
+        target = [s for s in existing if s.instance_id in set(plan.keep)] + [st.launch for st in plan.steps]
+        share = plan.transition_s / self.reconfigurator.config.lifetime_s
+        return self.tuner.layout_pays(self.now, existing, target, self.controller.point, share)
+
+    def _maybe_go_home(self) -> None:
+        """After a tuning: back to the layout the cluster started with where the window now
+        replays better there. A plan is made for the load just seen; when the load moves
+        (a low phase planned for, then a peak), waiting for the next tick and for the
+        monitor's window to fill would run the peak on the wrong layout for minutes, while
+        the tuner's window shows it within one interval."""
+        if self.reconfigurator is None or not self._home or (self.executor is not None and not self.executor.done):
+            return
+        existing = self.pool.active_specs()
+        plan = self.reconfigurator.plan_home(self.now, existing, self._home)
+        if plan is not None and self._replay_pays(existing, plan):
             self.executor = PlanExecutor(plan)  # advanced at the end of this event
             self.observer.on_plan(plan)
 

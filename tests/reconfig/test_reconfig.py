@@ -15,7 +15,9 @@ from dilaserve.reconfig import (
     Launch,
     MonitorConfig,
     PlanExecutor,
+    PlanStep,
     ReconfigConfig,
+    ReconfigPlan,
     Reconfigurator,
     RequestClass,
     Stop,
@@ -302,3 +304,35 @@ def test_reconfigurator_prices_the_block_causal_prefill_and_appends():
     # share at the lowest threshold (2 appends over 96 / 4 - 1 = 23 cache steps)
     assert pb.recompute_latency[1, 1] == pytest.approx(profile.latency(1, 132))
     assert pb.latency[1, 1] == pytest.approx(profile.latency(1, 32 + 64 / 23, StepKind.CACHE))
+
+
+def test_executor_launches_at_once_on_free_gpus_and_takes_nothing_more_offline_until_they_are_up():
+    """Back from one TP-4 to TP-1 and on to a second node: the TP-4 drains once and its four
+    TP-1 instances launch together; the next step, which stops an instance, waits until
+    they are all ready."""
+    new = [InstanceSpec(f"n{g}", 1, 0, (g,), 4096) for g in range(4)]
+    other = InstanceSpec("m0", 2, 1, (0, 1), 4096)
+    steps = (
+        PlanStep(new[0], stop_first=("big",)),
+        *(PlanStep(s) for s in new[1:]),
+        PlanStep(other, stop_first=("old-1",)),
+    )
+    plan = ReconfigPlan(
+        steps, keep=(), counts={1: 4, 2: 1}, batch={}, objective=None, current_objective=None, reason="t"
+    )
+    ex = PlanExecutor(plan)
+    assert ex.poll(lambda i: False) == [Drain("big")]
+    actions = ex.poll(lambda i: True)
+    assert actions == [Stop("big")]
+    ex.on_stopped("big")
+    assert ex.poll(lambda i: True) == [Launch(s) for s in new]  # all four at once
+    assert ex.poll(lambda i: True) == [] and not ex.done  # "old-1" stays up meanwhile
+    for s in new[:3]:
+        ex.on_ready(s.instance_id)
+    assert ex.poll(lambda i: True) == []
+    ex.on_ready(new[3].instance_id)
+    assert ex.poll(lambda i: True) == [Drain("old-1"), Stop("old-1")]
+    ex.on_stopped("old-1")
+    assert ex.poll(lambda i: True) == [Launch(other)] and not ex.done
+    ex.on_ready("m0")
+    assert ex.done
