@@ -5,8 +5,8 @@
 # More:
 #   make demo        decode task prompts at a few thresholds and print accuracy / steps
 #   make artifacts   materialise the offline pipeline (predictor, profiles, quality, dynamics)
-#   make test-unit   lint, then the tests that start no Ray cluster, server, marimo or Dagster run
-#                    (pytest marker `integration`); a few minutes
+#   make test-unit   lint, then the tests that start no Ray cluster, server, marimo, Dagster run or
+#                    gloo worker processes (pytest marker `integration`); under 3 minutes on 2 cores
 #   make lint        ruff (lint rules, format check), import-linter (the layers) and vulture (dead code);
 #                    configuration in pyproject.toml
 #
@@ -64,7 +64,8 @@ test: setup $(ARTIFACTS_STAMP)
 	$(MAKE) --no-print-directory lint-checks
 	$(PY) -m pytest -q --durations=15
 
-# The quick tier: everything but the tests marked `integration` (Ray, servers, marimo, Dagster).
+# The quick tier: everything but the tests marked `integration` (Ray, servers, marimo, Dagster,
+# multi-process tensor parallelism).
 test-unit: setup $(ARTIFACTS_STAMP)
 	$(MAKE) --no-print-directory lint-checks
 	$(PY) -m pytest -q -m "not integration" --durations=15

@@ -1,12 +1,26 @@
-"""Shared fixtures: a tiny random model built by the tests, and the embedded default."""
+"""Shared fixtures: one torch thread for the session, a tiny random model built by the tests,
+and the embedded default."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from dilaserve.engine import DEFAULT_CHECKPOINT, DenoisingEngine
 from dilaserve.model.adapters import load_diffusion_lm
 from tests.tiny_models import save_tiny_dila
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    """Every test's torch work on one thread. The models here are tiny, so a second thread
+    buys nothing, and on a busy 2-core machine two torch threads fight for the cores: with
+    one other process spinning, tests/bench/test_engine_bench.py took 23 s on two threads and
+    0.5 s on one. Code that sizes its own pool (the profiler's ranks) restores this one."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -49,9 +49,11 @@ All ratios come from one run on one machine.
 dilaserve.model.make_tiny``. LLaDA and Dream do not speak the synthetic task language,
 so for them the accuracy fields are null.
 
-``--quick`` shortens every workload (``sizes`` in the JSON lists what ran): 2
-repetitions instead of 3, a smaller task suite, 12 continuous requests instead of 128, 8
-requests for ``cache_speedup`` instead of 32, 4 answers per length for
+``--quick`` shortens every workload (``sizes`` in the JSON lists what ran) and, on CPU,
+decodes on one torch thread (``machine.torch_threads`` says so): a quick run is a smoke run,
+often on a shared host, where two torch threads fight other work for the cores. Its
+workloads: 2 repetitions instead of 3, a smaller task suite, 12 continuous requests instead
+of 128, 8 requests for ``cache_speedup`` instead of 32, 4 answers per length for
 ``step_ms_by_answer_blocks`` instead of 16. On a LLaDA or Dream folder on CPU it shortens
 further, since a random tiny checkpoint commits one token per step and every step runs
 its head over a 126k-152k vocabulary: batches up to 4 (``batch_speedup`` is batch 4 over
@@ -59,8 +61,9 @@ batch 1), canvases of one block (32 tokens) for ``tokens_per_s``, of at most two
 ``continuous`` (8 requests), 2 requests at 64 tokens for ``cache_speedup`` (the full run:
 256; ``--gen-length`` sets it; the dual cache saves more on longer canvases, so the quick
 ratio is the lower one) and 1 answer per length. Warm-ups decode one block whatever the
-run. These cuts are sized for a default ``make_tiny`` folder to finish in a few minutes on
-two idle cores (``wall_s`` says how long a run took).
+run. A default ``make_tiny`` folder then takes under two minutes on two cores beside other
+work (``wall_s`` says how long a run took): LLaDA 83 s, Dream 98 s at load averages 3-5,
+where LLaDA on two threads took 191 s at load 1-4 and 464 s at load 3-5.5.
 """
 
 from __future__ import annotations
@@ -256,8 +259,9 @@ def main(argv=None) -> int:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="shorter workloads and 2 repetitions; on a LLaDA / Dream folder on CPU also one-block canvases, "
-        "batches up to 4 and 2 requests at 64 tokens for cache_speedup (the description lists every cut)",
+        help="shorter workloads and 2 repetitions, on CPU on one torch thread; on a LLaDA / Dream folder on CPU "
+        "also one-block canvases, batches up to 4 and 2 requests at 64 tokens for cache_speedup (the description "
+        "lists every cut)",
     )
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.add_argument(
@@ -272,6 +276,8 @@ def main(argv=None) -> int:
         p.error(f"--gen-length {args.gen_length}: use a positive multiple of the block length 32, e.g. 256")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error(f"--device {args.device}: this torch build sees no CUDA GPU; run on a GPU host or use --device cpu")
+    if args.quick and args.device == "cpu":
+        torch.set_num_threads(1)  # the module docstring says why
     started = time.perf_counter()
     engine = DenoisingEngine.from_pretrained(args.checkpoint, device=args.device)
     family = engine.lm.family

@@ -7,7 +7,7 @@ import pytest
 
 from dilaserve.bench import frontend, soak
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.timeout(900), pytest.mark.integration]  # the real server and its Ray cluster
 
 
 def last_json(capsys) -> dict:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import pytest
 import torch
 
 from dilaserve.engine import DenoisingEngine, StepKind
-from dilaserve.model.adapters import load_diffusion_lm
+from dilaserve.engine.cache_blob import cache_from_bytes
+from dilaserve.model.adapters import DiffusionLM, load_diffusion_lm
 from tests.conftest import TINY_BD_BLOCK
 
 BLOCK = TINY_BD_BLOCK
@@ -22,6 +25,11 @@ REQUESTS = [
 @pytest.fixture(scope="module")
 def bd_engine(tiny_bd_checkpoint):
     return DenoisingEngine(load_diffusion_lm(tiny_bd_checkpoint))
+
+
+def _cached_tokens(engine, request_id: str) -> int:
+    """Tokens of K/V ``engine`` holds for a request, read from the cache it would ship."""
+    return cache_from_bytes(engine.export_cache(request_id)).shape[3]
 
 
 def _states(engine):
@@ -49,7 +57,7 @@ def test_requests_of_a_block_causal_model_are_block_causal_and_prefill_once(bd_e
     while not st.finished:
         kinds.append(bd_engine.step([st], [0.9])[0].kind)
         if not st.finished:  # the cache holds exactly the prompt and the finished blocks
-            held = bd_engine._kv[st.request_id].shape[3]
+            held = _cached_tokens(bd_engine, st.request_id)
             assert held == st.prompt_len + st.block_start - (BLOCK if st.append_pending else 0)
     assert kinds[0] is StepKind.RECOMPUTE and set(kinds[1:]) == {StepKind.CACHE}
     assert st.recompute_steps_done == 1 and st.block_index > 0
@@ -66,43 +74,61 @@ def test_mixed_batch_equals_each_request_decoded_alone(bd_engine):
     assert all(k[0] is StepKind.RECOMPUTE and StepKind.RECOMPUTE not in k[1:] for k in kinds.values())
 
 
-def test_cache_steps_give_the_logits_of_a_full_block_causal_forward(bd_engine, monkeypatch):
-    model = bd_engine.lm.model
-    run, confidences = bd_engine._run, bd_engine._confidences
-    seen = {"steps": 0, "appends": 0}
+@dataclass
+class _Pass:
+    """One forward pass the engine ran: each row's prompt length, the canvas positions its
+    logits are for, those logits, and whether the row also fed its finished block (an append)."""
 
-    def checked_run(batch, thresholds, idx, kind, results):
-        states = [batch[i] for i in idx]
-        captured = []  # a copy: _confidences masks the mask and pad ids in place
-        monkeypatch.setattr(
-            bd_engine, "_confidences", lambda logits: captured.append(logits.clone()) or confidences(logits)
-        )
-        run(batch, thresholds, idx, kind, results)
-        monkeypatch.setattr(bd_engine, "_confidences", confidences)
-        (got,) = captured
-        for st in pre:
-            if st.request_id not in {s.request_id for s in states}:
-                continue
-            row = [s.request_id for s in states].index(st.request_id)
-            ctx = np.concatenate((st.prompt_ids, st.response[: st.block_start + BLOCK]))
-            with torch.no_grad():
-                full = model(torch.from_numpy(ctx)[None], prompt_lengths=torch.tensor([st.prompt_len])).logits[0]
-            cols = np.flatnonzero(st.response[st.block_slice] == st.mask_id)
-            want = full[st.prompt_len + st.block_start + cols]
-            torch.testing.assert_close(got[row, : cols.size], want, atol=1e-5, rtol=1e-5)
-            seen["steps"] += 1
-            seen["appends"] += int(st.append_pending)
+    prompt_lengths: list[int]
+    positions: torch.Tensor
+    logits: torch.Tensor
+    appends: bool
 
-    pre: list = []
-    monkeypatch.setattr(bd_engine, "_run", checked_run)
-    states = _states(bd_engine)
+
+@dataclass
+class _RecordingLM(DiffusionLM):
+    """The model, recording every pass the engine runs through it (prefills and cache steps)."""
+
+    passes: list[_Pass] = field(default_factory=list)
+
+    def full(self, ids, attn, return_kv, prompt_lengths=None, logit_positions=None):
+        logits, kv = super().full(ids, attn, return_kv, prompt_lengths, logit_positions)
+        self.passes.append(_Pass(prompt_lengths.tolist(), logit_positions, logits.clone(), False))
+        return logits, kv
+
+    def block(self, ids, positions, past_kv, past_mask, logit_positions=None, prompt_lengths=None):
+        logits = super().block(ids, positions, past_kv, past_mask, logit_positions, prompt_lengths)
+        where = positions.gather(1, self.lead + logit_positions)  # fed rows -> canvas positions
+        fed = ids.shape[1] - self.lead
+        self.passes.append(_Pass(prompt_lengths.tolist(), where, logits.clone(), fed > self.block_length))
+        return logits
+
+
+def test_every_step_gives_the_logits_of_a_full_block_causal_forward(tiny_bd_checkpoint):
+    """The block-causal cache is exact: every pass of a mixed batch with appends, prefill or
+    cache step, gives each request the logits a full forward over its context gives."""
+    lm = _RecordingLM(**vars(load_diffusion_lm(tiny_bd_checkpoint)))
+    engine = DenoisingEngine(lm)
+    states = _states(engine)
+    assert len({s.prompt_len for s in states}) == len(states)  # a pass's rows name their request
     thresholds = [r[2] for r in REQUESTS]
+    checked = appends = 0
     while not all(s.finished for s in states):
         active = [i for i, s in enumerate(states) if not s.finished]
         # copies of the states before the step: the reference forward sees what the step saw
-        pre[:] = [type(states[i]).from_bytes(states[i].to_bytes()) for i in active]
-        bd_engine.step([states[i] for i in active], [thresholds[i] for i in active])
-    assert seen["steps"] == sum(s.steps_done for s in states) and seen["appends"] >= 2
+        before = {states[i].prompt_len: type(states[i]).from_bytes(states[i].to_bytes()) for i in active}
+        lm.passes.clear()
+        engine.step([states[i] for i in active], [thresholds[i] for i in active])
+        for p in lm.passes:
+            for row, plen in enumerate(p.prompt_lengths):
+                st = before[plen]
+                ctx = np.concatenate((st.prompt_ids, st.response[: st.block_start + BLOCK]))
+                with torch.no_grad():
+                    full = lm.model(torch.from_numpy(ctx)[None], prompt_lengths=torch.tensor([plen])).logits[0]
+                torch.testing.assert_close(p.logits[row], full[p.positions[row]], atol=1e-5, rtol=1e-5)
+                checked += 1
+                appends += int(p.appends)
+    assert checked == sum(s.steps_done for s in states) and appends >= 2
 
 
 @pytest.mark.parametrize("ship", [False, True])
@@ -140,7 +166,7 @@ def test_a_cache_of_other_blocks_is_replaced_by_a_prefill(bd_engine):
     bd_engine.release(st.request_id)
     assert bd_engine.import_cache(st.request_id, old)  # e.g. left from an earlier visit
     assert bd_engine.step([st], [1.0])[0].kind is StepKind.RECOMPUTE
-    assert bd_engine._kv[st.request_id].shape[3] == st.prompt_len + BLOCK
+    assert _cached_tokens(bd_engine, st.request_id) == st.prompt_len + BLOCK
     # a shipped cache replaces a shorter (stale) one, never one at least as long
     assert not bd_engine.import_cache(st.request_id, old)
     bd_engine.release(st.request_id)

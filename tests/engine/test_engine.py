@@ -1,6 +1,7 @@
 import math
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -10,25 +11,37 @@ from dilaserve.model.adapters import CheckpointError, load_diffusion_lm
 from dilaserve.tasks import TASKS, task_suite
 
 
-def test_cache_step_logits_equal_recompute_when_nothing_changed(tiny_engine):
+def test_a_cache_step_over_an_unchanged_canvas_commits_what_a_recompute_does(tiny_engine):
+    """The dual cache a recompute fills is exact until the canvas changes: a cache step from
+    the canvas the recompute saw commits the same tokens at the same confidences. Both
+    requests are part-way into a block (logits only at the still-masked positions), one in a
+    later block beside a shorter neighbour (padding), and a cache step run in between leaves
+    the cache as the recompute wrote it."""
     eng = tiny_engine
-    states = [eng.new_request(p, g) for p, g in [("list : a b c", 32), ("arith : + 2 - 1 : three five", 64)]]
-    states[1].block_index = 1  # a later block, with a shorter neighbour in the batch (padding)
-    every = torch.arange(32).expand(2, 32)
-    rec = eng._recompute(states, every)
-    kept = {s.request_id: eng._kv[s.request_id].clone() for s in states}
-    cached = eng._cache_step(states, every)
-    torch.testing.assert_close(cached, rec, atol=1e-5, rtol=1e-5)
-    # logits at chosen block rows (the masked ones, in a step) are those rows of the full block
-    rows = torch.tensor([[0, 5, 31], [7, 3, 3]])
-    torch.testing.assert_close(
-        eng._cache_step(states, rows),
-        rec.gather(1, rows[..., None].expand(-1, -1, rec.shape[-1])),
-        atol=1e-5,
-        rtol=1e-5,
-    )
-    for s in states:  # the step overwrote its per-step copy, never a request's cache
-        assert torch.equal(eng._kv[s.request_id], kept[s.request_id])
+    batch = [eng.new_request("list : a b c", 32), eng.new_request("arith : + 2 - 1 : three five", 64)]
+    while batch[1].block_index == 0:
+        eng.step(batch[1:], [math.inf])
+    for _ in range(5):
+        eng.step(batch, [math.inf, math.inf])
+    assert not any(s.finished for s in batch) and all(s.block_cached for s in batch)
+    saved = [s.to_bytes() for s in batch]
+
+    def step_saved(cache_ready: bool):
+        states = [eng.restore(blob) for blob in saved]  # same request ids: the same caches
+        for s in states:
+            s.block_cached = cache_ready  # a restored bidirectional request would rebuild its cache
+        kinds = [r.kind for r in eng.step(states, [0.9, 0.9])]
+        return kinds, states, [(s.response.copy(), s.conf_stats.copy()) for s in states]
+
+    kinds, states, recomputed = step_saved(False)  # refills both caches from the saved canvases
+    assert kinds == [StepKind.RECOMPUTE] * 2
+    assert [r.kind for r in eng.step(states, [0.9, 0.9])] == [StepKind.CACHE] * 2
+    kinds, _, cached = step_saved(True)
+    assert kinds == [StepKind.CACHE] * 2
+    for (want_ids, want_conf), (got_ids, got_conf) in zip(recomputed, cached):
+        np.testing.assert_array_equal(got_ids, want_ids)
+        np.testing.assert_allclose(got_conf, want_conf, atol=1e-6, rtol=1e-5)
+    for s in batch:
         eng.release(s.request_id)  # the engine is shared by other tests
 
 

@@ -271,6 +271,7 @@ def _tp_logits(rank: int, world_size: int, paths: list[str]):
     return out
 
 
+@pytest.mark.integration  # two gloo worker processes
 def test_tp2_over_gloo_equals_tp1(tmp_path_factory):
     paths = [str(make_tiny(a, tmp_path_factory.mktemp(f"tp-{a}"), SHAPES[a], seed=5)) for a in ("llada", "dream")]
     want = _tp_logits(0, 1, paths)

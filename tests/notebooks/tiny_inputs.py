@@ -4,10 +4,7 @@ few rollouts of the embedded model, and an evaluation results folder from a shor
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 from pathlib import Path
-
-import torch
 
 from dilaserve import artifacts
 from dilaserve.engine import DenoisingEngine
@@ -25,25 +22,13 @@ from tests.sim.builders import quality
 THRESHOLDS = [0.5, 0.9]
 
 
-@contextmanager
-def one_torch_thread():
-    """Decode on one thread: on a busy 2-core machine, two torch threads fight and run ~50x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def build_threshold_artifacts(root: Path, n_prompts: int = 4) -> Path:
     """Step table, threshold-quality table and predictor evaluation for ``n_prompts`` short prompts."""
     paths = artifacts.artifact_paths(root)
     prompts = [p for p in synthetic_prompts(4 * n_prompts, seed=1) if p.gen_length == 32][:n_prompts]
-    with one_torch_thread():
-        engine = DenoisingEngine.from_pretrained()
-        fixed = run_rollouts(engine, fixed_threshold_jobs(prompts, THRESHOLDS))
-        mixed = run_rollouts(engine, mixed_threshold_jobs(prompts, THRESHOLDS), seed=1)
+    engine = DenoisingEngine.from_pretrained()  # on one torch thread: tests/conftest.py
+    fixed = run_rollouts(engine, fixed_threshold_jobs(prompts, THRESHOLDS))
+    mixed = run_rollouts(engine, mixed_threshold_jobs(prompts, THRESHOLDS), seed=1)
     table = validate_step_table(fixed.steps)
     paths.step_table.parent.mkdir(parents=True, exist_ok=True)
     table.write_parquet(paths.step_table)

@@ -30,6 +30,7 @@ def _serving(url: str) -> bool:
         return False
 
 
+@pytest.mark.integration  # starts the Dagster webserver, daemon and code server
 @pytest.mark.timeout(420)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_dev_stops_within_10_s(sig, tmp_path):

@@ -38,6 +38,7 @@ def _sharded(rank: int, world_size: int, checkpoint: str):
     return _run(model, model.config.vocab_size)
 
 
+@pytest.mark.integration  # two gloo worker processes
 def test_tp2_gloo_logits_equal_unsharded(random_checkpoint):
     full = load_diffusion_lm(random_checkpoint).model
     want_logits, want_block = _run(full, full.config.vocab_size)

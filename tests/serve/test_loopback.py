@@ -20,6 +20,7 @@ def listening(pids: set[int]) -> list[tuple[int, str, int]]:
     ]
 
 
+@pytest.mark.integration  # starts the default server and its Ray cluster
 def test_no_listening_socket_of_the_default_server_is_outside_loopback():
     server = start_server(timeout_s=300)
     try:

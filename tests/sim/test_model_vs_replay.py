@@ -3,7 +3,6 @@ that model's recorded dynamics) agree on step counts for the same workload."""
 
 import numpy as np
 import pytest
-import torch
 
 from dilaserve.engine import DenoisingEngine
 from dilaserve.predict.dynamics import StepDynamics
@@ -21,7 +20,6 @@ from tests.sim.builders import linear_profile, quality
 
 @pytest.fixture(scope="module")
 def engine_and_table():
-    torch.set_num_threads(1)
     engine = DenoisingEngine.from_pretrained()
     rollout = run_rollouts(engine, fixed_threshold_jobs(synthetic_prompts(24, seed=5), [0.5, 0.9]), batch_size=48)
     return engine, StepDynamics.from_step_table(rollout.steps)
