@@ -67,12 +67,18 @@ class Sink(list):
         self.append(ev)
 
 
-def test_launch_time_and_migration_transfer_delay_events():
+def _backend(tokens_per_step: int, config: SimBackendConfig = SimBackendConfig()):
+    """A simulated backend on its own event loop, bound to a recording sink."""
     loop = EventLoop()
-    sim, _ = simulator(32)
-    be = SimBackend(loop, PROFILE, sim.progress, SimBackendConfig(launch_time_s=5.0, migration_time_s=0.5))
+    sim, _ = simulator(tokens_per_step)
+    be = SimBackend(loop, PROFILE, sim.progress, config)
     sink = Sink()
     be.bind(sink)
+    return loop, sim, be, sink
+
+
+def test_launch_time_and_migration_transfer_delay_events():
+    loop, sim, be, sink = _backend(32, SimBackendConfig(launch_time_s=5.0, migration_time_s=0.5))
     be.launch_instance(InstanceSpec("i", 1, 0, (0,), 1000))
     loop.run()
     assert sink == [InstanceReady(5.0, "i")]
@@ -102,11 +108,7 @@ def test_backend_refuses_what_the_scheduler_must_never_ask():
 def test_a_request_whose_cache_is_elsewhere_rebuilds_it_on_its_next_step():
     # 8 tokens a step: after its first (recompute) step a request's next three are cache
     # steps, LP_cache(32) = 0.082 s, where its K/V are; elsewhere it is LP_rec(100) = 0.2 s.
-    loop = EventLoop()
-    sim, _ = simulator(8)
-    be = SimBackend(loop, PROFILE, sim.progress, SimBackendConfig(launch_time_s=0.0, migration_time_s=0.0))
-    sink = Sink()
-    be.bind(sink)
+    loop, sim, be, sink = _backend(8, SimBackendConfig(launch_time_s=0.0, migration_time_s=0.0))
     for iid, gpu in (("i", 0), ("j", 1)):
         be.launch_instance(InstanceSpec(iid, 1, 0, (gpu,), 1000))
     loop.run()
