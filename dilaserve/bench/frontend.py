@@ -144,19 +144,13 @@ def main(argv=None) -> int:
     try:
         rt = server.runtime
         solves = slow_solves(rt, args.solve_s)
+        # Built before the probe starts: making a 10 MB string is one C call that holds the
+        # GIL for ~100 ms in this (the client's) thread, which the probe would count as the server's.
+        body = big_body(rt.model_name, args.big_mb)
         probe = StallProbe(rt.loop)
         base = asyncio.run(_load(server.url, rt.model_name, args.phase_s, args.request_rate, args.seed, None))
         stalls = probe.take()
-        big = asyncio.run(
-            _load(
-                server.url,
-                rt.model_name,
-                args.phase_s,
-                args.request_rate,
-                args.seed,
-                big_body(rt.model_name, args.big_mb),
-            )
-        )
+        big = asyncio.run(_load(server.url, rt.model_name, args.phase_s, args.request_rate, args.seed, body))
         stalls += probe.take()
         probe.stop()
     finally:
@@ -182,6 +176,7 @@ def main(argv=None) -> int:
             "reconfig_interval_s": args.reconfig_interval_s,
             "big_mb": args.big_mb,
             "max_request_bytes": server.cfg.max_request_bytes,
+            "switch_interval_ms": server.cfg.switch_interval_ms,
         },
         "machine": machine_info(),
     }

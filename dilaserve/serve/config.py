@@ -69,6 +69,12 @@ class ServeConfig:
         30.0, "on SIGINT/SIGTERM, wait this long for in-flight requests before failing them"
     )
     log_level: str = option("info", "logging level")
+    switch_interval_ms: float = option(
+        0.5,
+        "the server process's GIL switch interval (sys.setswitchinterval; Python's default is 5 ms): the "
+        "engine core's thread and the HTTP loop share the GIL, and each time the front end wakes it waits "
+        "up to this long behind pure-Python control work (a solve, a predictor refresh)",
+    )
     admin_api: bool = option(
         False,
         "serve POST /admin/reconfigure, which applies an operator's cluster configuration live; "
@@ -110,6 +116,10 @@ class ServeConfig:
             raise ValueError("--default-max-tokens and --block-length must be positive")
         if self.max_request_bytes < 1024:
             raise ValueError(f"--max-request-bytes {self.max_request_bytes}: allow at least 1024 (default 1 MiB)")
+        if not 0.05 <= self.switch_interval_ms <= 100:
+            raise ValueError(
+                f"--switch-interval-ms {self.switch_interval_ms}: choose between 0.05 and 100 ms (default 0.5)"
+            )
         if self.max_queue < 1:
             raise ValueError(f"--max-queue {self.max_queue}: allow at least 1 request in flight (default 256)")
 

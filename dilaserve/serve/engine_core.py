@@ -14,7 +14,8 @@ The scheduler's observer is the core's one channel from the control plane: its h
 (steps, outcomes, instance changes) become outputs and metrics. A reconfiguration solve, a LightGBM refresh or load control now hold up the core's
 loop only: ``/health`` and the streams of committed text keep flowing. Both threads share the
 GIL, so pure-Python work in the core still takes turns with the front end, in slices of
-:func:`sys.getswitchinterval` (5 ms), not in one block.
+:func:`sys.getswitchinterval` (the server sets it to ``--switch-interval-ms``, 0.5 ms,
+against Python's 5 ms), not in one block.
 
 Instance failures reach the core as the observer's ``on_failure`` (counted in the metrics);
 the control plane itself re-queues the requests and launches the replacement, and the core

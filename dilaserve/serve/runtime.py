@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import logging
 import math
+import sys
 import time
 from dataclasses import dataclass, field, replace
 
@@ -197,6 +198,9 @@ class ServingRuntime:
         cfg = self.cfg
         ready_timeout_s = cfg.startup_timeout_s if ready_timeout_s is None else ready_timeout_s
         self.loop = asyncio.get_running_loop()
+        # The engine core's thread shares the GIL with this loop: a short switch interval
+        # bounds how long a woken front end waits behind the core's pure-Python work.
+        sys.setswitchinterval(cfg.switch_interval_ms / 1000.0)
         self._owns_ray = connect_ray(cfg)
         usable = tuple(d for d in cfg.tp_degrees if d <= cfg.gpus_per_node)
         inputs = await asyncio.to_thread(

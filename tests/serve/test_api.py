@@ -248,3 +248,12 @@ def test_health_answers_while_the_engine_core_is_busy(server):
     assert not busy.done(), "the core finished before /health was asked: the check proves nothing"
     assert r.status_code == 200 and took < 1.0, took
     busy.result(timeout=30)
+
+
+def test_the_server_process_runs_at_its_configured_gil_switch_interval(server):
+    """The front end waits behind the core's pure-Python work for at most one switch
+    interval each time it wakes; the server shortens Python's 5 ms default."""
+    import sys
+
+    assert sys.getswitchinterval() == pytest.approx(server.cfg.switch_interval_ms / 1000.0)
+    assert server.cfg.switch_interval_ms < 5.0

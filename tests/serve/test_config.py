@@ -23,3 +23,9 @@ def test_the_admin_reconfigure_endpoint_is_served_only_with_its_flag(argv, serve
     assert cfg.admin_api is served
     app = build_app(ServingRuntime(cfg), manage_lifecycle=False)
     assert ("/admin/reconfigure" in {route.path for route in app.routes}) is served
+
+
+@pytest.mark.parametrize("value", [0, 0.01, 500])
+def test_a_switch_interval_outside_the_useful_range_is_refused_with_the_flag(value):
+    with pytest.raises(ValueError, match="--switch-interval-ms"):
+        ServeConfig(switch_interval_ms=value)
