@@ -136,6 +136,11 @@ class ReconfigConfig:
             within their SLO when the plan is sound).
         plan_lifetime_s: how long a plan is expected to stay in force, over which its gain
             must repay the transition; None: ``interval_s`` (the next tick may re-plan).
+        max_offline_share: the largest share of the cluster's GPUs a plan may hold offline
+            at once (draining, stopping or loading), as a rolling update's
+            ``maxUnavailable``: steps start in order while they fit (one always may). A
+            plan that touches every node then takes a few launch times, not one per node;
+            the capacity-seconds it takes offline are the same either way.
     """
 
     interval_s: float = 300.0
@@ -152,6 +157,7 @@ class ReconfigConfig:
     launch_time_s: float = 20.0
     drain_time_s: float | None = None
     plan_lifetime_s: float | None = None
+    max_offline_share: float = 0.5
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokens_per_step", {float(k): float(v) for k, v in self.tokens_per_step.items()})
@@ -186,6 +192,11 @@ class ReconfigConfig:
             raise ValueError(
                 f"ReconfigConfig.launch_time_s={self.launch_time_s} must be >= 0 seconds: the time a new "
                 "instance takes to load its weights (SimBackendConfig.launch_time_s in the simulator)"
+            )
+        if not 0 < self.max_offline_share <= 1:
+            raise ValueError(
+                f"ReconfigConfig.max_offline_share={self.max_offline_share} must lie in (0, 1]: the share of "
+                "the cluster's GPUs a plan may hold offline at once (0.5 = half)"
             )
         for name in ("drain_time_s", "plan_lifetime_s"):
             v = getattr(self, name)

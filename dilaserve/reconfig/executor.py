@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from dilaserve.cluster.base import InstanceSpec
@@ -32,21 +32,33 @@ Action = Drain | Stop | Launch
 
 class PlanExecutor:
     """For each step: drain the instances in its way, stop them once idle and empty, wait
-    until they have stopped, and launch the new instance. A step that stops instances waits
-    until every instance launched so far is ready, so the cluster never has more offline
-    than one step's worth; a step whose GPUs are already free (its ``stop_first`` is empty)
-    launches at once. A plan back to TP-1 from a TP-4 instance then drains the TP-4 once and
-    starts its four TP-1 instances together, where waiting for each to load before the next
-    would leave freed GPUs idle for four launch times."""
+    until they have stopped, and launch the new instance. Launches keep the plan's order (a
+    step with no ``stop_first`` may use GPUs an earlier step freed), so a plan back to TP-1
+    from a TP-4 instance drains the TP-4 once and starts its four TP-1 instances together.
 
-    def __init__(self, plan: ReconfigPlan):
+    How much of the cluster may be offline at once (draining, stopping or loading) is a
+    rolling update's budget, as Kubernetes' ``maxUnavailable``:
+
+    - ``max_offline_gpus=None``: one step's worth. A step that stops instances waits until
+      every instance launched so far is ready.
+    - ``max_offline_gpus=N``: steps start draining in order while the GPUs offline stay
+      within N (one step always may), so a plan that touches every node takes a few launch
+      times, not one per node. ``gpus_of`` gives each instance's GPU count (1 if missing).
+    """
+
+    def __init__(
+        self, plan: ReconfigPlan, max_offline_gpus: int | None = None, gpus_of: Mapping[str, int] | None = None
+    ):
         self.plan = plan
-        self._i = 0
-        self._phase = "drain"
+        self.max_offline_gpus = max_offline_gpus
+        self._gpus_of = dict(gpus_of or {})
+        self._i = 0  # the next step to launch (launches keep the plan's order)
+        self._started = 0  # steps whose drains were issued
+        self._stop_issued: set[int] = set()
         self._stopped: set[str] = set()
         self._ready: set[str] = set()
         #: Launched instances not yet ready (a failed launch's replacement stands in for it).
-        self._pending: set[str] = set()
+        self._pending: dict[str, int] = {}
 
     @property
     def done(self) -> bool:
@@ -54,7 +66,7 @@ class PlanExecutor:
 
     def on_ready(self, instance_id: str) -> None:
         self._ready.add(instance_id)
-        self._pending.discard(instance_id)
+        self._pending.pop(instance_id, None)
 
     def on_stopped(self, instance_id: str) -> None:
         self._stopped.add(instance_id)
@@ -66,34 +78,49 @@ class PlanExecutor:
         self._stopped.add(instance_id)
         if instance_id not in self._pending:
             return
-        self._pending.discard(instance_id)
+        gpus = self._pending.pop(instance_id)
         if replacement is not None:
-            self._pending.add(replacement)
+            self._pending[replacement] = gpus
             return
         log.warning("reconfig: launched instance %s failed and is not replaced; the plan ends here", instance_id)
-        self._i = len(self.plan.steps)
+        self._i = self._started = len(self.plan.steps)
+
+    def _offline_gpus(self) -> int:
+        """GPUs of the instances that started steps take down, until the step launches, plus
+        GPUs of launches not yet ready."""
+        stopping = sum(
+            self._gpus_of.get(i, 1) for k in range(self._i, self._started) for i in self.plan.steps[k].stop_first
+        )
+        return stopping + sum(self._pending.values())
+
+    def _may_start(self, step) -> bool:
+        if not step.stop_first:
+            return True
+        if self.max_offline_gpus is None:
+            return not self._pending and self._started == self._i  # one step's worth at a time
+        offline = self._offline_gpus()
+        need = sum(self._gpus_of.get(i, 1) for i in step.stop_first)
+        return offline == 0 or offline + need <= self.max_offline_gpus
 
     def poll(self, idle: Callable[[str], bool]) -> list[Action]:
         """Actions that can happen now; ``idle(id)`` says an instance has no work left."""
         out: list[Action] = []
-        while self._i < len(self.plan.steps):
-            step = self.plan.steps[self._i]
-            if self._phase == "drain":
-                if step.stop_first and self._pending:
-                    break  # take nothing more offline until the launches so far are up
-                out += [Drain(i) for i in step.stop_first]
-                self._phase = "wait_idle"
-            if self._phase == "wait_idle":
-                if not all(idle(i) for i in step.stop_first):
-                    break
-                out += [Stop(i) for i in step.stop_first]
-                self._phase = "wait_stopped"
-            if self._phase == "wait_stopped":
-                if not all(i in self._stopped for i in step.stop_first):
-                    break
-                out.append(Launch(step.launch))
-                if step.launch.instance_id not in self._ready:
-                    self._pending.add(step.launch.instance_id)
-                self._i += 1
-                self._phase = "drain"
+        steps = self.plan.steps
+        while self._started < len(steps) and self._may_start(steps[self._started]):
+            out += [Drain(i) for i in steps[self._started].stop_first]
+            self._started += 1
+        for k in range(self._i, self._started):
+            if k not in self._stop_issued and all(idle(i) for i in steps[k].stop_first):
+                out += [Stop(i) for i in steps[k].stop_first]
+                self._stop_issued.add(k)
+        while self._i < self._started and self._i in self._stop_issued:
+            step = steps[self._i]
+            if not all(i in self._stopped for i in step.stop_first):
+                break
+            out.append(Launch(step.launch))
+            if step.launch.instance_id not in self._ready:
+                self._pending[step.launch.instance_id] = len(step.launch.gpus)
+            self._i += 1
+        if self._i == self._started and self._started < len(steps) and self._may_start(steps[self._started]):
+            out += self.poll(idle)  # a launch freed the budget for the next step
         return out

@@ -325,7 +325,7 @@ class GlobalScheduler:
         existing = self.pool.active_specs()
         plan = self.reconfigurator.propose(self.now, existing)
         if plan is not None and (self.tuner is None or self._replay_pays(existing, plan)):
-            self.executor = PlanExecutor(plan)  # advanced at the end of this event
+            self.executor = self._executor(plan)  # advanced at the end of this event
             self.observer.on_plan(plan)
 
     def _replay_pays(self, existing: list[InstanceSpec], plan) -> bool:
@@ -346,8 +346,18 @@ class GlobalScheduler:
         existing = self.pool.active_specs()
         plan = self.reconfigurator.plan_home(self.now, existing, self._home)
         if plan is not None and self._replay_pays(existing, plan):
-            self.executor = PlanExecutor(plan)  # advanced at the end of this event
+            self.executor = self._executor(plan)  # advanced at the end of this event
             self.observer.on_plan(plan)
+
+    def _executor(self, plan) -> PlanExecutor:
+        """An executor for ``plan`` within the reconfigurator's offline budget (one step at a
+        time for an operator's plan on a server without one)."""
+        gpus_of = {s.instance_id: len(s.gpus) for s in self.pool.active_specs()}
+        if self.reconfigurator is None:
+            return PlanExecutor(plan, gpus_of=gpus_of)
+        cluster = self.reconfigurator.cluster
+        budget = int(self.reconfigurator.config.max_offline_share * cluster.nodes * cluster.gpus_per_node)
+        return PlanExecutor(plan, max(1, budget), gpus_of)
 
     def apply_plan(self, plan) -> bool:
         """Start executing a plan made outside a tick (e.g. by an operator);
@@ -355,7 +365,7 @@ class GlobalScheduler:
         if self.executor is not None and not self.executor.done:
             log.warning("reconfiguration refused: the previous plan is still executing")
             return False
-        self.executor = PlanExecutor(plan)
+        self.executor = self._executor(plan)
         self.observer.on_plan(plan)
         self._advance_plan()
         return True

@@ -336,3 +336,36 @@ def test_executor_launches_at_once_on_free_gpus_and_takes_nothing_more_offline_u
     assert ex.poll(lambda i: True) == [Launch(other)] and not ex.done
     ex.on_ready("m0")
     assert ex.done
+
+
+def test_an_offline_budget_lets_steps_on_other_nodes_drain_together():
+    """With room for eight GPUs offline, node 0's and node 1's swaps (four GPUs each) drain
+    and launch together; node 2's waits until a launch is ready, and launches keep their
+    order even when a later step's instances stop first."""
+    old = {f"old-{n}": 4 for n in range(3)}
+    new = [InstanceSpec(f"tp4-{n}", 4, n, (0, 1, 2, 3), 4096) for n in range(3)]
+    steps = tuple(PlanStep(new[n], stop_first=(f"old-{n}",)) for n in range(3))
+    plan = ReconfigPlan(steps, keep=(), counts={4: 3}, batch={}, objective=None, current_objective=None, reason="t")
+    ex = PlanExecutor(plan, max_offline_gpus=8, gpus_of=old)
+    assert ex.poll(lambda i: False) == [Drain("old-0"), Drain("old-1")]
+    assert ex.poll(lambda i: i == "old-1") == [Stop("old-1")]
+    ex.on_stopped("old-1")
+    assert ex.poll(lambda i: i == "old-1") == []  # old-1's launch waits for old-0's, in plan order
+    assert ex.poll(lambda i: True) == [Stop("old-0")]
+    ex.on_stopped("old-0")
+    assert ex.poll(lambda i: True) == [Launch(new[0]), Launch(new[1])]
+    ex.on_ready("tp4-0")
+    assert ex.poll(lambda i: False) == [Drain("old-2")]  # four GPUs offline now: room for four more
+    assert ex.poll(lambda i: True) == [Stop("old-2")]
+    ex.on_stopped("old-2")
+    assert ex.poll(lambda i: True) == [Launch(new[2])]
+    ex.on_ready("tp4-1")
+    ex.on_ready("tp4-2")
+    assert ex.done
+
+
+def test_one_step_always_starts_even_past_the_offline_budget():
+    steps = (PlanStep(InstanceSpec("big", 4, 0, (0, 1, 2, 3), 4096), stop_first=("a", "b")),)
+    plan = ReconfigPlan(steps, keep=(), counts={4: 1}, batch={}, objective=None, current_objective=None, reason="t")
+    ex = PlanExecutor(plan, max_offline_gpus=1, gpus_of={"a": 2, "b": 2})
+    assert ex.poll(lambda i: False) == [Drain("a"), Drain("b")]
