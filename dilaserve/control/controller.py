@@ -221,7 +221,16 @@ class ThresholdController:
         headroom now but would not with the newcomer counts against it: admitting buys at
         most one hit, and must not cost more than one.
         """
-        if not self.admission_on or (req.late_on_arrival and self.selection.degrade_late_arrivals):
+        if not self.admission_on:
+            return None
+        if not self.point.admit:
+            # Every arrival is taken, but one that misses even alone on an instance of this
+            # TP degree is refused: no load makes it, and its work would only delay others.
+            if placement is None:
+                return None
+            alone = self._remaining_fn(req, placement[0], float(req.tokens), 1)(self.promise_index(req))
+            return self.admission.check(alone, req.slo_left(now)) if alone > req.slo_left(now) else None
+        if req.late_on_arrival and self.selection.degrade_late_arrivals:
             return None  # the paper's walk serves a late arrival best-effort; others refuse it
         predicted = None
         if placement is not None:

@@ -11,7 +11,7 @@ points") moves between them online; the static frontier runs them fixed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 #: A tier's entry meaning "every threshold the policy allows" (per-request adaptive choice).
 ADAPTIVE = None
@@ -28,11 +28,16 @@ class OperatingPoint:
         fit: place arrivals by slack (best fit: the busiest instance each still fits with
             headroom) rather than on the instance with the lowest step latency; honoured by
             a slack-aware dispatch (docs/architecture.md, "Slack-aware placement").
+        admit: SLO-aware admission refuses arrivals it predicts late (where the policy has
+            admission). Off, every arrival is taken and waits for room: at low load a
+            refusal on a pessimistic prediction costs a request that would have made it
+            (docs/architecture.md, "Operating points").
     """
 
     pins: tuple[tuple[int, float | None], ...] = ()
     default: float | None = ADAPTIVE
     fit: bool = False
+    admit: bool = True
 
     def __post_init__(self) -> None:
         pins = tuple(sorted((int(p), None if t is None else float(t)) for p, t in self.pins))
@@ -66,11 +71,15 @@ class OperatingPoint:
     def with_pin(self, priority: int, threshold: float | None) -> OperatingPoint:
         """This point with one tier changed."""
         rest = [(p, t) for p, t in self.pins if p != priority]
-        return OperatingPoint((*rest, (priority, threshold)), self.default, self.fit)
+        return replace(self, pins=(*rest, (priority, threshold)))
 
     def with_fit(self, fit: bool) -> OperatingPoint:
         """This point with slack-aware placement switched on or off."""
-        return OperatingPoint(self.pins, self.default, fit)
+        return replace(self, fit=fit)
+
+    def with_admit(self, admit: bool) -> OperatingPoint:
+        """This point with SLO-aware admission switched on or off."""
+        return replace(self, admit=admit)
 
     @property
     def is_adaptive(self) -> bool:
@@ -79,8 +88,9 @@ class OperatingPoint:
     @property
     def label(self) -> str:
         """``adaptive``, ``static@0.8``, or ``tiers(2:0.7,1:adaptive,0:0.9)`` (highest priority
-        first), with ``+fit`` where arrivals are placed by slack."""
-        return self._threshold_label + ("+fit" if self.fit else "")
+        first), with ``+fit`` where arrivals are placed by slack and ``+take-all`` where
+        admission is off."""
+        return self._threshold_label + ("+fit" if self.fit else "") + ("" if self.admit else "+take-all")
 
     @property
     def _threshold_label(self) -> str:

@@ -95,6 +95,37 @@ def frontier_rows(docs: dict[str, dict]) -> list[str]:
     return rows
 
 
+def _static_points(out: dict) -> dict[str, dict]:
+    """The grid's static points of a frontier run (every policy but the adaptive ones)."""
+    return {k: v for k, v in out["policies"].items() if k.startswith(("fixed@", "tiers("))}
+
+
+def phase_rows(docs: dict[str, dict]) -> list[str]:
+    """Per frontier run, the best static point of each load phase, with its goodput there:
+    what switching between static points at the phase boundary could reach at best."""
+    rows = []
+    for name, doc in docs.items():
+        out = doc["output"]
+        if "best_static" not in out:
+            continue
+        static = _static_points(out)
+        cells = []
+        for phase in ("low", "high"):
+            key = f"goodput_{phase}"
+            top = max(static, key=lambda k: static[k][key])
+            cells.append(f"{_pct(static[top][key])} ({top})")
+        mixed = {k: v for k, v in static.items() if " tp=" in k}
+        if mixed:
+            top = max(mixed, key=lambda k: mixed[k]["goodput_low"])
+            cells.append(f"{_pct(mixed[top]['goodput_low'])} ({top})")
+        else:
+            cells.append("–")
+        d = out["dilaserve"]
+        cells += [_pct(d["goodput_low"]), _pct(d["goodput_high"])]
+        rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return rows
+
+
 def load(folder: Path = RESULTS_DIR) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
 
@@ -135,6 +166,23 @@ def render(docs: dict[str, dict]) -> str:
             else ["No complete `frontier --hindsight` run is recorded yet."]
         ),
         "",
+        *(
+            [
+                "### What switching between static points could gain",
+                "",
+                "Per load phase of the same runs, the static point with the most goodput in that phase, and the",
+                "best point on another TP mix in the low phase. A policy that switched to each phase's best",
+                "static point at the boundary, at no cost, could not beat these phase by phase.",
+                "",
+                "| run | low phase: best static | high phase: best static | low phase: best TP-2/TP-4 mix "
+                "| dilaserve, low | dilaserve, high |",
+                "| --- | --- | --- | --- | --- | --- |",
+                *phase_rows(docs),
+                "",
+            ]
+            if phase_rows(docs)
+            else []
+        ),
         "## Commands",
         "",
         *[f"- `{name}`: `{doc['command']}`" for name, doc in docs.items()],

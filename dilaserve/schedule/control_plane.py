@@ -115,7 +115,9 @@ def build_control_plane(
     if pol.tune and spec.evaluator is not None:
         pins = [t for t, ok in zip(controller.config.thresholds, controller.budget_mask.tolist()) if ok]
         placement = dispatch_policies.get(pol.dispatch).fits_by_slack
-        tuner = OperatingPointTuner(spec.evaluator, pins, spec.tuner, placement=placement)
+        tuner = OperatingPointTuner(
+            spec.evaluator, pins, spec.tuner, placement=placement, admission=controller.admission_on
+        )
     scheduler = GlobalScheduler(
         backend,
         spec.profile,

@@ -97,6 +97,8 @@ class OperatingPointTuner:
     config: interval, window, sample and hysteresis.
     placement: the scheduler's dispatch can place by slack, so the tuner also weighs the
         current point with the other placement (:attr:`OperatingPoint.fit`).
+    admission: the policy has SLO-aware admission, so the tuner also weighs the current
+        point with admission switched the other way (:attr:`OperatingPoint.admit`).
     """
 
     def __init__(
@@ -105,11 +107,13 @@ class OperatingPointTuner:
         thresholds: Sequence[float],
         config: TunerConfig = TunerConfig(),
         placement: bool = False,
+        admission: bool = False,
     ):
         self.evaluate = evaluate
         self.thresholds = tuple(float(t) for t in thresholds)
         self.config = config
         self.placement = placement
+        self.admission = admission
         self._window: deque[WindowArrival] = deque()
         self._last = None
         #: ``(time, point label, replayed goodput per candidate label)`` of every tuning.
@@ -191,19 +195,22 @@ class OperatingPointTuner:
 
     def candidates(self, current: OperatingPoint, priorities: set[int]) -> list[OperatingPoint]:
         """``current`` first, then every uniform point (each threshold, and adaptive), then,
-        with tiers, each tier moved alone to each alternative, all placed as ``current``
-        is; last, with ``placement``, ``current`` placed the other way."""
+        with tiers, each tier moved alone to each alternative, all placed and admitted as
+        ``current`` is; last, with ``placement``, ``current`` placed the other way, and with
+        ``admission``, ``current`` admitted the other way."""
         uniform = [OperatingPoint.adaptive(), *(OperatingPoint.static(t) for t in self.thresholds)]
-        out = [current, *(p.with_fit(current.fit) for p in uniform)]
+        out = [current, *(p.with_fit(current.fit).with_admit(current.admit) for p in uniform)]
         if len(priorities) > 1:
             options = (None, *self.thresholds)
             for p in sorted(priorities, reverse=True):
                 out.extend(current.with_pin(p, t) for t in options)
         if self.placement:
             out.append(current.with_fit(not current.fit))
+        if self.admission:
+            out.append(current.with_admit(not current.admit))
         unique, seen = [], set()
         for point in out:
-            key = (point.fit, *((p, point.pin(p)) for p in sorted(priorities)))
+            key = (point.fit, point.admit, *((p, point.pin(p)) for p in sorted(priorities)))
             if key not in seen:
                 seen.add(key)
                 unique.append(point)

@@ -133,6 +133,26 @@ def test_scheduler_refuses_an_arrival_that_cannot_make_its_slo_and_keeps_the_res
     assert not paper.outcomes and "doomed" in paper.requests
 
 
+def test_an_operating_point_without_admission_takes_what_admission_would_refuse():
+    from dilaserve.control.operating_point import OperatingPoint
+
+    sched = _scheduler("dilaserve-no-reconfig", OneShotPredictor({t: 0.7 for t in CFG.thresholds}))
+    point = OperatingPoint.static(0.9).with_admit(False)
+    assert point.label == "static@0.9+take-all" and point.with_pin(0, 0.8).admit is False
+    sched.controller.set_point(point)
+    for i in range(3):
+        sched.handle(RequestArrived(0.0, make_request(f"long-{i}", gen=512, slo=20.0)))
+    # as long as each of the others: its time alone is theirs on arrival
+    alone = sched.controller.fastest_alone_s(sched.requests["long-0"], [1])[0]
+    sched.handle(RequestArrived(0.0, make_request("crowded", gen=512, slo=alone * 1.2)))
+    assert not sched.outcomes and "crowded" in sched.requests  # late behind the others, but taken
+    sched.handle(RequestArrived(0.0, make_request("doomed", gen=512, slo=0.001)))
+    assert [o.request_id for o in sched.outcomes] == ["doomed"]  # it misses even alone: refused
+    sched.controller.set_point(point.with_admit(True))
+    sched.handle(RequestArrived(0.0, make_request("crowded-2", gen=512, slo=alone * 1.2)))
+    assert [o.status for o in sched.outcomes] == ["rejected", "rejected"]
+
+
 # --------------------------------------------------------------- calibration
 def test_calibration_corrects_a_predictor_that_is_off_by_a_factor():
     # The predictor says 4 steps; every request really takes 8 (4 tokens a step over 32).

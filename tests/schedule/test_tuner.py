@@ -129,3 +129,19 @@ def test_the_tuner_moves_to_slack_placement_where_it_replays_better():
     _fill(tuner, 50, 0.0, 5.0)
     chosen = tuner.maybe_tune(5.0, LAYOUT, OperatingPoint.adaptive())
     assert chosen == OperatingPoint.adaptive().with_fit(True) and chosen.label == "adaptive+fit"
+
+
+def test_with_admission_the_current_point_is_also_weighed_admitted_the_other_way():
+    """At low load a refusal on a pessimistic prediction loses a request that would have
+    made it: the tuner weighs taking every arrival, and moves there where it replays better."""
+    current = OperatingPoint.static(0.8)
+    plain = OperatingPointTuner(ScriptedReplay(lambda p: 0.5), (0.7, 0.8), TunerConfig(sample=1.0))
+    assert all(c.admit for c in plain.candidates(current, {0}))
+    replay = ScriptedReplay(lambda p: 0.6 if p.admit else 0.7)
+    tuner = OperatingPointTuner(replay, (0.7, 0.8), TunerConfig(interval_s=5, window_s=5, sample=1.0), admission=True)
+    cands = tuner.candidates(current, {0})
+    assert cands[-1] == current.with_admit(False) and [c.admit for c in cands].count(False) == 1
+    open_ = tuner.candidates(current.with_admit(False), {0})
+    assert all(not c.admit for c in open_[:-1]) and open_[-1].admit  # thresholds weighed as admitted now
+    _fill(tuner, 50, 0.0, 5.0)
+    assert tuner.maybe_tune(5.0, LAYOUT, current) == current.with_admit(False)
