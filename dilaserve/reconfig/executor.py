@@ -85,12 +85,14 @@ class PlanExecutor:
         log.warning("reconfig: launched instance %s failed and is not replaced; the plan ends here", instance_id)
         self._i = self._started = len(self.plan.steps)
 
+    def _stop_gpus(self, step) -> int:
+        """GPUs of the instances ``step`` takes down."""
+        return sum(self._gpus_of.get(i, 1) for i in step.stop_first)
+
     def _offline_gpus(self) -> int:
         """GPUs of the instances that started steps take down, until the step launches, plus
         GPUs of launches not yet ready."""
-        stopping = sum(
-            self._gpus_of.get(i, 1) for k in range(self._i, self._started) for i in self.plan.steps[k].stop_first
-        )
+        stopping = sum(self._stop_gpus(self.plan.steps[k]) for k in range(self._i, self._started))
         return stopping + sum(self._pending.values())
 
     def _may_start(self, step) -> bool:
@@ -99,8 +101,7 @@ class PlanExecutor:
         if self.max_offline_gpus is None:
             return not self._pending and self._started == self._i  # one step's worth at a time
         offline = self._offline_gpus()
-        need = sum(self._gpus_of.get(i, 1) for i in step.stop_first)
-        return offline == 0 or offline + need <= self.max_offline_gpus
+        return offline == 0 or offline + self._stop_gpus(step) <= self.max_offline_gpus
 
     def poll(self, idle: Callable[[str], bool]) -> list[Action]:
         """Actions that can happen now; ``idle(id)`` says an instance has no work left."""
