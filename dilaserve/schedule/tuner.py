@@ -10,7 +10,9 @@ current point, on the current layout and on the plan's) and applied only where i
 The candidates include every static point the budget allows, so over a
 stationary stretch the cluster runs at the best static point in hindsight of the last
 window, and where the load or the tier mix moves it follows (docs/architecture.md,
-"Operating points").
+"Operating points"). A point and a layout were chosen on their window's load: when the
+arrivals of the last seconds rise well past it, the tuner does not wait for the next
+interval but tunes at once on a forecast that the new rate holds.
 
 The replay itself is a :class:`WindowEvaluator` that the layer above supplies (the
 simulator, or the server from its artifacts): the control plane never imports the
@@ -22,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from dilaserve.cluster.base import InstanceSpec
@@ -45,6 +47,16 @@ class TunerConfig:
         min_gain: switch only to a point whose replayed goodput beats the current point's
             by at least this much (a share of requests): noise must not flap the point.
         min_arrivals: tune only once the window holds this many (sampled) arrivals.
+        warm_plans: a plan's layouts are replayed warm (the window twice, the second
+            scored): from an empty cluster a layout short of throughput never builds the
+            queue it would live with, and replays better than it runs.
+        rise_window_s: on every arrival the arrivals of the last this many seconds are
+            counted against the rate of the window the point was chosen on; where they
+            rise past it (``rise_sigmas``) the tuner tunes at once, on those seconds
+            repeated over a window (the forecast that the new rate holds), with admission
+            on and no point that takes every arrival until a whole window has passed.
+        rise_sigmas: the rise that trips it, in standard deviations of the Poisson count
+            the chosen window's rate predicts for ``rise_window_s``.
     """
 
     interval_s: float = 60.0
@@ -52,6 +64,9 @@ class TunerConfig:
     sample: float = 0.25
     min_gain: float = 0.005
     min_arrivals: int = 40
+    warm_plans: bool = True
+    rise_window_s: float = 5.0
+    rise_sigmas: float = 3.0
 
     def __post_init__(self) -> None:
         if self.interval_s <= 0 or self.window_s <= 0:
@@ -62,6 +77,11 @@ class TunerConfig:
             raise ValueError(f"TunerConfig.sample={self.sample} must lie in (0, 1]: the share replayed, e.g. 0.25")
         if self.min_gain < 0:
             raise ValueError(f"TunerConfig.min_gain={self.min_gain} must be >= 0 (a share of requests, e.g. 0.005)")
+        if not 0 < self.rise_window_s <= self.window_s or self.rise_sigmas <= 0:
+            raise ValueError(
+                f"TunerConfig rise_window_s={self.rise_window_s} must lie in (0, window_s={self.window_s}] and "
+                f"rise_sigmas={self.rise_sigmas} must be positive (e.g. 5 s and 3 standard deviations)"
+            )
 
 
 @dataclass(frozen=True)
@@ -79,7 +99,8 @@ class WindowArrival:
 class WindowEvaluator(Protocol):
     """Replays ``arrivals`` on a cluster of ``layout`` once per point; returns each point's
     goodput (share of the replayed requests on time and correct). ``sample``: the share of
-    the cluster (and of the arrivals) replayed; None: the evaluator's own."""
+    the cluster (and of the arrivals) replayed; None: the evaluator's own. ``warm``: the
+    arrivals run twice and only the second copy is scored, so the cluster starts loaded."""
 
     def __call__(
         self,
@@ -87,6 +108,7 @@ class WindowEvaluator(Protocol):
         layout: Sequence[InstanceSpec],
         points: Sequence[OperatingPoint],
         sample: float | None = None,
+        warm: bool = False,
     ) -> list[float]: ...
 
 
@@ -116,6 +138,14 @@ class OperatingPointTuner:
         self.admission = admission
         self._window: deque[WindowArrival] = deque()
         self._last = None
+        #: arrivals per second the current point was chosen on (None before the first tuning)
+        self._tuned_rate: float | None = None
+        #: no take-all candidate before this time: the window still holds the load it rose from
+        self._take_all_after = float("-inf")
+        #: ``(time, arrivals)`` the last tuning replayed, for a plan checked at that moment
+        self._evidence: tuple[float, list[WindowArrival]] | None = None
+        #: times the tuner tuned early on a rise of the arrival rate
+        self.rises: list[float] = []
         #: ``(time, point label, replayed goodput per candidate label)`` of every tuning.
         self.history: list[tuple[float, str, dict[str, float]]] = []
         #: ``(time, goodput now, goodput on the plan's layout, applied)`` of every plan replayed.
@@ -132,21 +162,87 @@ class OperatingPointTuner:
     def maybe_tune(self, now: float, layout: Sequence[InstanceSpec], current: OperatingPoint) -> OperatingPoint | None:
         """The point to switch to, or None to keep ``current`` (also when no tuning is due)."""
         cfg = self.config
-        if self._last is None or now - self._last < cfg.interval_s:
+        rose = self._load_rose(now)
+        if not rose and (self._last is None or now - self._last < cfg.interval_s):
             return None
         self._last = now
-        while self._window and self._window[0].arrival < now - cfg.window_s:
-            self._window.popleft()
-        if len(self._window) * cfg.sample < cfg.min_arrivals or not layout:
-            return None
-        candidates = self.candidates(current, {a.priority for a in self._window})
-        scores = self.evaluate(list(self._window), layout, candidates)
+        self._trim(now)
+        if rose:
+            arrivals, rate = self._forecast(now)
+            self.rises.append(now)
+            self._take_all_after = now + cfg.window_s
+            base = current.with_admit(True)  # a take-all point's evidence is gone
+        else:
+            arrivals, rate, base = list(self._window), self._window_rate(now), current
+        self._evidence = (now, arrivals)
+        if rose:
+            self._tuned_rate = rate  # admission is back on for this rate, tuned or not
+        if len(arrivals) * cfg.sample < cfg.min_arrivals or not layout:
+            return None if base == current else base
+        self._tuned_rate = rate
+        candidates = self.candidates(base, {a.priority for a in arrivals}, now)
+        scores = self.evaluate(arrivals, layout, candidates)
         by_label = {p.label: s for p, s in zip(candidates, scores)}
         best = max(range(len(candidates)), key=lambda i: scores[i])
-        chosen = candidates[best] if scores[best] > scores[0] + cfg.min_gain else current
+        chosen = candidates[best] if scores[best] > scores[0] + cfg.min_gain else base
         self.history.append((now, chosen.label, by_label))
-        log.info("tuner at %.0fs: %s (replayed goodput %s)", now, chosen.label, by_label)
+        log.info(
+            "tuner at %.0fs%s: %s (replayed goodput %s)",
+            now,
+            f" (arrivals rose to {rate:.1f}/s)" if rose else "",
+            chosen.label,
+            by_label,
+        )
         return None if chosen == current else chosen
+
+    def _trim(self, now: float) -> None:
+        while self._window and self._window[0].arrival < now - self.config.window_s:
+            self._window.popleft()
+
+    def _window_rate(self, now: float) -> float:
+        """Arrivals per second over the window (over what has passed of it early in a run)."""
+        span = min(self.config.window_s, now - self._window[0].arrival) if self._window else 0.0
+        return len(self._window) / span if span > 0 else 0.0
+
+    def _recent(self, now: float) -> list[WindowArrival]:
+        start = now - self.config.rise_window_s
+        out = []
+        for a in reversed(self._window):
+            if a.arrival < start:
+                break
+            out.append(a)
+        return out[::-1]
+
+    def _load_rose(self, now: float) -> bool:
+        """The arrivals of the last ``rise_window_s`` exceed, by ``rise_sigmas`` Poisson
+        deviations, what the rate the current point was chosen on predicts. A point
+        replayed on a low phase's load says nothing about a peak's: a point that takes
+        every arrival lets the whole peak into the batches, and a layout planned for the
+        low phase runs the peak short of throughput, until the next interval."""
+        if self._tuned_rate is None:
+            return False
+        cfg = self.config
+        expected = self._tuned_rate * cfg.rise_window_s
+        return len(self._recent(now)) > expected + cfg.rise_sigmas * max(expected, 1.0) ** 0.5
+
+    def _forecast(self, now: float) -> tuple[list[WindowArrival], float]:
+        """The arrivals of the last ``rise_window_s``, repeated back over a whole window
+        (the forecast that the new rate holds), and that rate."""
+        cfg = self.config
+        recent = self._recent(now)
+        copies = int(cfg.window_s // cfg.rise_window_s) or 1
+        shifted = [
+            replace(a, arrival=a.arrival - k * cfg.rise_window_s) for k in range(copies - 1, -1, -1) for a in recent
+        ]
+        return shifted, len(recent) / cfg.rise_window_s
+
+    def _arrivals(self, now: float) -> list[WindowArrival]:
+        """What a plan checked now replays: the last tuning's arrivals when it ran at this
+        moment (a forecast after a rise), else the window."""
+        if self._evidence is not None and self._evidence[0] == now:
+            return self._evidence[1]
+        self._trim(now)
+        return list(self._window)
 
     def layout_pays(
         self,
@@ -169,18 +265,17 @@ class OperatingPointTuner:
         layout is too coarse for a decision this rare and this costly). With too thin a
         window there is no evidence, and the planner's own rules decide."""
         cfg = self.config
-        while self._window and self._window[0].arrival < now - cfg.window_s:
-            self._window.popleft()
-        if len(self._window) < cfg.min_arrivals or not current or not target:
+        arrivals = self._arrivals(now)
+        if len(arrivals) < cfg.min_arrivals or not current or not target:
             return True
-        arrivals = list(self._window)
-        (before,) = self.evaluate(arrivals, current, [point], sample=1.0)
-        (after,) = self.evaluate(arrivals, target, [point], sample=1.0)
+        warm = cfg.warm_plans
+        (before,) = self.evaluate(arrivals, current, [point], sample=1.0, warm=warm)
+        (after,) = self.evaluate(arrivals, target, [point], sample=1.0, warm=warm)
         share = min(max(transition_share, 0.0), 1.0)
         kept_ids = {s.instance_id for s in target}
         kept = [s for s in current if s.instance_id in kept_ids]
         if share > 0:
-            (during,) = self.evaluate(arrivals, kept, [point], sample=1.0) if kept else (0.0,)
+            (during,) = self.evaluate(arrivals, kept, [point], sample=1.0, warm=warm) if kept else (0.0,)
             after = share * during + (1 - share) * after
         pays = after >= before + cfg.min_gain
         self.plan_checks.append((now, before, after, pays))
@@ -193,11 +288,14 @@ class OperatingPointTuner:
         )
         return pays
 
-    def candidates(self, current: OperatingPoint, priorities: set[int]) -> list[OperatingPoint]:
+    def candidates(
+        self, current: OperatingPoint, priorities: set[int], now: float = float("inf")
+    ) -> list[OperatingPoint]:
         """``current`` first, then every uniform point (each threshold, and adaptive), then,
         with tiers, each tier moved alone to each alternative, all placed and admitted as
         ``current`` is; last, with ``placement``, ``current`` placed the other way, and with
-        ``admission``, ``current`` admitted the other way."""
+        ``admission``, ``current`` admitted the other way (taking every arrival only once a
+        window has passed since the arrival rate last rose)."""
         uniform = [OperatingPoint.adaptive(), *(OperatingPoint.static(t) for t in self.thresholds)]
         out = [current, *(p.with_fit(current.fit).with_admit(current.admit) for p in uniform)]
         if len(priorities) > 1:
@@ -206,7 +304,7 @@ class OperatingPointTuner:
                 out.extend(current.with_pin(p, t) for t in options)
         if self.placement:
             out.append(current.with_fit(not current.fit))
-        if self.admission:
+        if self.admission and (not current.admit or now >= self._take_all_after):
             out.append(current.with_admit(not current.admit))
         unique, seen = [], set()
         for point in out:

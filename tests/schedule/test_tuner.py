@@ -19,7 +19,7 @@ class ScriptedReplay:
     def __init__(self, score):
         self.score, self.calls = score, []
 
-    def __call__(self, arrivals, layout, points, sample=None):
+    def __call__(self, arrivals, layout, points, sample=None, warm=False):
         self.calls.append((len(arrivals), list(layout), list(points)))
         return [self.score(p) for p in points]
 
@@ -76,7 +76,7 @@ def test_a_plan_is_applied_only_where_its_layout_replays_better():
 
     # A replay that scores the layout, not the point: more instances, more goodput.
     class LayoutReplay(ScriptedReplay):
-        def __call__(self, arrivals, layout, points, sample=None):
+        def __call__(self, arrivals, layout, points, sample=None, warm=False):
             assert sample == 1.0  # a plan is judged on the whole window and cluster
             self.calls.append((len(arrivals), list(layout), list(points)))
             return [0.1 * len(layout) for _ in points]
@@ -97,7 +97,7 @@ def test_a_plan_must_also_repay_its_transition():
     half its lifetime in transition the move is worth 0.2, no gain; at a tenth, 0.28."""
 
     class LayoutReplay(ScriptedReplay):
-        def __call__(self, arrivals, layout, points, sample=None):
+        def __call__(self, arrivals, layout, points, sample=None, warm=False):
             self.calls.append((len(arrivals), list(layout), list(points)))
             return [0.1 * len(layout) for _ in points]
 
@@ -145,3 +145,65 @@ def test_with_admission_the_current_point_is_also_weighed_admitted_the_other_way
     assert all(not c.admit for c in open_[:-1]) and open_[-1].admit  # thresholds weighed as admitted now
     _fill(tuner, 50, 0.0, 5.0)
     assert tuner.maybe_tune(5.0, LAYOUT, current) == current.with_admit(False)
+
+
+def _arrive(tuner: OperatingPointTuner, t0: float, t1: float, rate: float, point: OperatingPoint):
+    """Arrivals at ``rate`` per second over [t0, t1), the tuner asked after each (as the
+    scheduler does); returns the points it moved to, with their times."""
+    moves, n = [], int(round((t1 - t0) * rate))
+    for i in range(n):
+        now = t0 + i / rate
+        tuner.observe(make_request(f"a{now:.4f}", arrival=now), now)
+        moved = tuner.maybe_tune(now, LAYOUT, point)
+        if moved is not None:
+            point = moved
+            moves.append((now, moved))
+    return moves, point
+
+
+def test_a_rise_in_arrivals_tunes_at_once_on_the_new_rate_with_admission_on():
+    """Taking every arrival was chosen on 10 arrivals a second. When 40 a second arrive the
+    replay that chose it says nothing of them: the tuner tunes at once, on the last seconds
+    repeated over a window, with admission back on and no take-all candidate."""
+    replay = ScriptedReplay(lambda p: 0.7 if not p.admit else 0.6)
+    cfg = TunerConfig(interval_s=10, window_s=10, sample=1.0, rise_window_s=2.5, min_arrivals=10)
+    tuner = OperatingPointTuner(replay, (0.8,), cfg, admission=True)
+    moves, point = _arrive(tuner, 0.0, 10.5, 10.0, OperatingPoint.static(0.8))
+    assert [p.admit for _, p in moves] == [False] and not tuner.rises  # chosen at 10 s, no rise at a steady rate
+    calls = len(replay.calls)
+    moves, point = _arrive(tuner, 10.5, 13.0, 40.0, point)
+    assert tuner.rises and moves[0][0] == tuner.rises[0] and moves[0][1].admit
+    assert tuner.rises[0] < 11.5  # within a second of the rise, not at the next interval (20 s)
+    n, _, points = replay.calls[calls]
+    assert all(p.admit for p in points)  # no take-all candidate while the window holds the old load
+    # the forecast: the last 2.5 s (what arrived in them) repeated four times over the window
+    rise = tuner.rises[0]
+    recent = sum(1 for a in tuner._window if rise - 2.5 <= a.arrival <= rise)
+    assert n == 4 * recent
+    assert point.admit  # later rises (the rate keeps climbing here) never reopen admission
+
+
+def test_a_plan_checked_at_a_rise_replays_the_forecast():
+    class LayoutReplay(ScriptedReplay):
+        def __call__(self, arrivals, layout, points, sample=None, warm=False):
+            self.calls.append((len(arrivals), list(layout), list(points)))
+            return [0.5 for _ in points]
+
+    replay = LayoutReplay(None)
+    cfg = TunerConfig(interval_s=10, window_s=10, sample=1.0, rise_window_s=2.5, min_arrivals=10)
+    tuner = OperatingPointTuner(replay, (0.8,), cfg)
+    _arrive(tuner, 0.0, 10.5, 10.0, OperatingPoint.static(0.8))
+    _arrive(tuner, 10.5, 11.5, 60.0, OperatingPoint.static(0.8))
+    rise = tuner.rises[-1]  # the rate climbs through the 2.5 s: the last rise tuned on its top
+    forecast = replay.calls[-1][0]
+    tuner.layout_pays(rise, LAYOUT, LAYOUT[:2], OperatingPoint.static(0.8))
+    assert replay.calls[-1][0] == forecast  # the plan is judged on the rate now, not on the window's
+    tuner.layout_pays(rise + 0.5, LAYOUT, LAYOUT[:2], OperatingPoint.static(0.8))
+    assert replay.calls[-1][0] == len(tuner._window)  # later, on the window again
+
+
+def test_the_rise_settings_are_validated():
+    with pytest.raises(ValueError, match="rise_window_s"):
+        TunerConfig(window_s=10, rise_window_s=20)
+    with pytest.raises(ValueError, match="rise_sigmas"):
+        TunerConfig(rise_sigmas=0)

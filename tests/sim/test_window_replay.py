@@ -51,3 +51,25 @@ def test_the_replay_ranks_a_slow_point_below_a_fast_one_under_overload():
     assert fast > slow
     assert 0.0 <= min(fast, slow, adaptive) and max(fast, slow, adaptive) <= 1.0
     assert replay(arrivals, layout, [OperatingPoint.static(0.5)]) != [] and replay.calls == 2
+
+
+def test_a_warm_replay_starts_loaded_and_scores_the_second_copy_alone():
+    """An overloaded window replayed from an empty cluster flatters it: its queue has no
+    time to build. Warm, the same window runs twice and the second copy, scored alone,
+    starts behind the first's queue, as the live cluster does."""
+    dyn = varied_dynamics()
+    table = ReplayTable(dyn)
+    setting = small_setting(dyn, tp_degrees=(1,))
+    replay = WindowReplay(
+        setting, ReplayProgress(table, quality()), predictors(table), SimConfig(), get_policy("dilaserve")
+    )
+    arrivals = [WindowArrival(0.05 * i, 200, 256, 2.0, 0, 0.0) for i in range(100)]
+    layout = static_layout(setting.cluster, 1)
+    point = [OperatingPoint.static(0.9).with_admit(False)]
+    (cold,) = replay(arrivals, layout, point, sample=1.0)
+    (warm,) = replay(arrivals, layout, point, sample=1.0, warm=True)
+    assert 0.0 <= warm < cold
+    light = arrivals[::4]  # one every 0.2 s: no queue either way
+    (cold_light,) = replay(light, layout, point, sample=1.0)
+    (warm_light,) = replay(light, layout, point, sample=1.0, warm=True)
+    assert warm_light == cold_light
