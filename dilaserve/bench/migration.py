@@ -108,7 +108,7 @@ def price(engine: DenoisingEngine, finished: int, repeats: int, link: Loopback) 
     for _ in range(repeats + 1):  # the first round warms up
         st = engine.restore(blob)
         prefill.append(_ms(lambda st=st: engine.step([st], [1.0])))  # the rebuilding prefill
-        kv = engine._kv[st.request_id]
+        kv = engine.cache_of(st.request_id)
         cache_step.append(_ms(lambda st=st: engine.step([st], [1.0])))
         ship.append(_ms(lambda kv=kv: link.ship(kv)))
         engine.release(st.request_id)

@@ -217,6 +217,14 @@ class DenoisingEngine:
     def has_cache(self, request_id: str) -> bool:
         return request_id in self._kv
 
+    def cache_of(self, request_id: str) -> torch.Tensor | None:
+        """The request's cache here, ``(layers, 2, heads, tokens, head_dim)``, or None."""
+        return self._kv.get(request_id)
+
+    def cached_requests(self) -> frozenset[str]:
+        """The requests holding a cache here (each released when it finishes or leaves)."""
+        return frozenset(self._kv)
+
     def _cache_ready(self, st: RequestState) -> bool:
         """Whether ``st``'s next step can be a cache step on this engine.
 

@@ -3,22 +3,22 @@ from dilaserve.bench.engine import decode_continuously, step_costs
 
 def test_step_costs_measure_each_kind_and_leave_no_cache(tiny_engine):
     prompts, lengths = ["list : c a f", "pairs : k q", "list : z"], [64, 32, 32]
-    before = set(tiny_engine._kv)  # the engine is shared by other tests
+    before = tiny_engine.cached_requests()  # the engine is shared by other tests
     costs = step_costs(tiny_engine, prompts, lengths, batch_sizes=(1, 3), cache_steps=2)
     for kind in ("recompute", "cache"):
         assert set(costs[kind]) == {"1", "3"} and all(v > 0 for v in costs[kind].values())
-    assert set(tiny_engine._kv) == before  # every measured request released its cache
+    assert tiny_engine.cached_requests() == before  # every measured request released its cache
 
 
 def test_continuous_batching_decodes_every_request_as_generate_does(tiny_engine):
     prompts = ["list : c a f", "pairs : k q", "list : z", "list : b d", "pairs : m n"]
     lengths = [64, 32, 32, 32, 64]
-    before = set(tiny_engine._kv)
+    before = tiny_engine.cached_requests()
     states = decode_continuously(tiny_engine, prompts, lengths, in_flight=2)
     alone = tiny_engine.generate(prompts, threshold=0.9, gen_length=lengths)
     assert all(s.finished for s in states)
     assert [s.answer_ids().tolist() for s in states] == [g.token_ids for g in alone]
-    assert set(tiny_engine._kv) == before
+    assert tiny_engine.cached_requests() == before
 
 
 def test_a_gpu_device_without_a_gpu_is_a_clear_usage_error(capsys):
@@ -65,8 +65,8 @@ def test_step_ms_by_answer_blocks_times_whole_decodes_of_one_and_four_block_canv
     assert {x.gen_length for x in arith_of_blocks(1, 6)} == {32} and {x.gen_length for x in arith_of_blocks(4, 6)} == {
         128
     }
-    before = set(tiny_engine._kv)
+    before = tiny_engine.cached_requests()
     ms, blocks = step_ms_by_answer_blocks(tiny_engine, n=1, repeats=1)
     assert set(ms) == set(blocks) == {"1", "4"} and all(v > 0 for v in ms.values())
     assert blocks["1"] == 1 and 1 <= blocks["4"] <= 4
-    assert set(tiny_engine._kv) == before  # finished requests released their caches
+    assert tiny_engine.cached_requests() == before  # finished requests released their caches

@@ -16,7 +16,7 @@ def test_shipping_is_priced_against_the_prefill_and_delivers_the_same_cache(tiny
     assert row["cached_tokens"] == plen + 2 * bl and row["context_tokens"] == plen + 3 * bl
     assert row["cache_bytes"] == 2 * 2 * 32 * 4 * row["cached_tokens"]  # K and V, 2 layers, width 32, float32
     assert row["ship_total_ms"] > row["ship_ms"] > 0 and row["prefill_ms"] > 0
-    assert not engine._kv  # every measured request released its cache
+    assert not engine.cached_requests()  # every measured request released its cache
 
 
 def test_a_bidirectional_checkpoint_is_a_usage_error(tiny_checkpoint, capsys):

@@ -186,8 +186,11 @@ def test_disconnected_client_frees_its_slot(server):
 
 
 def test_metrics_are_prometheus_text(server):
-    text = httpx.get(server.url + "/metrics").text
     model = server.runtime.model_name
+    # One request of its own: a labelled series (step latency by TP) exists once a step ran.
+    r = post(server, "/v1/completions", {"model": model, "prompt": "list : c a f b", "max_tokens": 8})
+    assert r.status_code == 200, r.text
+    text = httpx.get(server.url + "/metrics").text
     for name in (
         "dilaserve:num_requests_running",
         "dilaserve:num_requests_waiting",
