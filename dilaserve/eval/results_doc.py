@@ -11,7 +11,8 @@ Two kinds of result are read:
 * a ``trace`` run with the static policies (``fixed@TAU`` and ``fixed@TAU+admission`` at
   every candidate) and ``dilaserve``: the single-SLO table;
 * a ``frontier --hindsight`` run: the frontier table (best static point of the whole grid,
-  dilaserve, dilaserve without reconfiguration, the margin, and where dilaserve ran).
+  dilaserve, dilaserve without reconfiguration, the margin, and where dilaserve ran);
+* an ``ablation`` run: each variant's goodput against the policy it takes one piece from.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def single_slo_rows(docs: dict[str, dict]) -> list[str]:
     rows = []
     for name, doc in docs.items():
         pol = doc["output"]["policies"]
-        if "dilaserve" not in pol or "best_static" in doc["output"]:
+        if "dilaserve" not in pol or "fixed@0.9" not in pol or "best_static" in doc["output"]:
             continue
         fixed, f_g = _best(pol, "")
         adm, a_g = _best(pol, "+admission")
@@ -92,6 +93,22 @@ def frontier_rows(docs: dict[str, dict]) -> list[str]:
             f"{_pct(out['dilaserve']['goodput'])} | {_pct(out['dilaserve-no-reconfig']['goodput'])} | "
             f"{100 * out['margin']:+.1f} | {ran} |"
         )
+    return rows
+
+
+def ablation_rows(docs: dict[str, dict]) -> list[str]:
+    """Per ablation run, one row per policy: its goodput and the difference to its base
+    (``dilaserve-paper`` for that policy's variants, else ``dilaserve``)."""
+    rows = []
+    for name, doc in docs.items():
+        if " ablation " not in f" {doc['command']} ":
+            continue
+        pol = doc["output"]["policies"]
+        for policy, v in pol.items():
+            base = "dilaserve-paper" if policy.startswith("dilaserve-paper") else "dilaserve"
+            diff = "–" if policy == base or base not in pol else f"{100 * (v['goodput'] - pol[base]['goodput']):+.1f}"
+            cells = [policy, _pct(v["goodput"]), _pct(v["goodput_low"]), _pct(v["goodput_high"]), diff]
+            rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
     return rows
 
 
@@ -181,6 +198,21 @@ def render(docs: dict[str, dict]) -> str:
                 "",
             ]
             if phase_rows(docs)
+            else []
+        ),
+        *(
+            [
+                "## Ablation",
+                "",
+                "Each variant takes one piece from `dilaserve` (or adds or removes one from the paper's walk,",
+                "`dilaserve-paper`); the last column is its goodput minus its base's.",
+                "",
+                "| run | policy | goodput | low phase | high phase | against its base |",
+                "| --- | --- | --- | --- | --- | --- |",
+                *ablation_rows(docs),
+                "",
+            ]
+            if ablation_rows(docs)
             else []
         ),
         "## Commands",

@@ -63,3 +63,21 @@ def test_record_keeps_the_command_and_the_printed_line(tmp_path):
     assert doc["command"].endswith("trace --quick") and doc["output"]["policies"]["dilaserve"]["goodput"] == 0.5
     with pytest.raises(json.JSONDecodeError):
         record("bad", "cmd", "not json", tmp_path)
+
+
+def test_an_ablation_run_gets_one_row_per_policy_against_its_base():
+    def summary(g):
+        return {"goodput": g, "goodput_low": g, "goodput_high": g}
+
+    pol = {
+        "dilaserve-paper": summary(0.5),
+        "dilaserve-paper+admission": summary(0.7),
+        "dilaserve": summary(0.8),
+        "dilaserve-no-tuner": summary(0.75),
+    }
+    docs = {"abl": {"command": "python -m dilaserve.eval ablation --quick --json", "output": {"policies": pol}}}
+    rows = {row.split(" | ")[1]: row for row in render(docs).splitlines() if row.startswith("| `abl`")}
+    assert set(rows) == set(pol)
+    assert rows["dilaserve-no-tuner"].endswith("| -5.0 |") and rows["dilaserve-paper+admission"].endswith("| +20.0 |")
+    assert rows["dilaserve"].endswith("| – |")
+    assert "One SLO for all" in render(docs)  # the single-SLO table does not take an ablation for a trace run
