@@ -19,18 +19,27 @@ class PredictionCache:
     Between refreshes the prediction is scaled by the share of masked tokens still left
     since the refresh, which tracks progress whatever thresholds the steps used.
 
-    With ``calibrate``, predictions are also multiplied by ``scale``: a running geometric
-    mean of (steps a finished request took) / (steps predicted for it on arrival, at the
-    threshold it mostly ran at). A predictor trained on other traffic (other lengths,
-    other prompts) is then corrected by the traffic it serves, within a few dozen
-    requests; one factor for all thresholds, so thresholds that are rarely used never look
-    cheaper than measured (docs/architecture.md, "Step prediction").
+    With ``calibrate``, predictions are also multiplied by a running geometric mean of
+    (steps a finished request took) / (steps predicted for it on arrival, at the threshold
+    it mostly ran at). A predictor trained on other traffic (other lengths, other prompts)
+    is then corrected by the traffic it serves, within a few dozen requests; one factor for
+    all thresholds, so thresholds that are rarely used never look cheaper than measured.
+
+    The error of a predictor trained on short answers depends on the answer's length:
+    measured on ShareGPT-like lengths, a one-block answer took 0.65x its prediction and one
+    of 16 blocks or more 3.6x. One factor for all then overstates short answers about 4x and
+    understates long ones, so admission refuses short requests that would have made it and
+    takes long ones that miss. So the factor is kept per length class (the answer's blocks,
+    in powers of two), falling back to the factor over all requests until a class has seen
+    ``CALIBRATION_MIN_CLASS`` finishes (docs/architecture.md, "Step prediction").
     """
 
     #: Weight of one finished request in the running mean (about the last 50 count).
     CALIBRATION_WEIGHT = 0.02
     #: The correction stays within these factors, so one odd request cannot swing it.
     CALIBRATION_RANGE = (0.25, 4.0)
+    #: A length class's own factor applies once this many of its requests have finished.
+    CALIBRATION_MIN_CLASS = 8
 
     def __init__(self, predictor: StepPredictor, thresholds: Sequence[float], every_k: int, calibrate: bool = False):
         self.predictor = predictor
@@ -39,12 +48,30 @@ class PredictionCache:
         self.calibrate = calibrate
         self.calls = 0
         self._log_scale = 0.0
+        #: length class -> (log factor, finishes seen)
+        self._class_scale: dict[int, tuple[float, int]] = {}
         self.calibrated_on = 0
 
     @property
     def scale(self) -> float:
-        """The factor predictions are multiplied by (1.0 without calibration)."""
+        """The factor over all requests (1.0 without calibration)."""
         return float(np.exp(self._log_scale))
+
+    @staticmethod
+    def length_class(req: TrackedRequest) -> int:
+        """The answer's blocks in powers of two: 0 for one block, 1 for two, 2 for 3-4, ..."""
+        return int(np.ceil(np.log2(max(req.state.num_blocks, 1))))
+
+    def scale_for(self, req: TrackedRequest) -> float:
+        """The factor ``req``'s predictions are multiplied by: its length class's once that
+        class has seen enough finishes, else the factor over all requests."""
+        log_scale, seen = self._class_scale.get(self.length_class(req), (0.0, 0))
+        return float(np.exp(log_scale if seen >= self.CALIBRATION_MIN_CLASS else self._log_scale))
+
+    def _blend(self, log_scale: float, ratio: float) -> float:
+        lo, hi = np.log(self.CALIBRATION_RANGE)
+        w = self.CALIBRATION_WEIGHT
+        return float(np.clip((1 - w) * log_scale + w * ratio, lo, hi))
 
     def observe_finish(self, req: TrackedRequest) -> None:
         """Learn from a finished request how far its first prediction was off."""
@@ -53,11 +80,13 @@ class PredictionCache:
         used = req.state.thresholds_used
         j = int(np.argmin([abs(t - float(np.median(used))) for t in self.thresholds]))
         predicted = max(req.first_pred[j], 1.0)
-        lo, hi = np.log(self.CALIBRATION_RANGE)
         ratio = float(np.log(max(req.state.steps_done, 1) / predicted))
-        self._log_scale = float(
-            np.clip((1 - self.CALIBRATION_WEIGHT) * self._log_scale + self.CALIBRATION_WEIGHT * ratio, lo, hi)
-        )
+        self._log_scale = self._blend(self._log_scale, ratio)
+        k = self.length_class(req)
+        log_scale, seen = self._class_scale.get(k, (self._log_scale, 0))
+        # A class starts from the factor over all requests, so its first finishes refine
+        # that rather than replace it.
+        self._class_scale[k] = (self._blend(log_scale, ratio), seen + 1)
         self.calibrated_on += 1
 
     def due(self, req: TrackedRequest) -> bool:
@@ -71,7 +100,10 @@ class PredictionCache:
         batch = PredictionBatch.build([r.request_id for r in reqs], progress, self.thresholds)
         raw = self.predictor.predict(batch)
         self.calls += 1
-        pred = raw * self.scale if self.calibrate else raw
+        if self.calibrate:
+            pred = raw * np.array([self.scale_for(r) for r in reqs])[:, None]
+        else:
+            pred = raw
         # Plain floats: threshold selection reads them one request at a time.
         for r, row, raw_row in zip(reqs, pred.tolist(), raw.tolist()):
             if r.first_pred is None:

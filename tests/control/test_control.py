@@ -195,6 +195,42 @@ def test_predictions_refresh_every_k_steps_and_scale_between():
     assert cache.refresh_due([r]) == 1 and cache.calls == 2
 
 
+def _finished(cache: PredictionCache, rid: str, gen: int, steps: int):
+    """A request of ``gen`` tokens predicted on arrival, then finished in ``steps`` steps at 0.9."""
+    r = make_request(rid, gen=gen)
+    cache.refresh([r])
+    r.state.steps_done, r.state.thresholds_used = steps, [0.9]
+    return r
+
+
+def test_calibration_learns_a_factor_per_answer_length():
+    # The one-shot rate predicts half a step per token: 16 steps for one block, 128 for
+    # eight. Short answers take half that, long ones twice: one factor for all would
+    # overstate the short and understate the long.
+    cache = PredictionCache(OneShotPredictor({0.9: 0.5}), (0.9,), every_k=2, calibrate=True)
+    for i in range(300):
+        cache.observe_finish(_finished(cache, f"s{i}", 32, 8))
+        cache.observe_finish(_finished(cache, f"l{i}", 256, 256))
+    short, long_, medium = make_request("s", gen=32), make_request("l", gen=256), make_request("m", gen=96)
+    assert cache.scale_for(short) == pytest.approx(0.5, rel=0.05)
+    assert cache.scale_for(long_) == pytest.approx(2.0, rel=0.05)
+    # A length class no request has finished in yet takes the factor over all requests.
+    assert cache.scale_for(medium) == pytest.approx(cache.scale) and 0.5 < cache.scale < 2.0
+    cache.refresh([short, long_])
+    assert short.steps_pred[0] == pytest.approx(8, rel=0.05) and long_.steps_pred[0] == pytest.approx(256, rel=0.05)
+
+
+def test_a_length_class_keeps_the_overall_factor_until_enough_finish():
+    cache = PredictionCache(OneShotPredictor({0.9: 0.5}), (0.9,), every_k=2, calibrate=True)
+    for i in range(200):
+        cache.observe_finish(_finished(cache, f"s{i}", 32, 32))  # short answers: twice the prediction
+    for i in range(PredictionCache.CALIBRATION_MIN_CLASS - 1):
+        cache.observe_finish(_finished(cache, f"l{i}", 256, 32))  # long ones: a quarter of it
+    assert cache.scale_for(make_request("l", gen=256)) == pytest.approx(cache.scale)
+    cache.observe_finish(_finished(cache, "last", 256, 32))
+    assert cache.scale_for(make_request("l", gen=256)) < cache.scale
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
