@@ -60,7 +60,8 @@ class PredictionCache:
     @staticmethod
     def length_class(req: TrackedRequest) -> int:
         """The answer's blocks in powers of two: 0 for one block, 1 for two, 2 for 3-4, ..."""
-        return int(np.ceil(np.log2(max(req.state.num_blocks, 1))))
+        # ceil(log2(blocks)) in integers: this runs for every request of every refresh.
+        return (max(req.state.num_blocks, 1) - 1).bit_length()
 
     def scale_for(self, req: TrackedRequest) -> float:
         """The factor ``req``'s predictions are multiplied by: its length class's once that
