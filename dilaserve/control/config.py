@@ -35,6 +35,14 @@ class ControlConfig:
             time left, when they are within it now. The headroom absorbs prediction noise and
             the batch growing after a request is admitted (0.1: keep 10%; 0: protect only
             predicted hits).
+        ration_window_s: under overload, admit the arrivals with the most expected hits per
+            unit of work: when the work that arrived over the last ``ration_window_s``
+            seconds exceeds what the cluster can do in that time, an arrival is refused
+            unless its accuracy per token-step is among those that fill the cluster
+            (:mod:`dilaserve.control.rationing`). Applies to SLO-aware policies with
+            admission; None turns it off (every arrival the SLO check passes is taken).
+        ration_utilisation: the share of the cluster's best throughput that rationing lets
+            the admitted work fill.
         operating_point: the threshold each priority tier's new arrivals are pinned to
             (``OperatingPoint.static(0.8)``: every arrival admitted and run at 0.8), or
             adaptive (the default: each request's threshold chosen per step from its allowed
@@ -50,6 +58,8 @@ class ControlConfig:
     step_law: StepLaw | None = None
     quality_budget: float | None = 0.1
     admission_headroom: float = 0.1
+    ration_window_s: float | None = 10.0
+    ration_utilisation: float = 1.0
     # Set at run time (the tuner, the static frontier), not a flag.
     operating_point: OperatingPoint = field(default=OperatingPoint(), metadata={"cli": False})
 
@@ -86,6 +96,16 @@ class ControlConfig:
             raise ValueError(
                 f"ControlConfig.admission_headroom={self.admission_headroom} must lie in [0, 1) "
                 "(the share of SLO time left kept free for requests in flight; try 0.1)"
+            )
+        if self.ration_window_s is not None and self.ration_window_s <= 0:
+            raise ValueError(
+                f"ControlConfig.ration_window_s={self.ration_window_s} must be positive (try 10), "
+                "or None to turn rationing off"
+            )
+        if not 0 < self.ration_utilisation <= 1:
+            raise ValueError(
+                f"ControlConfig.ration_utilisation={self.ration_utilisation} must lie in (0, 1] "
+                "(the share of the cluster's best throughput admitted work may fill; try 1.0)"
             )
         bad_pins = [
             t

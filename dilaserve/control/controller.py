@@ -18,6 +18,7 @@ from functools import partial
 import numpy as np
 
 from dilaserve.control.batch_cost import mixed_step_prices
+from dilaserve.control.capacity_price import per_work_optimum
 from dilaserve.control.config import ControlConfig
 from dilaserve.control.cost_model import (
     CacheStepLatency,
@@ -33,6 +34,7 @@ from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.control.policies import Outlook, Rejection, admission_policies, load_controls, selection_policies
 from dilaserve.control.predictions import PredictionCache
 from dilaserve.control.quality_budget import quality_allowed
+from dilaserve.control.rationing import WorkRation
 from dilaserve.control.request import TrackedRequest
 from dilaserve.control.step_law import StepLaw
 from dilaserve.engine.state import StepKind
@@ -132,6 +134,14 @@ class ThresholdController:
         #: horizon, oldest first: the outlook's estimate of the work arriving next.
         self._arrivals: deque[tuple[float, np.ndarray, np.ndarray]] = deque()
         self.capacity = CapacityModel(profile, config.capacity_batch_grid)
+        #: Rationing under overload needs load control's throughput and predictions.
+        self.ration = (
+            WorkRation(config.ration_window_s, config.ration_utilisation)
+            if config.ration_window_s is not None and self.load_control_on and self.admission_on
+            else None
+        )
+        #: The cluster's throughput (token-steps/s) at the last load control.
+        self._throughput = 0.0
         self.cache_step = CacheStepLatency(profile)
         self.predictions = (
             PredictionCache(
@@ -186,6 +196,17 @@ class ThresholdController:
             req.cap_index = req.threshold_index
         if self.predicting:
             self.predictions.refresh([req])
+        if self.ration is not None:
+            req.ration_work, req.ration_value = self._work_and_value(req)
+            self.ration.observe(now, req.ration_work, req.ration_value)
+
+    def _work_and_value(self, req: TrackedRequest) -> tuple[float, float]:
+        """``req``'s work (token-steps) and expected hits at its per-work optimum among the
+        thresholds it may run: where the capacity price holds it under overload."""
+        load = request_load(PredictionCache.steps_left([req]), RequestShape.of([req]))
+        acc = self.accuracy if self.accuracy is not None else np.ones(len(self.thresholds))
+        j = int(per_work_optimum(acc, load, req.allowed[None, :])[0])
+        return float(load[0, j]), float(acc[j])
 
     def _pinned(self, allowed: np.ndarray, floor: np.ndarray, priority: int) -> np.ndarray:
         """``allowed`` narrowed to the operating point's pin for ``priority`` (unchanged where
@@ -232,6 +253,14 @@ class ThresholdController:
             return self.admission.check(alone, req.slo_left(now)) if alone > req.slo_left(now) else None
         if req.late_on_arrival and self.selection.degrade_late_arrivals:
             return None  # the paper's walk serves a late arrival best-effort; others refuse it
+        if self.ration is not None:
+            price = self.ration.cutoff(self._throughput)
+            if req.ration_value < price * req.ration_work:
+                return Rejection(
+                    "the cluster is over capacity and this request's work is among the largest arriving: "
+                    f"{req.ration_work:.0f} token-steps against at most {req.ration_value / price:.0f} taken now",
+                    retry_after_s=self.config.ration_window_s,
+                )
         predicted = None
         if placement is not None:
             tp, tokens, n = placement
@@ -319,6 +348,7 @@ class ThresholdController:
             gen = max(block, round(statistics.fmean(r.state.gen_length for r in order) / block) * block)
             split = law.split(self.thresholds[int(np.argmax(allowed.any(axis=0)))], max(tokens - gen, 0), gen)
         throughput = sum(self.capacity.throughput(tp, mb, split) for tp, mb in instances if self.profile.has(tp))
+        self._throughput = throughput
         outlook = self._outlook(order, load, allowed, now, horizon) if self.load_control.needs_outlook else None
         caps = self.load_control.caps(load, allowed, throughput * horizon, outlook)
         for r, c in zip(order, caps.tolist()):

@@ -48,6 +48,10 @@ class TrackedRequest:
     #: Load control has counted the request among recent arrivals (the work that arrives
     #: within a horizon, :class:`~dilaserve.control.policies.Outlook`).
     in_outlook: bool = False
+    #: Work (token-steps) and expected hits on arrival, as rationing judges the request
+    #: (:mod:`dilaserve.control.rationing`).
+    ration_work: float = 0.0
+    ration_value: float = 0.0
     finish_time: float | None = None
     #: Masked tokens left, refreshed whenever the state changes (saves a scan per lookup).
     masked_left: int = field(default=0)
