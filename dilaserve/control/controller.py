@@ -63,6 +63,9 @@ class ThresholdController:
         :func:`~dilaserve.control.batch_cost.mixed_step_prices`).
     calibrate: correct predictions by the steps finished requests really took
         (:class:`~dilaserve.control.predictions.PredictionCache`).
+    ration: under overload, admit the arrivals with the most expected hits per unit of
+        work (:mod:`~dilaserve.control.rationing`; ``config.ration_window_s`` None turns it
+        off too). Needs load control (its throughput) and admission.
     refresh_every_steps: overrides ``config.refresh_every_steps``.
     """
 
@@ -79,6 +82,7 @@ class ThresholdController:
         apply_quality_budget: bool = True,
         step_pricing: str = "mixed_batch",
         calibrate: bool = True,
+        ration: bool = True,
         refresh_every_steps: int | None = None,
     ):
         if step_pricing not in STEP_PRICINGS:
@@ -137,7 +141,7 @@ class ThresholdController:
         #: Rationing under overload needs load control's throughput and predictions.
         self.ration = (
             WorkRation(config.ration_window_s, config.ration_utilisation)
-            if config.ration_window_s is not None and self.load_control_on and self.admission_on
+            if ration and config.ration_window_s is not None and self.load_control_on and self.admission_on
             else None
         )
         #: The cluster's throughput (token-steps/s) at the last load control.

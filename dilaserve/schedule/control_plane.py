@@ -88,6 +88,7 @@ def build_controller(
         apply_quality_budget=policy.quality_budget,
         step_pricing=policy.step_pricing,
         calibrate=policy.calibrate,
+        ration=policy.ration,
         refresh_every_steps=policy.refresh_every_steps,
     )
 

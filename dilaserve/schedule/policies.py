@@ -53,6 +53,8 @@ class SchedulerPolicy:
     step_pricing: how remaining steps are priced (``paper``, or ``mixed_batch``: a step
         also pays the other pass its batch-mates trigger).
     calibrate: correct step predictions online by what finished requests really took.
+    ration: under overload, admission takes the arrivals with the most expected hits per
+        unit of work (``ControlConfig.ration_window_s``); needs load control and admission.
     reconfig: act on reconfiguration ticks (two-stage ILP); False keeps the cluster static.
     predictor: the kind of step predictor required (``learned``: any, ``oneshot``,
         ``oracle``); None when thresholds are fixed.
@@ -77,6 +79,7 @@ class SchedulerPolicy:
     quality_budget: bool = True
     step_pricing: str = "mixed_batch"
     calibrate: bool = True
+    ration: bool = True
     reconfig: bool = True
     predictor: str | None = "learned"
     refresh_every_steps: int | None = None
@@ -112,6 +115,7 @@ PAPER = policies.add(
         quality_budget=False,
         step_pricing="paper",
         calibrate=False,
+        ration=False,
     ),
 )
 policies.add("infaas", SchedulerPolicy("infaas", dispatch="least_tokens", migration="none", **_FIXED))
@@ -150,6 +154,7 @@ _variant(DILASERVE, "-no-reconfig", reconfig=False)
 _variant(DILASERVE, "-no-calibration", calibrate=False)
 _variant(DILASERVE, "-no-tuner", tune=False)
 _variant(DILASERVE, "-no-slack-fit", dispatch="lowest_latency")
+_variant(DILASERVE, "-no-rationing", ration=False)
 policies.add("oracle", replace(DILASERVE, name="oracle", predictor="oracle", refresh_every_steps=1, tune=False))
 
 

@@ -3,6 +3,7 @@ import pytest
 from dilaserve.control import ControlConfig, ThresholdController
 from dilaserve.control.rationing import WorkRation
 from dilaserve.predict.base import OneShotPredictor
+from dilaserve.schedule.policies import policies
 from tests.control.builders import default_profile, make_request
 
 
@@ -112,3 +113,14 @@ def test_a_static_point_with_admission_does_not_ration():
         cfg, default_profile(), OneShotPredictor({t: 0.5 for t in cfg.thresholds}), selection="fixed", admission="slo"
     )
     assert fixed.admission_on and fixed.ration is None
+
+
+def test_the_paper_policy_and_the_ablation_do_not_ration():
+    assert policies.get("dilaserve").ration
+    assert not policies.get("dilaserve-no-rationing").ration
+    assert not policies.get("dilaserve-paper+admission").ration, "+admission adds the SLO check alone"
+    cfg = ControlConfig()
+    off = ThresholdController(
+        cfg, default_profile(), OneShotPredictor({t: 0.5 for t in cfg.thresholds}), admission="slo", ration=False
+    )
+    assert off.admission_on and off.load_control_on and off.ration is None
