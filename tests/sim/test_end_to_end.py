@@ -101,6 +101,7 @@ def _pieces(sched) -> dict:
         "quality_budget": tuple(c.budget_mask),
         "step_pricing": c.step_pricing,
         "calibrate": c.predictions.calibrate,
+        "ration": c.ration is not None,
         "reconfig": sched.reconfigurator is not None,
         "predictor": id(c.predictions.predictor),
         "migration_point": type(sched.migration_point),
