@@ -12,10 +12,10 @@ as one more choice (value 0, work 0): its Lagrangian admits ``r`` iff
 where ``p`` is the density at which the arrivals of the last window, best density first,
 fill the work the cluster can do in that window. While the arrivals fit, ``p = 0`` and
 rationing refuses nothing: the SLO check alone decides, as for a static server. Under
-overload the cluster takes the arrivals with the most hits per token-step: measured on
-ShareGPT-like lengths, the shortest 84% of the requests carry 60% of the work, so a cluster
-with capacity for 60% of the work makes 84% of the requests where taking them first come
-first served makes about 60%.
+overload the cluster takes the arrivals with the most hits per token-step. With heavy-tailed
+answer lengths (ShareGPT-like) the short requests carry a far smaller share of the work than
+of the requests, so a cluster short of capacity makes more of them than it would taking the
+arrivals first come, first served.
 
 Each arrival is judged at its per-work optimum (the threshold with the most accuracy per
 token-step among those it may run, where the capacity price holds it under overload), and
