@@ -108,6 +108,14 @@ class Reconfigurator:
         static cluster would be built to for a workload's mean load."""
         return self._stage1(self.problem(classes), "given classes") if classes and self.degrees else None
 
+    def carried_rps(self, now: float, specs: Sequence[InstanceSpec]) -> float:
+        """Requests/s of the recent class mix that a cluster of ``specs`` carries at the
+        lowest threshold (:func:`capacity_rps`); 0 with no recent arrivals."""
+        classes = self.monitor.classes(now)
+        if not classes or not specs or not self.degrees:
+            return 0.0
+        return capacity_rps(self.problem(classes), dict(Counter(s.tp for s in specs)))
+
     def propose(self, now: float, existing: Sequence[InstanceSpec]) -> ReconfigPlan | None:
         """A plan to apply now, or None to keep the current configuration."""
         classes = self.monitor.classes(now)

@@ -251,6 +251,7 @@ class OperatingPointTuner:
         target: Sequence[InstanceSpec],
         point: OperatingPoint,
         transition_share: float = 0.0,
+        peak_rate: float | None = None,
     ) -> bool:
         """Whether moving the cluster from ``current`` to ``target`` (a reconfiguration plan)
         is worth it on the replay: the window's arrivals at ``point`` must make at least
@@ -263,7 +264,14 @@ class OperatingPointTuner:
         instances alone, and the expected goodput after the move blends that replay with the
         target's. The whole window runs on the whole cluster (a sampled slice of a mixed-TP
         layout is too coarse for a decision this rare and this costly). With too thin a
-        window there is no evidence, and the planner's own rules decide."""
+        window there is no evidence, and the planner's own rules decide.
+
+        A plan is made for the load of the window, but it stays in force after the load
+        moves, and undoing it takes a drain and a launch, longer than a rise takes to
+        arrive. With ``peak_rate`` (arrivals per second, the most the cluster was built to
+        carry) above the window's rate, the window's arrivals are also replayed compressed
+        to that rate, and ``target`` must not lose there by more than ``min_gain``: a
+        layout that buys latency at low load with throughput the peak needs is refused."""
         cfg = self.config
         arrivals = self._arrivals(now)
         if len(arrivals) < cfg.min_arrivals or not current or not target:
@@ -278,13 +286,28 @@ class OperatingPointTuner:
             (during,) = self.evaluate(arrivals, kept, [point], sample=1.0, warm=warm) if kept else (0.0,)
             after = share * during + (1 - share) * after
         pays = after >= before + cfg.min_gain
+        held = True
+        if pays and peak_rate:
+            peak = _at_rate(arrivals, peak_rate)
+            if peak is not None:
+                (peak_before,) = self.evaluate(peak, current, [point], sample=1.0, warm=warm)
+                (peak_after,) = self.evaluate(peak, target, [point], sample=1.0, warm=warm)
+                held = peak_after >= peak_before - cfg.min_gain
+                log.info(
+                    "tuner at %.0fs: at the peak rate of %.1f/s the plan's layout replays at %.3f against %.3f",
+                    now,
+                    peak_rate,
+                    peak_after,
+                    peak_before,
+                )
+        pays = pays and held
         self.plan_checks.append((now, before, after, pays))
         log.info(
             "tuner at %.0fs: a plan's layout replays at %.3f against %.3f now: %s",
             now,
             after,
             before,
-            "applied" if pays else "kept the cluster",
+            "applied" if pays else ("kept the cluster" if held else "kept the cluster (it loses at the peak rate)"),
         )
         return pays
 
@@ -313,3 +336,16 @@ class OperatingPointTuner:
                 seen.add(key)
                 unique.append(point)
         return unique
+
+
+def _at_rate(arrivals: Sequence[WindowArrival], rate: float) -> list[WindowArrival] | None:
+    """``arrivals`` compressed in time, towards the last, to ``rate`` per second; None where
+    they already come at least that fast (or span no time)."""
+    if len(arrivals) < 2:
+        return None
+    end = arrivals[-1].arrival
+    span = end - arrivals[0].arrival
+    if span <= 0 or len(arrivals) / span >= rate:
+        return None
+    scale = len(arrivals) / span / rate
+    return [replace(a, arrival=end - (end - a.arrival) * scale) for a in arrivals]

@@ -112,6 +112,16 @@ def test_a_plan_that_cannot_carry_the_rate_at_the_lowest_threshold_is_not_applie
     assert "at the lowest threshold" in caplog.text
 
 
+def test_carried_rate_is_the_layouts_capacity_for_the_recent_mix():
+    rec, existing = _tp4_wins()
+    assert rec.carried_rps(10.0, existing) == pytest.approx(4 * rec.carried_rps(10.0, existing[:1]))
+    assert rec.carried_rps(10.0, existing) == pytest.approx(
+        capacity_rps(rec.problem(rec.monitor.classes(10.0)), {1: 4})
+    )
+    idle = reconfigurator(ClusterConfig(nodes=1, gpus_per_node=4))
+    assert idle.carried_rps(10.0, existing) == 0.0  # no arrivals yet: no mix to size
+
+
 def test_capacity_counts_recompute_steps_over_the_whole_canvas():
     rec = reconfigurator(ClusterConfig(nodes=1, gpus_per_node=1, tp_degrees=(1,)))
     pb = rec.problem([RequestClass((0, 0), 1.0, 2000.0, 32.0, 30.0)])

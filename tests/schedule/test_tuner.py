@@ -111,6 +111,30 @@ def test_a_plan_must_also_repay_its_transition():
     assert tuner.plan_checks[-1][2] == pytest.approx(0.1 * 0.1 + 0.9 * 0.3)
 
 
+def test_a_plan_that_loses_at_the_peak_rate_is_refused():
+    """One TP-4 instance replays better than four TP-1 at the window's 5 arrivals/s and worse
+    once the same arrivals come at the 20/s the four were built to carry: with that peak
+    rate the plan is refused; with none, or one under the window's own rate, it is applied."""
+    tp4 = [InstanceSpec("big", 4, 0, (0, 1, 2, 3), 16384)]
+
+    class RateReplay(ScriptedReplay):
+        def __call__(self, arrivals, layout, points, sample=None, warm=False):
+            rate = len(arrivals) / (arrivals[-1].arrival - arrivals[0].arrival)
+            self.calls.append(rate)
+            big = len(layout) == 1
+            return [(0.8 if big else 0.6) if rate < 10 else (0.3 if big else 0.6) for _ in points]
+
+    replay = RateReplay(None)
+    tuner = OperatingPointTuner(replay, (0.9,), TunerConfig(window_s=10, sample=1.0))
+    _fill(tuner, 50, 0.0, 10.0)
+    point = OperatingPoint.static(0.9)
+    assert tuner.layout_pays(10.0, LAYOUT, tp4, point)
+    assert not tuner.layout_pays(10.0, LAYOUT, tp4, point, peak_rate=20.0)
+    assert max(replay.calls) == pytest.approx(20.0)  # the window's arrivals, compressed to the peak
+    assert tuner.layout_pays(10.0, LAYOUT, tp4, point, peak_rate=4.0)
+    assert [c[3] for c in tuner.plan_checks] == [True, False, True]
+
+
 def test_with_placement_the_current_point_is_also_weighed_placed_the_other_way():
     current = OperatingPoint.static(0.8)
     plain = OperatingPointTuner(ScriptedReplay(lambda p: 0.5), (0.7, 0.8), TunerConfig(sample=1.0))
