@@ -5,7 +5,7 @@ point have made on the last window's arrivals, on this cluster?" by running the 
 through the simulator once per point: a sampled slice of the live layout under the same
 share of the arrivals (each instance keeps its load), every candidate on the same sample
 and the same replayed step outcomes (common random numbers, so the comparison is not
-drowned in sampling noise). The replayed policy is the tuning policy itself with its
+drowned in sampling noise); the sample depends on the window alone. The replayed policy is the tuning policy itself with its
 point pinned, without tuning or reconfiguration.
 
 A warm replay runs the window twice, back to back, and scores the second copy alone: the
@@ -85,7 +85,11 @@ class WindowReplay:
         # TP-4 instance does the work of about four GPUs, and a slice that kept it while
         # sampling arrivals by instance count would replay a lighter load than the layout's.
         share = gpu_count(part) / gpu_count(layout)
-        rng = np.random.default_rng((self.seed, self.calls))
+        # The sample, and the step outcomes (seeded by request id), come from the window
+        # itself, not from how many replays ran before: a plan checked between two tunings
+        # must not change what the next tuning replays (runs with and without
+        # reconfiguration then tune alike until a plan is applied).
+        rng = np.random.default_rng((self.seed, len(arrivals), int(arrivals[-1].arrival * 1000) if arrivals else 0))
         kept = [a for a, u in zip(arrivals, rng.random(len(arrivals)).tolist()) if u < share]
         if not kept:
             return [0.0] * len(points)
@@ -97,7 +101,7 @@ class WindowReplay:
             "window",
             [
                 WorkloadRequest(
-                    f"{name}-{self.calls}-{i}",
+                    f"{name}-{i}",
                     a.arrival - t0 + shift,
                     a.prompt_tokens,
                     a.output_tokens,

@@ -53,6 +53,30 @@ def test_the_replay_ranks_a_slow_point_below_a_fast_one_under_overload():
     assert replay(arrivals, layout, [OperatingPoint.static(0.5)]) != [] and replay.calls == 2
 
 
+def test_the_sample_depends_on_the_window_not_on_the_replays_before_it():
+    """A plan checked between two tunings (one more replay) must not change what the next
+    tuning replays: the same window draws the same sample whatever ran before it."""
+    dyn = varied_dynamics()
+    table = ReplayTable(dyn)
+    setting = small_setting(dyn, tp_degrees=(1,))
+
+    def fresh():
+        return WindowReplay(
+            setting, ReplayProgress(table, quality()), predictors(table), SimConfig(), get_policy("dilaserve")
+        )
+
+    arrivals = [
+        WindowArrival(0.01 * i, 50 + 7 * (i % 13), 64 + 32 * (i % 7), 0.4 + 0.1 * (i % 5), 0, 0.0) for i in range(200)
+    ]
+    layout = static_layout(setting.cluster, 1)
+    points = [OperatingPoint.static(0.7), OperatingPoint.static(0.9)]
+    busy = fresh()
+    busy(arrivals[:50], layout, points)  # an unrelated replay first
+    assert busy(arrivals, layout, points, sample=0.5) == fresh()(arrivals, layout, points, sample=0.5)
+    other = [WindowArrival(a.arrival + 1.0, *list(a.__dict__.values())[1:]) for a in arrivals]
+    assert fresh()(other, layout, points, sample=0.5) != fresh()(arrivals, layout, points, sample=0.5)
+
+
 def test_a_warm_replay_starts_loaded_and_scores_the_second_copy_alone():
     """An overloaded window replayed from an empty cluster flatters it: its queue has no
     time to build. Warm, the same window runs twice and the second copy, scored alone,
