@@ -43,6 +43,10 @@ class ControlConfig:
             admission; None turns it off (every arrival the SLO check passes is taken).
         ration_utilisation: the share of the cluster's best throughput that rationing lets
             the admitted work fill.
+        deadline_spare: deadline batching (policies with ``deadline_batching``) lets a
+            member of an instance sit a step out, so that a member about to miss steps in a
+            smaller batch, only while it finishes in the whole batch with this share of its
+            SLO time left still free (0.5: it waits only with twice the time it needs).
         operating_point: the threshold each priority tier's new arrivals are pinned to
             (``OperatingPoint.static(0.8)``: every arrival admitted and run at 0.8), or
             adaptive (the default: each request's threshold chosen per step from its allowed
@@ -60,6 +64,7 @@ class ControlConfig:
     admission_headroom: float = 0.1
     ration_window_s: float | None = 10.0
     ration_utilisation: float = 1.0
+    deadline_spare: float = 0.5
     # Set at run time (the tuner, the static frontier), not a flag.
     operating_point: OperatingPoint = field(default=OperatingPoint(), metadata={"cli": False})
 
@@ -106,6 +111,11 @@ class ControlConfig:
             raise ValueError(
                 f"ControlConfig.ration_utilisation={self.ration_utilisation} must lie in (0, 1] "
                 "(the share of the cluster's best throughput admitted work may fill; try 1.0)"
+            )
+        if not 0 < self.deadline_spare < 1:
+            raise ValueError(
+                f"ControlConfig.deadline_spare={self.deadline_spare} must lie in (0, 1) (the share of SLO "
+                "time left a member keeps free while it sits a step out; try 0.5)"
             )
         bad_pins = [
             t

@@ -399,6 +399,35 @@ class ThresholdController:
             remaining = self._remaining_fn(r, tp, inst_tokens, inst_requests)
             r.threshold_index = self.selection.choose(r.allowed, r.cap_index, remaining, r.slo_left(now))
 
+    def step_members(self, members: Sequence[TrackedRequest], tp: int, now: float) -> list[TrackedRequest]:
+        """The members of a TP-``tp`` instance that its next step runs (deadline batching).
+
+        Every member steps, unless one of them misses its SLO in the whole batch (at its
+        threshold) but makes it in the batch without the members that have slack to spare:
+        those that finish in the whole batch within ``1 - deadline_spare`` of their SLO time
+        left, so one step's wait costs them nothing they need. They sit this step out and
+        rejoin as their slack shrinks. A member that misses even in the smaller batch is not
+        helped by it, and then nobody waits. Without step predictions every member steps.
+        """
+        if not self.slo_aware or any(m.steps_pred is None for m in members):
+            return list(members)
+        tokens, n = float(sum(m.tokens for m in members)), len(members)
+        left = [m.slo_left(now) for m in members]
+        full = [self._remaining_fn(m, tp, tokens, n)(m.threshold_index) for m in members]
+        late = [i for i in range(n) if full[i] > left[i]]
+        if not late:
+            return list(members)
+        spare = 1.0 - self.config.deadline_spare
+        keep = [m for i, m in enumerate(members) if i in late or full[i] > spare * left[i]]
+        if len(keep) == n:
+            return list(members)
+        kept_tokens = float(sum(m.tokens for m in keep))
+        saved = any(
+            self._remaining_fn(members[i], tp, kept_tokens, len(keep))(members[i].threshold_index) <= left[i]
+            for i in late
+        )
+        return keep if saved else list(members)
+
     def _remaining_fn(self, req: TrackedRequest, tp: int, inst_tokens: float, inst_requests: int):
         """``j -> remaining seconds of req at threshold index j`` on a TP-``tp`` instance
         holding ``inst_tokens`` tokens in ``inst_requests`` requests (:func:`remaining_time`'s prices)."""

@@ -55,6 +55,9 @@ class SchedulerPolicy:
     calibrate: correct step predictions online by what finished requests really took.
     ration: under overload, admission takes the arrivals with the most expected hits per
         unit of work (``ControlConfig.ration_window_s``); needs load control and admission.
+    deadline_batching: an instance's step leaves out the members with slack to spare while
+        that lets a member that would miss in the whole batch make its SLO
+        (:meth:`ThresholdController.step_members`); False steps every member every time.
     reconfig: act on reconfiguration ticks (two-stage ILP); False keeps the cluster static.
     predictor: the kind of step predictor required (``learned``: any, ``oneshot``,
         ``oracle``); None when thresholds are fixed.
@@ -80,6 +83,7 @@ class SchedulerPolicy:
     step_pricing: str = "mixed_batch"
     calibrate: bool = True
     ration: bool = True
+    deadline_batching: bool = False
     reconfig: bool = True
     predictor: str | None = "learned"
     refresh_every_steps: int | None = None
@@ -104,7 +108,9 @@ policies: Registry[SchedulerPolicy] = Registry("scheduler policy")
 _FIXED = dict(
     selection="fixed", load_control="none", admission="all", quality_budget=False, reconfig=False, predictor=None
 )
-DILASERVE = policies.add("dilaserve", SchedulerPolicy("dilaserve", dispatch="slack_fit", tune=True))
+DILASERVE = policies.add(
+    "dilaserve", SchedulerPolicy("dilaserve", dispatch="slack_fit", deadline_batching=True, tune=True)
+)
 PAPER = policies.add(
     "dilaserve-paper",
     SchedulerPolicy(
@@ -155,6 +161,7 @@ _variant(DILASERVE, "-no-calibration", calibrate=False)
 _variant(DILASERVE, "-no-tuner", tune=False)
 _variant(DILASERVE, "-no-slack-fit", dispatch="lowest_latency")
 _variant(DILASERVE, "-no-rationing", ration=False)
+_variant(DILASERVE, "-no-deadline-batching", deadline_batching=False)
 policies.add("oracle", replace(DILASERVE, name="oracle", predictor="oracle", refresh_every_steps=1, tune=False))
 
 

@@ -512,9 +512,10 @@ class GlobalScheduler:
         if not (pool.active[slot] and pool.ready[slot]) or pool.busy[slot] or not pool.members[slot]:
             return
         thr = self.controller.config.thresholds  # plain floats, the candidates ascending
-        batch = [
-            StepAssignment(r.state, thr[r.threshold_index]) for r in (self.requests[rid] for rid in pool.members[slot])
-        ]
+        members = [self.requests[rid] for rid in pool.members[slot]]
+        if self.policy.deadline_batching and len(members) > 1:
+            members = self.controller.step_members(members, int(pool.tp[slot]), self.now)
+        batch = [StepAssignment(r.state, thr[r.threshold_index]) for r in members]
         pool.busy[slot] = True
         self.backend.submit_step(pool.ids[slot], batch)
 

@@ -107,6 +107,7 @@ def _pieces(sched) -> dict:
         "migration_point": type(sched.migration_point),
         "dispatch": type(sched.dispatch),
         "tune": sched.tuner is not None,
+        "deadline_batching": sched.policy.deadline_batching,
     }
 
 
