@@ -414,7 +414,7 @@ class ThresholdController:
         tokens, n = float(sum(m.tokens for m in members)), len(members)
         left = [m.slo_left(now) for m in members]
         full = [self._remaining_fn(m, tp, tokens, n)(m.threshold_index) for m in members]
-        late = [i for i in range(n) if full[i] > left[i]]
+        late = {i for i in range(n) if full[i] > left[i]}
         if not late:
             return list(members)
         spare = 1.0 - self.config.deadline_spare
