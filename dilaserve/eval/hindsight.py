@@ -199,7 +199,9 @@ def hindsight(ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo_s: fl
     """The grid, dilaserve and its no-reconfiguration variant on ``wl``; returns the JSON
     section (``best_static``, ``dilaserve``, ``dilaserve-no-reconfig``, ``margin``, ``grid``)
     and keeps every run under ``_runs`` for the tables; every grid point's numbers are in
-    the JSON line's ``policies``)."""
+    the JSON line's ``policies``). ``runs`` and ``wall_s`` say what the verdict cost: the
+    simulator runs it took and the wall seconds they took at ``--jobs``."""
+    t0 = time.perf_counter()
     runner = GridRunner(ctx, setting, wl, slo_s)
     mixes = ("1", "2", "4", "stage1")
     layouts: dict[str, tuple | None] = {}
@@ -236,5 +238,7 @@ def hindsight(ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo_s: fl
         "mixes": {m: (sorted(s.tp for s in lay) if lay else "all TP-1") for m, lay in layouts.items()},
         # Where dilaserve's margin comes from: the point it ran at after each tuning.
         "dilaserve_tunings": [[round(t, 1), label] for t, label in res["dilaserve"].tunings],
+        "runs": len({id(r) for r in res.values()}),  # the tier search aliases its start
+        "wall_s": round(time.perf_counter() - t0, 1),
         "_runs": res,
     }

@@ -24,6 +24,8 @@ def test_the_grid_covers_threshold_admission_and_mix_and_the_margin_is_against_i
     assert verdict["best_static"]["policy"] == best and verdict["best_static"]["goodput"] == grid[best]
     assert verdict["margin"] == pytest.approx(verdict["dilaserve"]["goodput"] - grid[best])
     assert set(verdict) >= {"dilaserve", "dilaserve-no-reconfig", "mixes", "dilaserve_tunings"}
+    # What the verdict cost: every run it reported (grid, dilaserve and its variant), and the time.
+    assert verdict["runs"] == len(labels) and verdict["wall_s"] > 0
 
 
 def test_with_tiers_the_search_also_pins_one_threshold_per_tier(tmp_path):
