@@ -41,6 +41,7 @@ from dilaserve.artifacts import MissingArtifactError
 from dilaserve.eval.context import SETTINGS, EvalContext, EvalOptions
 from dilaserve.eval.experiments import ALL_EXPERIMENTS, EXPERIMENTS
 from dilaserve.eval.fidelity import run_fidelity
+from dilaserve.eval.hindsight import LayoutError
 from dilaserve.eval.report import extra_json, policies_json, write
 from dilaserve.eval.results_doc import RESULTS_DIR, record, write_report
 from dilaserve.sim.traces import TraceFormatError
@@ -107,7 +108,7 @@ def main(argv: list[str]) -> int:
                 for k, v in policies_json(out).items():
                     policies.setdefault(k, v)
             extras.update(extra_json(out))
-    except (MissingArtifactError, TraceFormatError) as e:
+    except (MissingArtifactError, TraceFormatError, LayoutError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)

@@ -17,6 +17,7 @@ from dilaserve.predict.dynamics import StepDynamics
 from dilaserve.predict.quality import ThresholdQuality
 from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig
+from dilaserve.reconfig.plan import node_counts_from_text
 from dilaserve.schedule.policies import get_policy
 from dilaserve.schedule.tuner import TunerConfig
 from dilaserve.sim.arrivals import TRACE_LENGTHS, with_lengths
@@ -163,8 +164,9 @@ class EvalOptions:
         priority), or ``default`` for ``interactive:0.3:1.5,standard:0.5:5,batch:0.2:20``;
         None: one SLO for all (5 x the mean isolated latency).
     static_tp: the cluster every policy starts from (and static policies keep): ``1``,
-        ``2`` or ``4`` (every GPU at that TP degree), or ``stage1`` (the two-stage
-        program's plan for the trace's mean load); None: TP-1.
+        ``2`` or ``4`` (every GPU at that TP degree), ``stage1`` (the two-stage
+        program's plan for the trace's mean load), or one entry per node, its instances'
+        TP degrees joined by ``+`` (``4,4,4,2+1+1``); None: TP-1.
     hindsight: with ``frontier``: run the static grid on the one workload (threshold x
         admission x static TP mix, and per-tier thresholds with ``--slo-tiers``) and report
         the best static point in hindsight against dilaserve, instead of the load sweep.
@@ -206,7 +208,15 @@ class EvalOptions:
         if self.slo_tiers is not None:
             parse_slo_tiers(self.tiers_text)  # a malformed spec fails here, saying how to write it
         if self.static_tp is not None and self.static_tp not in STATIC_TP_MIXES:
-            raise ValueError(f"--static-tp {self.static_tp!r} is unknown: use one of {', '.join(STATIC_TP_MIXES)}")
+            if not any(c in self.static_tp for c in ",+"):
+                raise ValueError(
+                    f"--static-tp {self.static_tp!r} is unknown: use one of {', '.join(STATIC_TP_MIXES)}, "
+                    "or one entry per node (e.g. 4,4,4,2+1+1)"
+                )
+            try:
+                node_counts_from_text(self.static_tp)
+            except ValueError as e:
+                raise ValueError(f"--static-tp: {e}") from None
         if self.jobs < 1:
             raise ValueError(f"--jobs {self.jobs} must be at least 1 (parallel simulator runs; 2 on 2 cores)")
         for name in self.policies or ():

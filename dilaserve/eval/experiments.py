@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dilaserve.eval.context import TRACE_LOW_LOAD, EvalContext
-from dilaserve.eval.hindsight import hindsight, mix_layout, with_layout
+from dilaserve.eval.hindsight import LayoutError, hindsight, mix_layout, with_layout
 from dilaserve.schedule.policies import FIXED_ADMISSION_POLICIES, FIXED_POLICIES, VARIANTS
 from dilaserve.sim.arrivals import PhaseSpec, poisson_workload, shape_trace
 from dilaserve.sim.lengths import GSM8K_OUTPUT_TOKENS, GSM8K_PROMPT_TOKENS
@@ -126,7 +126,7 @@ def _static_mix(ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo: fl
         return setting
     layout = mix_layout(setting, mix, wl, slo)
     if layout is None:
-        raise ValueError(
+        raise LayoutError(
             f"--static-tp {mix}: setting {setting.name!r} cannot run it (TP degrees {setting.cluster.tp_degrees}, "
             "or stage 1 found no plan for this load)"
         )

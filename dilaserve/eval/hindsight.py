@@ -29,7 +29,7 @@ from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.eval.context import EvalContext
 from dilaserve.reconfig.monitor import WorkloadMonitor
-from dilaserve.reconfig.plan import layout_from_node_counts, static_layout
+from dilaserve.reconfig.plan import layout_from_node_counts, node_counts_from_text, static_layout
 from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule.policies import fixed_policy_name
 from dilaserve.sim.progress import canvas_length
@@ -66,8 +66,11 @@ class GridPoint:
 
 def mix_layout(setting: ClusterSetting, mix: str, wl: Workload, slo_s: float) -> tuple[InstanceSpec, ...] | None:
     """The static cluster of ``mix`` (``1``/``2``/``4``: every GPU at that TP degree;
-    ``stage1``: stage 1's plan for ``wl``'s mean load), or None where the setting cannot
-    run it (a TP degree it does not allow, or no feasible plan)."""
+    ``stage1``: stage 1's plan for ``wl``'s mean load; ``4,4,2+1+1,...``: those instances
+    on each node), or None where the setting cannot run it (a TP degree it does not allow,
+    or no feasible plan). An explicit layout the cluster cannot hold raises, saying why."""
+    if any(c in mix for c in ",+"):
+        return explicit_layout(setting, mix)
     if mix != "stage1":
         tp = int(mix)
         return tuple(static_layout(setting.cluster, tp)) if tp in setting.cluster.tp_degrees else None
@@ -78,6 +81,26 @@ def mix_layout(setting: ClusterSetting, mix: str, wl: Workload, slo_s: float) ->
     planner = Reconfigurator(setting.cluster, setting.profile, setting.reconfig, monitor)
     plan = planner.capacity_plan(monitor.classes(wl.duration_s))
     return None if plan is None else tuple(layout_from_node_counts(setting.cluster, plan.node_counts))
+
+
+class LayoutError(ValueError):
+    """A static cluster the setting cannot run (``--static-tp``): the message says why."""
+
+
+def explicit_layout(setting: ClusterSetting, text: str) -> tuple[InstanceSpec, ...]:
+    """The instances of ``text`` (one entry per node, e.g. ``4,4,4,2+1+1``) on the setting's cluster."""
+    cluster, counts = setting.cluster, node_counts_from_text(text)
+    bad = sorted({tp for node in counts for tp in node} - set(cluster.tp_degrees))
+    if len(counts) != cluster.nodes or bad:
+        raise LayoutError(
+            f"layout {text!r} does not fit setting {setting.name!r}: it has {cluster.nodes} nodes of "
+            f"{cluster.gpus_per_node} GPUs and TP degrees {list(cluster.tp_degrees)}"
+            + (f" (not {bad})" if bad else f" (the layout lists {len(counts)} nodes)")
+        )
+    try:
+        return tuple(layout_from_node_counts(cluster, counts))
+    except ValueError as e:
+        raise LayoutError(f"layout {text!r}: {e}") from None
 
 
 def with_layout(setting: ClusterSetting, layout: Sequence[InstanceSpec] | None) -> ClusterSetting:

@@ -65,6 +65,23 @@ def static_layout(cluster: ClusterConfig, tp: int = 1, prefix: str = "inst") -> 
     ]
 
 
+def node_counts_from_text(text: str) -> list[dict[int, int]]:
+    """Per node, instances per TP degree, from ``"4,4,4,2+1+1"``: nodes separated by commas,
+    a node's instances by ``+`` (there, one TP-2 and two TP-1 instances on the last node)."""
+    nodes = []
+    for node in text.split(","):
+        counts: dict[int, int] = {}
+        for part in node.split("+"):
+            if not part.strip().isdigit() or int(part) < 1:
+                raise ValueError(
+                    f"layout {text!r}: {part.strip()!r} is not a TP degree; write one entry per node, "
+                    "its instances' TP degrees joined by '+', e.g. 4,4,4,2+1+1"
+                )
+            counts[int(part)] = counts.get(int(part), 0) + 1
+        nodes.append(counts)
+    return nodes
+
+
 def layout_from_node_counts(
     cluster: ClusterConfig, node_counts: Sequence[Mapping[int, int]], prefix: str = "inst"
 ) -> list[InstanceSpec]:

@@ -6,8 +6,10 @@ import pytest
 
 from dilaserve.eval.context import EvalOptions
 from dilaserve.eval.experiments import frontier
+from dilaserve.eval.hindsight import LayoutError, mix_layout
 from dilaserve.eval.report import extra_json
 from tests.eval.builders import TinyContext
+from tests.sim.builders import small_setting, varied_dynamics
 
 
 def test_the_grid_covers_threshold_admission_and_mix_and_the_margin_is_against_its_best(tmp_path):
@@ -59,3 +61,18 @@ def test_a_malformed_tier_spec_or_mix_is_refused_with_the_fix():
         EvalOptions(slo_tiers="interactive")
     with pytest.raises(ValueError, match="--static-tp"):
         EvalOptions(static_tp="8")
+
+
+def test_an_explicit_layout_starts_the_cluster_from_those_instances_per_node():
+    setting = small_setting(varied_dynamics(), nodes=2)  # two nodes of 4 GPUs, TP 1/2/4
+    assert EvalOptions(static_tp="4,2+1+1").static_tp == "4,2+1+1"
+    layout = mix_layout(setting, "4,2+1+1", None, 1.0)
+    assert sorted(s.tp for s in layout) == [1, 1, 2, 4]
+    assert [s.node for s in layout if s.tp < 4] == [1, 1, 1]
+    assert sorted(g for s in layout if s.node == 1 for g in s.gpus) == [0, 1, 2, 3]  # no GPU twice
+    with pytest.raises(ValueError, match="one entry per node"):
+        EvalOptions(static_tp="4,x")
+    with pytest.raises(LayoutError, match="2 nodes"):
+        mix_layout(setting, "4,4,4", None, 1.0)
+    with pytest.raises(LayoutError, match="more than 4 GPUs"):
+        mix_layout(setting, "4,4+1", None, 1.0)
