@@ -12,7 +12,8 @@ Two kinds of result are read:
   every candidate) and ``dilaserve``: the single-SLO table;
 * a ``frontier --hindsight`` run: the frontier table (best static point of the whole grid,
   dilaserve, dilaserve without reconfiguration, the margin, and where dilaserve ran);
-* an ``ablation`` run: each variant's goodput against the policy it takes one piece from.
+* an ``ablation`` run: each variant's goodput against the policy it takes one piece from;
+* any run started from a named cluster (``--static-tp``): each policy per load phase on it.
 """
 
 from __future__ import annotations
@@ -143,6 +144,25 @@ def phase_rows(docs: dict[str, dict]) -> list[str]:
     return rows
 
 
+def _static_tp(command: str) -> str | None:
+    words = command.split()
+    return words[words.index("--static-tp") + 1] if "--static-tp" in words[:-1] else None
+
+
+def layout_rows(docs: dict[str, dict]) -> list[str]:
+    """Per run started from a named cluster (``--static-tp``), each policy's goodput overall
+    and per load phase on it: what a TP mix kept for the whole run gives in each phase."""
+    rows = []
+    for name, doc in docs.items():
+        layout = _static_tp(doc["command"])
+        if layout is None:
+            continue
+        for policy, v in doc["output"]["policies"].items():
+            cells = [f"`{layout}`", policy, _pct(v["goodput"]), _pct(v["goodput_low"]), _pct(v["goodput_high"])]
+            rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return rows
+
+
 def load(folder: Path = RESULTS_DIR) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
 
@@ -198,6 +218,21 @@ def render(docs: dict[str, dict]) -> str:
                 "",
             ]
             if phase_rows(docs)
+            else []
+        ),
+        *(
+            [
+                "### Static TP mixes named per node",
+                "",
+                "Runs started from one cluster (`--static-tp`, one entry per node) and kept on it: each",
+                "phase's goodput on that mix, beside the same phase on TP-1 in the tables above.",
+                "",
+                "| run | cluster | policy | goodput | low phase | high phase |",
+                "| --- | --- | --- | --- | --- | --- |",
+                *layout_rows(docs),
+                "",
+            ]
+            if layout_rows(docs)
             else []
         ),
         *(

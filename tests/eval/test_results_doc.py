@@ -81,3 +81,14 @@ def test_an_ablation_run_gets_one_row_per_policy_against_its_base():
     assert rows["dilaserve-no-tuner"].endswith("| -5.0 |") and rows["dilaserve-paper+admission"].endswith("| +20.0 |")
     assert rows["dilaserve"].endswith("| – |")
     assert "One SLO for all" in render(docs)  # the single-SLO table does not take an ablation for a trace run
+
+
+def test_a_run_on_a_named_cluster_gets_its_phases_per_policy():
+    pol = {"dilaserve-no-reconfig": {"goodput": 0.57, "goodput_low": 0.79, "goodput_high": 0.51}}
+    command = "python -m dilaserve.eval trace --quick --static-tp 4,4,4,2+1+1 --policies dilaserve-no-reconfig"
+    docs = {
+        "mixed": {"command": command, "output": {"policies": pol}},
+        "other": {"command": "x", "output": {"policies": pol}},
+    }
+    rows = [row for row in render(docs).splitlines() if row.startswith("| `mixed`")]
+    assert rows == ["| `mixed` | `4,4,4,2+1+1` | dilaserve-no-reconfig | 57.0 | 79.0 | 51.0 |"]
