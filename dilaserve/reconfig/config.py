@@ -141,6 +141,12 @@ class ReconfigConfig:
             ``maxUnavailable``: steps start in order while they fit (one always may). A
             plan that touches every node then takes a few launch times, not one per node;
             the capacity-seconds it takes offline are the same either way.
+        peak_rps: the request rate a plan must hold (requests/s). With the operating-point
+            tuner on, a plan is also replayed on the last window's arrivals compressed to
+            this rate, and refused where its layout loses there: a plan outlives the load it
+            was made for. None: the rate the cluster the server started with carries at the
+            lowest threshold (the most it was built to take); an operator who knows the peak
+            gives it here.
     """
 
     interval_s: float = 300.0
@@ -158,6 +164,7 @@ class ReconfigConfig:
     drain_time_s: float | None = None
     plan_lifetime_s: float | None = None
     max_offline_share: float = 0.5
+    peak_rps: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokens_per_step", {float(k): float(v) for k, v in self.tokens_per_step.items()})
@@ -197,6 +204,11 @@ class ReconfigConfig:
             raise ValueError(
                 f"ReconfigConfig.max_offline_share={self.max_offline_share} must lie in (0, 1]: the share of "
                 "the cluster's GPUs a plan may hold offline at once (0.5 = half)"
+            )
+        if self.peak_rps is not None and self.peak_rps <= 0:
+            raise ValueError(
+                f"ReconfigConfig.peak_rps={self.peak_rps} must be a positive request rate (requests/s), "
+                "or None for the rate the starting cluster carries"
             )
         for name in ("drain_time_s", "plan_lifetime_s"):
             v = getattr(self, name)

@@ -116,6 +116,11 @@ class Reconfigurator:
             return 0.0
         return capacity_rps(self.problem(classes), dict(Counter(s.tp for s in specs)))
 
+    def peak_rps(self, now: float, home: Sequence[InstanceSpec]) -> float:
+        """The rate a plan must hold: ``ReconfigConfig.peak_rps``, or what the cluster the
+        server started with (``home``) carries of the recent class mix (:meth:`carried_rps`)."""
+        return self.config.peak_rps if self.config.peak_rps is not None else self.carried_rps(now, home)
+
     def propose(self, now: float, existing: Sequence[InstanceSpec]) -> ReconfigPlan | None:
         """A plan to apply now, or None to keep the current configuration."""
         classes = self.monitor.classes(now)

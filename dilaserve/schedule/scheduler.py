@@ -331,11 +331,11 @@ class GlobalScheduler:
     def _replay_pays(self, existing: list[InstanceSpec], plan) -> bool:
         """The tuner's replay of the last window says ``plan``'s layout, its transition
         counted, makes more goodput than ``existing``, and loses none when the window's
-        arrivals come at the rate the starting layout was built to carry
-        (:meth:`OperatingPointTuner.layout_pays`)."""
+        arrivals come at the peak rate (:meth:`Reconfigurator.peak_rps`: the operator's, or
+        the rate the starting layout was built to carry; :meth:`OperatingPointTuner.layout_pays`)."""
         target = [s for s in existing if s.instance_id in set(plan.keep)] + [st.launch for st in plan.steps]
         share = plan.transition_s / self.reconfigurator.config.lifetime_s
-        peak = self.reconfigurator.carried_rps(self.now, self._home or existing)
+        peak = self.reconfigurator.peak_rps(self.now, self._home or existing)
         return self.tuner.layout_pays(self.now, existing, target, self.controller.point, share, peak_rate=peak)
 
     def _maybe_go_home(self) -> None:

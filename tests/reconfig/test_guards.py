@@ -122,6 +122,13 @@ def test_carried_rate_is_the_layouts_capacity_for_the_recent_mix():
     assert idle.carried_rps(10.0, existing) == 0.0  # no arrivals yet: no mix to size
 
 
+def test_the_peak_a_plan_must_hold_is_the_operators_where_given():
+    rec, existing = _tp4_wins()
+    assert rec.peak_rps(10.0, existing) == rec.carried_rps(10.0, existing)
+    given = Reconfigurator(rec.cluster, rec.profile, replace(rec.config, peak_rps=7.5), rec.monitor)
+    assert given.peak_rps(10.0, existing) == 7.5
+
+
 def test_capacity_counts_recompute_steps_over_the_whole_canvas():
     rec = reconfigurator(ClusterConfig(nodes=1, gpus_per_node=1, tp_degrees=(1,)))
     pb = rec.problem([RequestClass((0, 0), 1.0, 2000.0, 32.0, 30.0)])
@@ -141,6 +148,7 @@ def test_capacity_counts_recompute_steps_over_the_whole_canvas():
         (dict(launch_time_s=-1), "load its weights"),
         (dict(drain_time_s=-1), "drain_time_s"),
         (dict(tokens_per_step={0.9: 40.0}, block_length=32), "at least one step"),
+        (dict(peak_rps=0), "positive request rate"),
     ],
 )
 def test_reconfig_config_errors_say_how_to_fix(kwargs, match):
