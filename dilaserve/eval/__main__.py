@@ -25,8 +25,10 @@ coordinate search with ``--slo-tiers``; :mod:`dilaserve.eval.hindsight`, in ``--
 processes) and ends with ``{"policies": {...every grid point...}, "best_static": {"policy",
 goodput, ...}, "dilaserve": {...}, "dilaserve-no-reconfig": {...}, "margin": dilaserve's
 goodput minus the best static point's, "mixes": {...}, "dilaserve_tunings": [[time,
-point], ...], "runs": simulator runs, "wall_s": their wall time}``. ``--slo-tiers NAME:SHARE:SCALE,...`` (or ``default``) gives the trace
-experiments tiered SLOs; ``--static-tp 1|2|4|stage1`` starts every policy from that cluster.
+point], ...], "runs": simulator runs, "wall_s": their wall time}``. ``--slo-tiers
+NAME:SHARE:SCALE,...`` (or ``default``) gives the trace experiments tiered SLOs;
+``--static-tp 1|2|4|stage1`` (or a layout per node, ``4,4,4,2+1+1``) starts every policy
+from that cluster.
 """
 
 from __future__ import annotations

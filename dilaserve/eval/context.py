@@ -17,7 +17,7 @@ from dilaserve.predict.dynamics import StepDynamics
 from dilaserve.predict.quality import ThresholdQuality
 from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig
-from dilaserve.reconfig.plan import node_counts_from_text
+from dilaserve.reconfig.plan import names_a_layout, node_counts_from_text
 from dilaserve.schedule.policies import get_policy
 from dilaserve.schedule.tuner import TunerConfig
 from dilaserve.sim.arrivals import TRACE_LENGTHS, with_lengths
@@ -208,7 +208,7 @@ class EvalOptions:
         if self.slo_tiers is not None:
             parse_slo_tiers(self.tiers_text)  # a malformed spec fails here, saying how to write it
         if self.static_tp is not None and self.static_tp not in STATIC_TP_MIXES:
-            if not any(c in self.static_tp for c in ",+"):
+            if not names_a_layout(self.static_tp):
                 raise ValueError(
                     f"--static-tp {self.static_tp!r} is unknown: use one of {', '.join(STATIC_TP_MIXES)}, "
                     "or one entry per node (e.g. 4,4,4,2+1+1)"

@@ -29,7 +29,7 @@ from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.eval.context import EvalContext
 from dilaserve.reconfig.monitor import WorkloadMonitor
-from dilaserve.reconfig.plan import layout_from_node_counts, node_counts_from_text, static_layout
+from dilaserve.reconfig.plan import layout_from_node_counts, names_a_layout, node_counts_from_text, static_layout
 from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule.policies import fixed_policy_name
 from dilaserve.sim.progress import canvas_length
@@ -69,7 +69,7 @@ def mix_layout(setting: ClusterSetting, mix: str, wl: Workload, slo_s: float) ->
     ``stage1``: stage 1's plan for ``wl``'s mean load; ``4,4,2+1+1,...``: those instances
     on each node), or None where the setting cannot run it (a TP degree it does not allow,
     or no feasible plan). An explicit layout the cluster cannot hold raises, saying why."""
-    if any(c in mix for c in ",+"):
+    if names_a_layout(mix):
         return explicit_layout(setting, mix)
     if mix != "stage1":
         tp = int(mix)

@@ -65,6 +65,11 @@ def static_layout(cluster: ClusterConfig, tp: int = 1, prefix: str = "inst") -> 
     ]
 
 
+def names_a_layout(text: str) -> bool:
+    """``text`` lists instances per node (``4,4,2+1+1``) rather than naming a mix (``1``, ``stage1``)."""
+    return any(c in text for c in ",+")
+
+
 def node_counts_from_text(text: str) -> list[dict[int, int]]:
     """Per node, instances per TP degree, from ``"4,4,4,2+1+1"``: nodes separated by commas,
     a node's instances by ``+`` (there, one TP-2 and two TP-1 instances on the last node)."""
