@@ -10,8 +10,6 @@ called and load control is off.
 from __future__ import annotations
 
 import logging
-import statistics
-from collections import deque
 from collections.abc import Mapping, Sequence
 from functools import partial
 
@@ -30,13 +28,13 @@ from dilaserve.control.cost_model import (
     request_load,
     split_cost_one,
 )
+from dilaserve.control.load_pass import LoadPass
 from dilaserve.control.operating_point import OperatingPoint
-from dilaserve.control.policies import Outlook, Rejection, admission_policies, load_controls, selection_policies
+from dilaserve.control.policies import Rejection, admission_policies, load_controls, selection_policies
 from dilaserve.control.predictions import PredictionCache
 from dilaserve.control.quality_budget import quality_allowed
 from dilaserve.control.rationing import WorkRation
 from dilaserve.control.request import TrackedRequest
-from dilaserve.control.step_law import StepLaw
 from dilaserve.engine.state import StepKind
 from dilaserve.predict.base import StepPredictor
 from dilaserve.profile.types import LatencyProfile
@@ -134,18 +132,14 @@ class ThresholdController:
                 load_control,
                 config.thresholds,
             )
-        #: ``(arrival, load row, allowed row)`` of the requests admitted over the last SLO
-        #: horizon, oldest first: the outlook's estimate of the work arriving next.
-        self._arrivals: deque[tuple[float, np.ndarray, np.ndarray]] = deque()
         self.capacity = CapacityModel(profile, config.capacity_batch_grid)
+        self.load_pass = LoadPass(config, profile, self.load_control, self.capacity, self.accuracy)
         #: Rationing under overload needs load control's throughput and predictions.
         self.ration = (
             WorkRation(config.ration_window_s, config.ration_utilisation)
             if ration and config.ration_window_s is not None and self.load_control_on and self.admission_on
             else None
         )
-        #: The cluster's throughput (token-steps/s) at the last load control.
-        self._throughput = 0.0
         self.cache_step = CacheStepLatency(profile)
         self.predictions = (
             PredictionCache(
@@ -258,7 +252,7 @@ class ThresholdController:
         if req.late_on_arrival and self.selection.degrade_late_arrivals:
             return None  # the paper's walk serves a late arrival best-effort; others refuse it
         if self.ration is not None:
-            price = self.ration.cutoff(self._throughput)
+            price = self.ration.cutoff(self.load_pass.throughput)
             if req.ration_value < price * req.ration_work:
                 return Rejection(
                     "the cluster is over capacity and this request's work is among the largest arriving: "
@@ -324,62 +318,10 @@ class ThresholdController:
 
     # ------------------------------------------------------------ load control
     def control_load(self, reqs: Sequence[TrackedRequest], instances: Sequence[tuple[int, int]], now: float) -> None:
-        """Cap every request's highest threshold so the worst-case load fits the cluster.
-
-        ``instances`` lists ``(tp, max_batch_tokens)`` of the instances accepting work.
-        Capacity is the cluster's throughput times the latest SLO time left in flight
-        (with one SLO for all, the newest request's full SLO, as in the paper).
-        """
-        if not self.load_control_on or not reqs:
-            return
-        order = sorted(reqs, key=TrackedRequest.sort_key)
-        shape = RequestShape.of(order)
-        load = request_load(PredictionCache.steps_left(order), shape)
-        allowed = np.array([r.allowed for r in order])  # np.array: a third of np.stack's cost
-        # The latest SLO time left: max(deadline - now) is max(deadline) - now exactly, as
-        # rounding is monotone.
-        horizon = max(0.0, max([r.deadline for r in order]) - now)
-        split = None
-        if shape.use_cache.mean() >= 0.5:
-            # statistics.median: np.median's value (whole block lengths) at a fraction of its cost.
-            block = int(statistics.median(shape.block_length.tolist()))
-            # Priced at the lowest threshold still allowed in flight: the promise load control
-            # keeps is that the load fits when later requests fall back to their lowest
-            # threshold, so capacity is that mix's (the most recompute steps per token). The
-            # mean request is rounded so the memoised capacity is reused between events.
-            law = self.config.step_law or StepLaw.one_token_per_step(block, shape.block_causal)
-            tokens = int(round(shape.tokens.mean() / 16) * 16) or 16
-            gen = max(block, round(statistics.fmean(r.state.gen_length for r in order) / block) * block)
-            split = law.split(self.thresholds[int(np.argmax(allowed.any(axis=0)))], max(tokens - gen, 0), gen)
-        throughput = sum(self.capacity.throughput(tp, mb, split) for tp, mb in instances if self.profile.has(tp))
-        self._throughput = throughput
-        outlook = self._outlook(order, load, allowed, now, horizon) if self.load_control.needs_outlook else None
-        caps = self.load_control.caps(load, allowed, throughput * horizon, outlook)
-        for r, c in zip(order, caps.tolist()):
-            r.cap_index = c
-
-    def _outlook(
-        self, order: Sequence[TrackedRequest], load: np.ndarray, allowed: np.ndarray, now: float, horizon: float
-    ) -> Outlook | None:
-        """Record the requests load control sees for the first time (each arrival triggers
-        it, so that is on arrival, with the work it brings) and drop those older than the
-        horizon; the rest are the outlook's expected arrivals over the next horizon."""
-        for i, r in enumerate(order):
-            if not r.in_outlook:
-                r.in_outlook = True
-                self._arrivals.append((r.arrival, load[i].copy(), allowed[i].copy()))
-        while self._arrivals and self._arrivals[0][0] <= now - horizon:
-            self._arrivals.popleft()
-        if self.accuracy is None:
-            return None
-        t = len(self.thresholds)
-        if not self._arrivals:
-            return Outlook(self.accuracy, np.zeros((0, t)), np.zeros((0, t), dtype=bool))
-        return Outlook(
-            self.accuracy,
-            np.array([a[1] for a in self._arrivals]),
-            np.array([a[2] for a in self._arrivals]),
-        )
+        """Cap every request's highest threshold so the worst-case load fits the cluster
+        (:meth:`~dilaserve.control.load_pass.LoadPass.run`); nothing without load control."""
+        if self.load_control_on:
+            self.load_pass.run(reqs, instances, now)
 
     # -------------------------------------------------------------- selection
     def select(
