@@ -27,14 +27,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dilaserve.eval.context import TRACE_LOW_LOAD, EvalContext
+from dilaserve.eval.context import EvalContext
 from dilaserve.eval.hindsight import LayoutError, hindsight, mix_layout, with_layout
+from dilaserve.eval.workloads import poisson_at, slo_at_scale, trace_slo, trace_workload
 from dilaserve.schedule.policies import FIXED_ADMISSION_POLICIES, FIXED_POLICIES, VARIANTS
-from dilaserve.sim.arrivals import PhaseSpec, poisson_workload, shape_trace
-from dilaserve.sim.lengths import GSM8K_OUTPUT_TOKENS, GSM8K_PROMPT_TOKENS
 from dilaserve.sim.setting import ClusterSetting
 from dilaserve.sim.simulator import SimResult
-from dilaserve.sim.slo import DEFAULT_SLO_SCALE, parse_slo_tiers, with_slo_tiers, workload_slo
+from dilaserve.sim.slo import DEFAULT_SLO_SCALE
 from dilaserve.sim.workload import Phase, Workload
 
 #: The paper's algorithms with one mechanism off or one quality-aware piece added, then the
@@ -85,40 +84,6 @@ class ExperimentOutput:
     extra: dict = field(default_factory=dict)
 
 
-def trace_slo(ctx: EvalContext, setting: ClusterSetting, wl: Workload) -> float:
-    """The trace experiments' SLO for ``wl`` (the default scale)."""
-    return _slo(ctx, setting, wl, DEFAULT_SLO_SCALE)
-
-
-def _slo(ctx: EvalContext, setting: ClusterSetting, wl: Workload, scale: float) -> float:
-    """The SLO from the isolated latency of the setting's SLO law, in its family."""
-    table = ctx.slo_law_of(setting).table
-    fixed = setting.control.fixed_threshold
-    return workload_slo(wl, setting.profile, table, setting.block_length, fixed, scale, setting.block_causal)
-
-
-def trace_workload(
-    ctx: EvalContext, setting: ClusterSetting, phase_s: float | None = None, high_load: float | None = None
-) -> Workload:
-    """The trace (with the setting's lengths, or ``--lengths``) shaped into a low-load then
-    a high-load phase, ``phase_s`` each (default 1 h, 75 s in quick runs), at
-    ``TRACE_LOW_LOAD`` and ``high_load`` (default: the setting's, or ``--high-load``) x the
-    nominal capacity for those lengths."""
-    tr = ctx.trace_for(setting)
-    cap = ctx.capacity(setting, tr.prompt_tokens, tr.output_tokens)
-    dur = phase_s or ctx.options.phase_s or (75.0 if ctx.options.quick else 3600.0)
-    low, high = TRACE_LOW_LOAD * cap, (high_load or ctx.high_load_of(setting)) * cap
-    wl = shape_trace(tr, [PhaseSpec("low", dur, low), PhaseSpec("high", dur, high)], name="trace")
-    if ctx.options.slo_tiers is None:
-        return wl
-    table = ctx.slo_law_of(setting).table
-    fixed = setting.control.fixed_threshold
-    tiers = parse_slo_tiers(ctx.options.tiers_text)
-    return with_slo_tiers(
-        wl, tiers, setting.profile, table, setting.block_length, fixed, setting.block_causal, ctx.options.seed
-    )
-
-
 def _static_mix(ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo: float) -> ClusterSetting:
     """``setting`` starting from ``--static-tp``'s cluster (unchanged without it)."""
     mix = ctx.options.static_tp
@@ -143,7 +108,7 @@ def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: tuple[float, 
         loads = high_loads or (own,)
         for load in loads:
             wl = trace_workload(ctx, setting, high_load=load)
-            slo = _slo(ctx, setting, wl, DEFAULT_SLO_SCALE)
+            slo = slo_at_scale(ctx, setting, wl, DEFAULT_SLO_SCALE)
             rates = ", ".join(f"{p.name} {p.rate:.1f} req/s" for p in wl.phases)
             law = ctx.law_of(setting).name
             out.notes.append(
@@ -227,18 +192,12 @@ def ablation(ctx: EvalContext) -> ExperimentOutput:
     return _trace_runs(ctx, "ablation", ABLATION_POLICIES)
 
 
-def _poisson(ctx: EvalContext, setting: ClusterSetting, load: float) -> Workload:
-    cap = ctx.capacity(setting, [GSM8K_PROMPT_TOKENS], [GSM8K_OUTPUT_TOKENS])
-    dur = 30.0 if ctx.options.quick else 600.0
-    return poisson_workload(load * cap, dur, "gsm8k", seed=ctx.options.seed, name="gsm8k")
-
-
 def rate_sweep(ctx: EvalContext) -> ExperimentOutput:
     out = ExperimentOutput("rate-sweep")
     for setting in ctx.settings:
         for load in RATE_LOADS[ctx.options.quick]:
-            wl = _poisson(ctx, setting, load)
-            slo = _slo(ctx, setting, wl, DEFAULT_SLO_SCALE)
+            wl = poisson_at(ctx, setting, load)
+            slo = slo_at_scale(ctx, setting, wl, DEFAULT_SLO_SCALE)
             rate = wl.meta["rate"]
             for res in ctx.run_policies(setting, TRACE_POLICIES, wl, slo, f" {rate:.1f} req/s"):
                 out.runs.append(Run("rate-sweep", setting.name, res, "gsm8k", rate, DEFAULT_SLO_SCALE, x=rate))
@@ -252,9 +211,9 @@ def rate_sweep(ctx: EvalContext) -> ExperimentOutput:
 def slo_sweep(ctx: EvalContext) -> ExperimentOutput:
     out = ExperimentOutput("slo-sweep")
     for setting in ctx.settings:
-        wl = _poisson(ctx, setting, SLO_SWEEP_LOAD)
+        wl = poisson_at(ctx, setting, SLO_SWEEP_LOAD)
         for scale in SLO_SCALES[ctx.options.quick]:
-            slo = _slo(ctx, setting, wl, scale)
+            slo = slo_at_scale(ctx, setting, wl, scale)
             for res in ctx.run_policies(setting, TRACE_POLICIES, wl, slo, f" SLO x{scale}"):
                 out.runs.append(Run("slo-sweep", setting.name, res, "gsm8k", wl.meta["rate"], scale, x=scale))
         out.notes.append(

@@ -43,7 +43,7 @@ from dilaserve.artifacts import EMBEDDED_LAW, PUBLISHED_LAW
 from dilaserve.control.step_law import StepLaw
 from dilaserve.engine.state import StepKind
 from dilaserve.eval.context import EvalContext, LawInputs
-from dilaserve.eval.experiments import _poisson, _slo, trace_workload
+from dilaserve.eval.workloads import poisson_at, slo_at_scale, trace_workload
 from dilaserve.predict.published import LABEL, PUBLISHED_TOKENS_PER_STEP, TOLERANCE
 from dilaserve.schedule.policies import get_policy
 from dilaserve.sim.setting import ClusterSetting
@@ -112,7 +112,7 @@ class LawRun:
         def run():
             quick = QUICK_PHASE_S if self.ctx.options.quick else None
             wl = trace_workload(self.ctx, self.setting, phase_s=self.ctx.options.phase_s or quick)
-            slo = _slo(self.ctx, self.setting, wl, DEFAULT_SLO_SCALE)
+            slo = slo_at_scale(self.ctx, self.setting, wl, DEFAULT_SLO_SCALE)
             paper = get_policy("dilaserve-paper")
             fixed = replace(
                 paper,
@@ -137,8 +137,8 @@ class LawRun:
         def run():
             out = {}
             for load in BENCH_LOADS[self.ctx.options.quick]:
-                wl = _poisson(self.ctx, self.setting, load)
-                slo = _slo(self.ctx, self.setting, wl, DEFAULT_SLO_SCALE)
+                wl = poisson_at(self.ctx, self.setting, load)
+                slo = slo_at_scale(self.ctx, self.setting, wl, DEFAULT_SLO_SCALE)
                 out[load] = self._run(self.setting, ["infaas", "llumnix", "dilaserve"], wl, slo, f" gsm8k x{load:g}")
             return out
 
@@ -146,8 +146,8 @@ class LawRun:
 
     def slo3(self) -> dict:
         def run():
-            wl = _poisson(self.ctx, self.setting, 0.7)
-            slo = _slo(self.ctx, self.setting, wl, 3.0)
+            wl = poisson_at(self.ctx, self.setting, 0.7)
+            slo = slo_at_scale(self.ctx, self.setting, wl, 3.0)
             return self._run(self.setting, ["infaas", "llumnix", "dilaserve"], wl, slo, " SLO x3")
 
         return self._memo("slo3", run)
@@ -161,8 +161,8 @@ class LawRun:
             anystep = replace(paper, name="dilaserve-paper-migrate-any-step", migration_point="any")
             for nodes in MIGRATION_NODES:
                 st = replace(self.setting, cluster=replace(self.setting.cluster, nodes=nodes))
-                wl = _poisson(self.ctx, st, 0.8)
-                slo = _slo(self.ctx, st, wl, DEFAULT_SLO_SCALE)
+                wl = poisson_at(self.ctx, st, 0.8)
+                slo = slo_at_scale(self.ctx, st, wl, DEFAULT_SLO_SCALE)
                 res = self._run(st, [paper, anystep], wl, slo, f" {nodes * 4} instances")
                 out[nodes * st.cluster.gpus_per_node] = (
                     res[anystep.name].mean_latency_s / res[paper.name].mean_latency_s

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.eval.context import EvalContext
+from dilaserve.eval.workloads import trace_slo, trace_workload
 from dilaserve.reconfig.monitor import WorkloadMonitor
 from dilaserve.reconfig.plan import layout_from_node_counts, names_a_layout, node_counts_from_text, static_layout
 from dilaserve.reconfig.reconfigurator import Reconfigurator
@@ -113,8 +114,6 @@ _SHARED: dict = {}
 
 
 def _init_worker(options, setting_name: str) -> None:
-    from dilaserve.eval.experiments import trace_slo, trace_workload  # the experiments import this module
-
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     ctx = EvalContext(options)
     setting = ctx.setting(setting_name)

@@ -111,7 +111,7 @@ def test_cli_rejects_a_malformed_trace_and_missing_artifacts(tmp_path, capsys):
 
 
 def test_phase_s_sets_the_trace_phase_length(tmp_path):
-    from dilaserve.eval.experiments import trace_workload
+    from dilaserve.eval.workloads import trace_workload
 
     _artifacts(tmp_path)
     ctx = EvalContext(EvalOptions(settings=("paper",), phase_s=40.0, artifacts=tmp_path))
@@ -121,7 +121,7 @@ def test_phase_s_sets_the_trace_phase_length(tmp_path):
 
 
 def test_lengths_and_high_load_shape_the_trace_workload(tmp_path):
-    from dilaserve.eval.experiments import trace_workload
+    from dilaserve.eval.workloads import trace_workload
 
     _artifacts(tmp_path)
 
