@@ -6,13 +6,17 @@ migration points only), (2) defers requests no instance has room for, (3) re-sel
 thresholds of the requests it placed or moved, and (4) submits a step to every idle
 instance that holds requests. The same object serves real and simulated clusters; it only
 talks to the :class:`~dilaserve.cluster.base.Backend` interface.
+
+This module handles the events and submits the steps; its concerns live beside it:
+placement and thresholds (:mod:`~dilaserve.schedule.placement`), migration
+(:mod:`~dilaserve.schedule.moves`) and plan driving (:mod:`~dilaserve.schedule.plans`).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
@@ -30,16 +34,18 @@ from dilaserve.cluster.base import (
 from dilaserve.control.controller import ThresholdController
 from dilaserve.control.request import TrackedRequest
 from dilaserve.profile.types import LatencyProfile
-from dilaserve.reconfig.executor import Drain, Launch, PlanExecutor, Stop
+from dilaserve.reconfig.executor import PlanExecutor
 from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.schedule.dispatch import dispatch_policies
 from dilaserve.schedule.events import Event, ReconfigTick, RequestArrived, RequestOutcome
 from dilaserve.schedule.filters import instance_filters
 from dilaserve.schedule.migration import migration_policies
-from dilaserve.schedule.migration.cost import move_pays
 from dilaserve.schedule.migration_points import migration_points
+from dilaserve.schedule.moves import Moves
 from dilaserve.schedule.observer import SchedulerObserver
+from dilaserve.schedule.placement import Placement
+from dilaserve.schedule.plans import PlanDriver
 from dilaserve.schedule.policies import SchedulerPolicy
 from dilaserve.schedule.pool import InstancePool
 from dilaserve.schedule.tuner import OperatingPointTuner
@@ -59,7 +65,7 @@ def replacement_spec(failed: InstanceSpec, n: int) -> InstanceSpec:
     return replace(failed, instance_id=f"{root}~{n}")
 
 
-class GlobalScheduler:
+class GlobalScheduler(Placement, Moves, PlanDriver):
     """Args (built by :func:`~dilaserve.schedule.control_plane.build_control_plane`, which
     also binds the scheduler to the backend's events):
     backend: the instances (:class:`~dilaserve.cluster.base.Backend`).
@@ -316,196 +322,6 @@ class GlobalScheduler:
             req.instance = None
             self.deferred.append(req)
 
-    def _on_tick(self) -> None:
-        if self.reconfigurator is None:
-            return
-        if self.executor is not None and not self.executor.done:
-            log.info("reconfiguration tick at %.1fs skipped: the previous plan is still executing", self.now)
-            return
-        existing = self.pool.active_specs()
-        plan = self.reconfigurator.propose(self.now, existing)
-        if plan is not None and (self.tuner is None or self._replay_pays(existing, plan)):
-            self.executor = self._executor(plan)  # advanced at the end of this event
-            self.observer.on_plan(plan)
-
-    def _replay_pays(self, existing: list[InstanceSpec], plan) -> bool:
-        """The tuner's replay of the last window says ``plan``'s layout, its transition
-        counted, makes more goodput than ``existing``, and loses none when the window's
-        arrivals come at the peak rate (:meth:`Reconfigurator.peak_rps`: the operator's, or
-        the rate the starting layout was built to carry; :meth:`OperatingPointTuner.layout_pays`)."""
-        target = [s for s in existing if s.instance_id in set(plan.keep)] + [st.launch for st in plan.steps]
-        share = plan.transition_s / self.reconfigurator.config.lifetime_s
-        peak = self.reconfigurator.peak_rps(self.now, self._home or existing)
-        return self.tuner.layout_pays(self.now, existing, target, self.controller.point, share, peak_rate=peak)
-
-    def _maybe_go_home(self) -> None:
-        """After a tuning: back to the layout the cluster started with where the window now
-        replays better there. A plan is made for the load just seen; when the load moves
-        (a low phase planned for, then a peak), waiting for the next tick and for the
-        monitor's window to fill would run the peak on the wrong layout for minutes, while
-        the tuner's window shows it within one interval."""
-        if self.reconfigurator is None or not self._home or (self.executor is not None and not self.executor.done):
-            return
-        existing = self.pool.active_specs()
-        plan = self.reconfigurator.plan_home(self.now, existing, self._home)
-        if plan is not None and self._replay_pays(existing, plan):
-            self.executor = self._executor(plan)  # advanced at the end of this event
-            self.observer.on_plan(plan)
-
-    def _executor(self, plan) -> PlanExecutor:
-        """An executor for ``plan`` within the reconfigurator's offline budget (one step at a
-        time for an operator's plan on a server without one)."""
-        gpus_of = {s.instance_id: len(s.gpus) for s in self.pool.active_specs()}
-        if self.reconfigurator is None:
-            return PlanExecutor(plan, gpus_of=gpus_of)
-        cluster = self.reconfigurator.cluster
-        budget = int(self.reconfigurator.config.max_offline_share * cluster.nodes * cluster.gpus_per_node)
-        return PlanExecutor(plan, max(1, budget), gpus_of)
-
-    def apply_plan(self, plan) -> bool:
-        """Start executing a plan made outside a tick (e.g. by an operator);
-        False while another plan is still executing."""
-        if self.executor is not None and not self.executor.done:
-            log.warning("reconfiguration refused: the previous plan is still executing")
-            return False
-        self.executor = self._executor(plan)
-        self.observer.on_plan(plan)
-        self._advance_plan()
-        return True
-
-    def _place_new(self, req: TrackedRequest, mask: np.ndarray) -> int | None:
-        """The slot for an arrival: with a slack-aware dispatch and an operating point that
-        places by slack, the first slot of the dispatch's ranking that ``req`` fits with
-        headroom; else (and for every other dispatch) the dispatch's choice."""
-        if self._places_by_slack:
-            for slot in self.dispatch.rank(req, self.pool, mask):
-                placement, members = self._placement(slot, req), self._members(slot)
-                if self.controller.fits(req, placement, self.now, members, self.config.fit_headroom):
-                    return slot
-        return self.dispatch.choose(req, self.pool, mask)
-
-    @property
-    def _places_by_slack(self) -> bool:
-        """Arrivals go to the busiest instance they fit (the operating point asks for it and
-        the dispatch and the controller can do it)."""
-        return self.dispatch.fits_by_slack and self.controller.point.fit and self.controller.predicting
-
-    def _placement(self, slot: int, req: TrackedRequest) -> tuple[int, float, int]:
-        """``(tp, tokens, requests)`` of ``slot`` once ``req`` joins it."""
-        pool = self.pool
-        return int(pool.tp[slot]), float(pool.tokens[slot] + req.tokens), int(pool.n_reqs[slot]) + 1
-
-    def _members(self, slot: int) -> list[TrackedRequest]:
-        return [self.requests[rid] for rid in self.pool.members[slot]]
-
-    def _admission(self, req: TrackedRequest, slot: int | None):
-        """The controller's admission check for ``req`` joining ``slot`` (None: it would wait)."""
-        if slot is None:
-            return self.controller.check_admission(req, None, self.now)
-        return self.controller.check_admission(req, self._placement(slot, req), self.now, self._members(slot))
-
-    # ============================================================ placement
-    def _mask(self, req: TrackedRequest) -> np.ndarray:
-        mask = self.filters[0].mask(req, self.pool)
-        for f in self.filters[1:]:
-            mask = mask & f.mask(req, self.pool)
-        return mask
-
-    def _assign(self, req: TrackedRequest, slot: int, touched: set[int], placed: list[TrackedRequest]) -> None:
-        self.pool.assign(slot, req.request_id, req.tokens)
-        req.instance = self.pool.ids[slot]
-        touched.add(slot)
-        placed.append(req)
-
-    def _decide_migration(self, req: TrackedRequest, src: int, touched: set[int]) -> None:
-        """Whether a just-stepped request moves, and where (it stays unless a move pays); a
-        request on a draining instance leaves for wherever it fits. Placed by slack, a
-        request stays where it was put: moving it to a faster instance would fill the light
-        instances that placement keeps for the requests that need them."""
-        if not self.migration_point.allows(req):
-            return
-        draining = self.pool.draining[src]
-        if not draining and self._places_by_slack:
-            return
-        mask = self._mask(req)
-        mask[src] = False
-        if draining:
-            dst = self.dispatch.choose(req, self.pool, mask)  # leave whenever anywhere fits
-        else:
-            dst = self.migration.propose(req, src, self.pool, mask)
-        if dst is None:
-            return
-        pool = self.pool
-        if (
-            not pool.draining[src]
-            and self.migration_point.priced(req)
-            and not move_pays(
-                self.profile,
-                req,
-                (int(pool.tp[src]), int(pool.n_reqs[src])),
-                (int(pool.tp[dst]), int(pool.n_reqs[dst])),
-            )
-        ):
-            return  # the rebuild on the destination would cost more than the move saves
-        self.pool.unassign(src, req.request_id, req.tokens)
-        self.pool.assign(dst, req.request_id, req.tokens)
-        # The backend marks the state: the destination has no K/V for this block yet.
-        self.backend.migrate(req.state, self.pool.ids[src], self.pool.ids[dst])
-        req.instance = self.pool.ids[dst]
-        self.migrations += 1
-        self.observer.on_migration(req.request_id, self.pool.ids[src], self.pool.ids[dst])
-        touched.add(dst)
-
-    def _defer(self, req: TrackedRequest) -> None:
-        if not len(self.pool):
-            self._warn("empty", "no instances in the cluster: deferring request %s until one is ready", req.request_id)
-        else:
-            self._warn(
-                "defer", "no instance has room for request %s (%d tokens): deferring it", req.request_id, req.tokens
-            )
-        self.deferred.append(req)
-
-    def _place_deferred(self, touched: set[int], placed: list[TrackedRequest]) -> None:
-        if not self.deferred:
-            return
-        room = self.pool.max_room()
-        if room <= 0:
-            return
-        self.deferred.sort(key=TrackedRequest.sort_key)
-        still: list[TrackedRequest] = []
-        for req in self.deferred:
-            slot = None
-            if req.tokens <= room:
-                slot = self.dispatch.choose(req, self.pool, self._mask(req))
-            if slot is None:
-                still.append(req)
-                continue
-            self._assign(req, slot, touched, placed)
-            room = self.pool.max_room()
-        self.deferred = still
-
-    # ============================================================ thresholds
-    def _maybe_control_load(self) -> None:
-        if not self.controller.load_control_on:
-            return
-        interval = self.controller.config.load_control_interval_s
-        if not self._load_dirty and self.now - self._last_load_control < interval:
-            return
-        acc = np.flatnonzero(self.pool.accepting)
-        instances = [(int(self.pool.tp[s]), int(self.pool.max_batch[s])) for s in acc]
-        self.controller.control_load(list(self.requests.values()), instances, self.now)
-        self._last_load_control, self._load_dirty = self.now, False
-
-    def _select(self, placed: Sequence[TrackedRequest]) -> None:
-        by_slot: dict[int, list[TrackedRequest]] = defaultdict(list)
-        for req in placed:
-            if req.instance is not None:
-                by_slot[self.pool.slot_of[req.instance]].append(req)
-        for s, reqs in by_slot.items():
-            self.controller.select(
-                reqs, int(self.pool.tp[s]), float(self.pool.tokens[s]), int(self.pool.n_reqs[s]), self.now
-            )
-
     # ============================================================ execution
     def _kick(self, slot: int) -> None:
         pool = self.pool
@@ -565,34 +381,6 @@ class GlobalScheduler:
         self.pool.add(spec, usable)
         self._max_batch_seen = max(self._max_batch_seen, spec.max_batch_tokens)
         self.backend.launch_instance(spec)
-
-    def _advance_plan(self) -> None:
-        if self.executor is None or self.executor.done:
-            return
-        for action in self.executor.poll(self._idle):
-            if isinstance(action, Drain):
-                slot = self.pool.slot_of.get(action.instance_id)
-                if slot is not None:
-                    log.info("reconfig: draining %s", action.instance_id)
-                    self.pool.set_draining(slot)
-            elif isinstance(action, Stop):
-                if action.instance_id not in self.pool.slot_of:
-                    self.executor.on_stopped(action.instance_id)  # already gone
-                    continue
-                log.info("reconfig: stopping %s", action.instance_id)
-                self.backend.stop_instance(action.instance_id)
-            elif isinstance(action, Launch):
-                log.info(
-                    "reconfig: launching %s (TP-%d on node %d)",
-                    action.spec.instance_id,
-                    action.spec.tp,
-                    action.spec.node,
-                )
-                self._launch(action.spec)
-
-    def _idle(self, instance_id: str) -> bool:
-        slot = self.pool.slot_of.get(instance_id)
-        return slot is None or self.pool.idle_empty(slot)
 
     # ================================================================ misc
     def _request_limit(self) -> int | None:

@@ -28,8 +28,8 @@ from dilaserve.schedule.policies import SchedulerPolicy
 from dilaserve.schedule.tuner import WindowArrival
 from dilaserve.sim.metrics import good
 from dilaserve.sim.progress import ReplayProgress
+from dilaserve.sim.run import BaseSimulator, SimConfig
 from dilaserve.sim.setting import ClusterSetting, Predictors
-from dilaserve.sim.simulator import SimConfig, Simulator
 from dilaserve.sim.workload import Workload, WorkloadRequest
 
 
@@ -122,7 +122,7 @@ class WindowReplay:
         for point in points:
             setting = replace(base, control=replace(base.control, operating_point=point))
             progress = ReplayProgress(self.table, self.quality, seed=self.seed, block_causal=self.block_causal)
-            res = Simulator(setting, progress, self.predictors, config).run(self.policy, wl, slo)
+            res = BaseSimulator(setting, progress, self.predictors, config).run(self.policy, wl, slo)
             if warm:
                 scored = res.requests.filter(pl.col("request_id").str.starts_with("window-"))
                 out.append(float(good(scored).mean()))

@@ -14,95 +14,6 @@ from tests.control.builders import default_profile, make_request
 from tests.schedule.fake_backend import RecordingBackend
 
 
-def test_instance_selection_minimises_predicted_step_latency():
-    # LP1(n) = .01 + 1e-4 n, LP2(n) = .01 + .75e-4 n.
-    sched, be = cluster(specs=[spec("a", 1), spec("b", 2)])
-    # 200 tokens, both empty: TP-1 .030 vs TP-2 .025 -> b
-    assert arrive(sched, make_request("r0", prompt=136)).instance == "b"
-    # 100 tokens: TP-1 LP(100) = .020 vs TP-2 LP(300) = .0325 -> a
-    assert arrive(sched, make_request("r1")).instance == "a"
-    # 100 tokens: TP-1 LP(200) = .030 vs .0325 -> a
-    assert arrive(sched, make_request("r2")).instance == "a"
-    # 100 tokens: TP-1 LP(300) = .040 vs .0325 -> b
-    assert arrive(sched, make_request("r3")).instance == "b"
-    assert sched.pool.tokens[sched.pool.slot_of["a"]] == 200
-
-
-def test_deferral_when_no_instance_has_room_then_placement():
-    sched, be = cluster(specs=[spec("a", max_batch=300)])
-    arrive(sched, make_request("r0", prompt=168, gen=32))  # 200 tokens, one block
-    r1 = arrive(sched, make_request("r1", prompt=168, gen=32))  # 400 > 300: deferred
-    assert r1.instance is None and sched.deferred == [r1]
-    assert [a.state.request_id for a in be.last_batch("a")] == ["r0"]
-    finish_step(sched, be, "a", 1.0, k=32)  # r0 commits everything
-    assert sched.outcomes[-1].request_id == "r0" and sched.outcomes[-1].status == "finished"
-    assert r1.instance == "a" and not sched.deferred
-    assert [a.state.request_id for a in be.last_batch("a")] == ["r1"]
-
-
-def _one_loaded(policy, use_cache, k=1):
-    sched, be = cluster(policy, specs=[spec("a")])
-    r0 = arrive(sched, make_request("r0", use_cache=use_cache))
-    arrive(sched, make_request("r1", use_cache=use_cache))  # joins a while it steps r0
-    sched.start([spec("b")])
-    sched.handle(InstanceReady(0.0, "b"))
-    finish_step(sched, be, "a", 0.1, k=k)  # r0 has stepped: a 200 tokens, b 0
-    return sched, be, r0
-
-
-def test_with_caching_no_migration_before_a_cache_step():
-    sched, be, r0 = _one_loaded("dilaserve-no-reconfig", use_cache=True)
-    assert r0.instance == "a" and not be.migrations
-
-
-def test_with_caching_migration_right_before_a_recompute_step():
-    sched, be, r0 = _one_loaded("dilaserve-no-reconfig", use_cache=True, k=32)  # block 0 done
-    assert r0.instance == "b" and be.migrations == [("r0", "a", "b")]
-    assert [a.state.request_id for a in be.last_batch("b")] == ["r0"]
-
-
-def test_without_caching_migration_at_any_step():
-    sched, be, r0 = _one_loaded("dilaserve-no-reconfig", use_cache=False)
-    assert r0.instance == "b"
-
-
-def test_migrate_any_step_ablation_forces_a_recompute_on_the_destination():
-    sched, be, r0 = _one_loaded("dilaserve-paper-migrate-any-step", use_cache=True)
-    assert r0.instance == "b"
-    assert r0.state.next_kind.value == "recompute"
-
-
-def test_infaas_least_tokens_fixed_threshold_no_migration():
-    sched, be, r0 = _one_loaded("infaas", use_cache=False)
-    assert r0.instance == "a" and not be.migrations
-    assert {a.threshold for _, batch in be.steps for a in batch} == {0.9}
-
-
-def test_llumnix_balances_load_by_migration():
-    sched, be, r0 = _one_loaded("llumnix", use_cache=False)
-    assert r0.instance == "b"
-    assert {a.threshold for _, batch in be.steps for a in batch} == {0.9}
-
-
-def test_thresholds_follow_the_slo():
-    sched, be = cluster(specs=[spec("a")])
-    loose = arrive(sched, make_request("loose", slo=100.0))
-    tight = arrive(sched, make_request("tight", slo=0.5))
-    thr = sched.controller.threshold
-    assert thr(loose) == 0.9 and thr(tight) < 0.9
-
-
-def test_empty_cluster_defers_then_places(caplog):
-    sched, be = cluster(specs=[])
-    with caplog.at_level(logging.WARNING):
-        r = arrive(sched, make_request("r0"))
-    assert "no instances" in caplog.text and sched.deferred == [r]
-    sched.start([spec("a")])
-    assert r.instance is None  # launched but not ready yet
-    sched.handle(InstanceReady(1.0, "a"))
-    assert r.instance == "a" and be.last_batch("a")[0].state.request_id == "r0"
-
-
 def test_request_larger_than_any_batch_is_rejected(caplog):
     sched, be = cluster(specs=[spec("a", max_batch=300), spec("b", 2, max_batch=350)])
     with caplog.at_level(logging.WARNING):
@@ -110,14 +21,6 @@ def test_request_larger_than_any_batch_is_rejected(caplog):
     out = sched.outcomes[-1]
     assert (out.request_id, out.status) == ("big", "rejected") and "batch limit 350" in out.reason
     assert "big" not in sched.requests and "exceed the largest instance batch" in caplog.text
-
-
-def test_instance_missing_from_profile_gets_no_requests(caplog):
-    with caplog.at_level(logging.ERROR):
-        sched, be = cluster(specs=[spec("odd", tp=8)])
-    assert "covers TP [1, 2, 4]" in caplog.text
-    r = arrive(sched, make_request("r0"))
-    assert r.instance is None and sched.deferred == [r]
 
 
 def test_stopped_instance_never_drops_its_requests():

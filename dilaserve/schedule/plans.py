@@ -1,0 +1,120 @@
+"""How the scheduler drives reconfiguration plans (docs/architecture.md section 1, dataflow).
+
+A plan comes from a reconfiguration tick, from the way home after a tuning, or from an
+operator (:meth:`PlanDriver.apply_plan`); with a tuner, a proposed plan runs only where the
+tuner's replay of the last window says it pays. The executor's drains, stops and launches
+are advanced at the end of every event.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from dilaserve.cluster.base import InstanceSpec
+from dilaserve.control.controller import ThresholdController
+from dilaserve.reconfig.executor import Drain, Launch, PlanExecutor, Stop
+from dilaserve.reconfig.reconfigurator import Reconfigurator
+from dilaserve.schedule.observer import SchedulerObserver
+from dilaserve.schedule.pool import InstancePool
+from dilaserve.schedule.tuner import OperatingPointTuner
+
+log = logging.getLogger(__name__)
+
+
+class PlanDriver:
+    """The plan-driving part of :class:`~dilaserve.schedule.scheduler.GlobalScheduler`
+    (a mixin: the scheduler owns the state named below)."""
+
+    reconfigurator: Reconfigurator | None
+    tuner: OperatingPointTuner | None
+    controller: ThresholdController
+    observer: SchedulerObserver
+    pool: InstancePool
+    executor: PlanExecutor | None
+    _home: list[InstanceSpec] | None
+    now: float
+
+    def _on_tick(self) -> None:
+        if self.reconfigurator is None:
+            return
+        if self.executor is not None and not self.executor.done:
+            log.info("reconfiguration tick at %.1fs skipped: the previous plan is still executing", self.now)
+            return
+        existing = self.pool.active_specs()
+        plan = self.reconfigurator.propose(self.now, existing)
+        if plan is not None and (self.tuner is None or self._replay_pays(existing, plan)):
+            self.executor = self._executor(plan)  # advanced at the end of this event
+            self.observer.on_plan(plan)
+
+    def _replay_pays(self, existing: list[InstanceSpec], plan) -> bool:
+        """The tuner's replay of the last window says ``plan``'s layout, its transition
+        counted, makes more goodput than ``existing``, and loses none when the window's
+        arrivals come at the peak rate (:meth:`Reconfigurator.peak_rps`: the operator's, or
+        the rate the starting layout was built to carry; :meth:`OperatingPointTuner.layout_pays`)."""
+        target = [s for s in existing if s.instance_id in set(plan.keep)] + [st.launch for st in plan.steps]
+        share = plan.transition_s / self.reconfigurator.config.lifetime_s
+        peak = self.reconfigurator.peak_rps(self.now, self._home or existing)
+        return self.tuner.layout_pays(self.now, existing, target, self.controller.point, share, peak_rate=peak)
+
+    def _maybe_go_home(self) -> None:
+        """After a tuning: back to the layout the cluster started with where the window now
+        replays better there. A plan is made for the load just seen; when the load moves
+        (a low phase planned for, then a peak), waiting for the next tick and for the
+        monitor's window to fill would run the peak on the wrong layout for minutes, while
+        the tuner's window shows it within one interval."""
+        if self.reconfigurator is None or not self._home or (self.executor is not None and not self.executor.done):
+            return
+        existing = self.pool.active_specs()
+        plan = self.reconfigurator.plan_home(self.now, existing, self._home)
+        if plan is not None and self._replay_pays(existing, plan):
+            self.executor = self._executor(plan)  # advanced at the end of this event
+            self.observer.on_plan(plan)
+
+    def _executor(self, plan) -> PlanExecutor:
+        """An executor for ``plan`` within the reconfigurator's offline budget (one step at a
+        time for an operator's plan on a server without one)."""
+        gpus_of = {s.instance_id: len(s.gpus) for s in self.pool.active_specs()}
+        if self.reconfigurator is None:
+            return PlanExecutor(plan, gpus_of=gpus_of)
+        cluster = self.reconfigurator.cluster
+        budget = int(self.reconfigurator.config.max_offline_share * cluster.nodes * cluster.gpus_per_node)
+        return PlanExecutor(plan, max(1, budget), gpus_of)
+
+    def apply_plan(self, plan) -> bool:
+        """Start executing a plan made outside a tick (e.g. by an operator);
+        False while another plan is still executing."""
+        if self.executor is not None and not self.executor.done:
+            log.warning("reconfiguration refused: the previous plan is still executing")
+            return False
+        self.executor = self._executor(plan)
+        self.observer.on_plan(plan)
+        self._advance_plan()
+        return True
+
+    def _advance_plan(self) -> None:
+        if self.executor is None or self.executor.done:
+            return
+        for action in self.executor.poll(self._idle):
+            if isinstance(action, Drain):
+                slot = self.pool.slot_of.get(action.instance_id)
+                if slot is not None:
+                    log.info("reconfig: draining %s", action.instance_id)
+                    self.pool.set_draining(slot)
+            elif isinstance(action, Stop):
+                if action.instance_id not in self.pool.slot_of:
+                    self.executor.on_stopped(action.instance_id)  # already gone
+                    continue
+                log.info("reconfig: stopping %s", action.instance_id)
+                self.backend.stop_instance(action.instance_id)
+            elif isinstance(action, Launch):
+                log.info(
+                    "reconfig: launching %s (TP-%d on node %d)",
+                    action.spec.instance_id,
+                    action.spec.tp,
+                    action.spec.node,
+                )
+                self._launch(action.spec)
+
+    def _idle(self, instance_id: str) -> bool:
+        slot = self.pool.slot_of.get(instance_id)
+        return slot is None or self.pool.idle_empty(slot)
