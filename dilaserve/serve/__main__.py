@@ -26,8 +26,9 @@ def main(argv=None) -> int:
     from dilaserve.cluster import ray_local
 
     from .api import build_app
+    from .control_setup import connect_ray
     from .drain import DrainingServer
-    from .runtime import ServingRuntime, connect_ray
+    from .runtime import ServingRuntime
 
     try:
         runtime = ServingRuntime(cfg)

@@ -4,7 +4,7 @@
 With ``--admin-api`` (``ServeConfig.admin_api``; as vLLM's dev-mode endpoints, off by
 default: it changes the cluster), ``POST /admin/reconfigure`` applies an operator's
 configuration live, e.g. ``{"node_counts": [{"2": 1}]}`` for one TP-2 instance on node 0
-(see :func:`~dilaserve.serve.runtime.reconfigure_to`); ``bench chaos`` uses it.
+(see :func:`~dilaserve.serve.control_setup.reconfigure_to`); ``bench chaos`` uses it.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .control_setup import reconfigure_to
 from .errors import BadRequest, PayloadTooLarge, ServeError
 from .protocol import (
     ChatCompletionRequest,
@@ -32,7 +33,8 @@ from .protocol import (
     now,
     parse_request,
 )
-from .runtime import CompletionResult, RequestHandle, ServingRuntime, reconfigure_to
+from .responses import CompletionResult, RequestHandle
+from .runtime import ServingRuntime
 
 log = logging.getLogger(__name__)
 

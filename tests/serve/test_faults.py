@@ -8,7 +8,7 @@ import pytest
 import ray
 
 from dilaserve.serve.client import fetch_metrics
-from dilaserve.serve.runtime import reconfigure_to
+from dilaserve.serve.control_setup import reconfigure_to
 from tests.builders.waiting import wait_until
 from tests.serve.server import LONG, LiveServer, instances
 

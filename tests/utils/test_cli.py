@@ -19,7 +19,7 @@ from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.schedule.tuner import TunerConfig
 from dilaserve.serve.config import ServeConfig
 from dilaserve.serve.control_inputs import ControlInputs
-from dilaserve.serve.runtime import control_plane_spec
+from dilaserve.serve.control_setup import control_plane_spec
 from dilaserve.utils.cli import add_dataclass_arguments, build_dataclass, field_docs, parse_dataclass, plain, values_for
 from tests.control.builders import default_profile
 
