@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
+from .attention import check_positions
 from .checkpoint import CheckpointError, family_of, load_native, read_config
 from .modeling import DiLaForMaskedDiffusion, KVCache
 from .native import NativeDiffusionLM
@@ -104,6 +105,8 @@ class DiffusionLM:
         past_mask,
         logit_positions: torch.Tensor | None = None,
         prompt_lengths: torch.Tensor | None = None,
+        write_rows: torch.Tensor | None = None,
+        checked: bool = False,
     ) -> torch.Tensor:
         """Cache step over the current blocks: logits (B, Lb, V), or (B, P, V) at
         ``logit_positions`` (B, P), positions in the block, when given (the native models
@@ -112,8 +115,21 @@ class DiffusionLM:
         ``ids``/``positions`` (B, lead + Lb) start :attr:`lead` tokens before the block.
         A block-causal model may be fed more than the block (the finished block before it,
         whose exact K/V the step appends): ``logit_positions`` then count from the first
-        fed token, and ``prompt_lengths`` (B,) place every key's block.
+        fed token, and ``prompt_lengths`` (B,) place every key's block. ``past_kv`` is
+        written in place (the fed positions' fresh K/V); ``write_rows`` (B,) marks the rows
+        that may write (the others are a pooled step's padding).
+
+        The positions are checked against the cache's length here, at the cost of one host
+        synchronisation, unless ``checked`` says the caller did it on the host (the engine
+        does, so that the step can be captured).
         """
+        if not checked:
+            check_positions(
+                positions,
+                past_kv[0][0].shape[2],
+                "the cache",
+                "a cache step needs the K/V of the whole canvas, block included",
+            )
         ones = torch.ones_like(ids, dtype=torch.bool)
         # block position p reads the fed row p + lead, or the one before it where logits shift
         offset = self.lead - (1 if self.logit_shift else 0)
@@ -125,10 +141,17 @@ class DiffusionLM:
                 past_kv=past_kv,
                 past_mask=past_mask,
                 logit_positions=logit_positions + offset,
+                write_rows=write_rows,
             ).logits
         extra = {"prompt_lengths": prompt_lengths} if self.block_causal else {}
         logits = self.model(
-            ids, attention_mask=ones, position_ids=positions, past_kv=past_kv, past_mask=past_mask, **extra
+            ids,
+            attention_mask=ones,
+            position_ids=positions,
+            past_kv=past_kv,
+            past_mask=past_mask,
+            write_rows=write_rows,
+            **extra,
         ).logits
         logits = logits[:, offset : offset + ids.shape[1] - self.lead]
         if logit_positions is not None:

@@ -11,8 +11,12 @@ Two ways to run it (docs/architecture.md section 3):
 * **cache step**: only the current block's tokens go through. Each layer
   attends to the cached K/V of everything *outside* the block plus the fresh
   K/V of the block itself, written over the block's stale entries in the
-  (per-step copy of the) cache: cheaper than concatenating, which would copy
-  the whole cache once per layer.
+  cache, in place (the engine passes views of its persistent pool): cheaper
+  than concatenating, which would copy the whole cache once per layer.
+
+The forward makes no host synchronisation and no data-dependent shape, so the
+engine can capture a cache step (docs/architecture.md, "Engine memory layout and
+captured steps"); positions are checked before a step, by the engine or the adapter.
 
 With ``config.block_causal`` the same two passes serve block diffusion: a token
 attends to the prompt, to earlier blocks and to its own block only, so the K/V
@@ -30,6 +34,7 @@ import torch.nn.functional as F
 from transformers import PreTrainedModel
 from transformers.utils import ModelOutput
 
+from .attention import attend, block_visible, cache_keys
 from .configuration import DiLaConfig
 
 #: Per-layer (K, V), each (batch, heads, seq, head_dim), rotary already applied to K.
@@ -74,45 +79,6 @@ def apply_rotary(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(pairs * rot).flatten(-2)
 
 
-def attend(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    key_mask: torch.Tensor,
-    past: tuple[torch.Tensor, torch.Tensor] | None = None,
-    block_index: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Attention of ``q`` (B, H, T, D) over fresh ``k``/``v`` (B, Hkv, T, D), or over the cache.
-
-    In a cache step (``past`` given) the block's fresh K/V overwrite its stale entries in
-    the cache, in place, at ``block_index``; concatenating instead would copy the whole
-    cache. Fewer K/V heads than query heads (grouped-query attention) are shared by
-    consecutive query heads.
-    """
-    if past is not None:
-        k = past[0].scatter_(2, block_index, k)
-        v = past[1].scatter_(2, block_index, v)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask, enable_gqa=k.shape[1] != q.shape[1])
-
-
-def block_of(positions: torch.Tensor, prompt_lengths: torch.Tensor, block_length: int) -> torch.Tensor:
-    """Block index of each position (B, N): -1 in the prompt, then 0, 1, ... every ``block_length``."""
-    offset = positions - prompt_lengths[:, None]
-    return torch.where(offset < 0, -1, torch.div(offset, block_length, rounding_mode="floor"))
-
-
-def block_visible(
-    query_pos: torch.Tensor, key_pos: torch.Tensor, prompt_lengths: torch.Tensor, block_length: int
-) -> torch.Tensor:
-    """Block-causal visibility (B, T, S): a query sees keys of its own block and earlier ones.
-
-    The prompt is block -1, so it sees only itself, as with ``isolate_prompt``.
-    """
-    q = block_of(query_pos, prompt_lengths, block_length)
-    k = block_of(key_pos, prompt_lengths, block_length)
-    return k[:, None, :] <= q[:, :, None]
-
-
 class Attention(nn.Module):
     def __init__(self, cfg: DiLaConfig):
         super().__init__()
@@ -128,11 +94,12 @@ class Attention(nn.Module):
         key_mask,
         past: tuple[torch.Tensor, torch.Tensor] | None = None,
         block_index: torch.Tensor | None = None,
+        write_rows: torch.Tensor | None = None,
     ):
         B, T, _ = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
         q, k = apply_rotary(q, rot), apply_rotary(k, rot)
-        y = attend(q, k, v, key_mask, past, block_index)
+        y = attend(q, k, v, key_mask, past, block_index, write_rows)
         # n_head * head_dim rather than the model width: a tensor-parallel shard holds fewer heads
         return self.out(y.transpose(1, 2).reshape(B, T, self.n_head * self.head_dim)), (k, v)
 
@@ -156,8 +123,8 @@ class Block(nn.Module):
         self.ln2 = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, rot, key_mask, past=None, block_index=None):
-        a, kv = self.attn(self.ln1(x), rot, key_mask, past, block_index)
+    def forward(self, x, rot, key_mask, past=None, block_index=None, write_rows=None):
+        a, kv = self.attn(self.ln1(x), rot, key_mask, past, block_index, write_rows)
         x = x + a
         return x + self.mlp(self.ln2(x)), kv
 
@@ -220,6 +187,7 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
         past_mask: torch.Tensor | None = None,
         return_kv: bool = False,
         prompt_lengths: torch.Tensor | None = None,
+        write_rows: torch.Tensor | None = None,
     ) -> DiLaOutput:
         """Run a recompute pass, or a cache step when ``past_kv`` is given.
 
@@ -229,8 +197,8 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
             position_ids: (B, T) absolute positions (defaults to 0..T-1).
             past_kv: cached per-layer K/V (B, H, S, D) of the whole canvas, from a
                 recompute pass. A cache step writes the block's fresh K/V over its
-                stale entries (at ``position_ids``) in place: pass a copy you may
-                overwrite.
+                stale entries (at ``position_ids``) in place: pass the engine pool's views,
+                or a copy you may overwrite.
             past_mask: (B, S) 1 for cached keys to attend to, 0 for padding; the
                 block's own positions are attended to whatever it says.
             return_kv: return each layer's K/V for caching.
@@ -241,6 +209,12 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
                 rather than let the prompt see the response. A cache step feeds
                 response tokens only and needs none, except in block-causal mode,
                 where every key's block is counted from the prompt's end.
+            write_rows: (B,) for a cache step over pooled slots: the rows that are a request's;
+                the others are padding and leave their slot's K/V as they were.
+
+        Positions must lie inside the model's context and, in a cache step, inside the cache
+        (``past_kv``'s length): the forward does not check them, since a check would cost a
+        host synchronisation and break capture (the engine checks them before a step).
         """
         # block-causal cache steps need them too: a key's block is counted from the prompt's end
         needs_prompt = self.config.isolate_prompt and (past_kv is None or self.config.block_causal)
@@ -256,29 +230,17 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
                 f"prompt_lengths has shape {tuple(prompt_lengths.shape)} but input_ids has {B} rows: "
                 f"pass one prompt length per row, shape ({B},)"
             )
+        if past_kv is None and T > self.config.max_position_embeddings:
+            raise ValueError(
+                f"{T} tokens exceed the model's context ({self.config.max_position_embeddings}); "
+                "shorten the prompt or gen_length"
+            )
         if position_ids is None:
             position_ids = torch.arange(T, device=input_ids.device).expand(B, T)
-        last = int(position_ids.max())  # one device sync, shared by both checks below
-        if last >= self.config.max_position_embeddings:
-            raise ValueError(
-                f"position {last} exceeds the model's context "
-                f"({self.config.max_position_embeddings}); shorten the prompt or gen_length"
-            )
         rot = self.rope(input_ids.device)[position_ids].unsqueeze(1)
         if attention_mask is None:
             attention_mask = torch.ones(B, T, dtype=torch.bool, device=input_ids.device)
-        keys = attention_mask.bool()
-        block_index = None
-        if past_kv is not None:
-            S = past_kv[0][0].shape[2]
-            if last >= S:
-                raise ValueError(
-                    f"block position {last} lies outside the cache ({S} entries): "
-                    "a cache step needs the K/V of the whole canvas, block included"
-                )
-            keys = past_mask.bool().scatter(1, position_ids, keys)
-            H, D = past_kv[0][0].shape[1], past_kv[0][0].shape[3]
-            block_index = position_ids[:, None, :, None].expand(B, H, T, D)
+        keys, block_index = cache_keys(attention_mask, position_ids, past_kv, past_mask)
         key_mask = keys[:, None, None, :]  # broadcast over heads and queries
         if self.config.block_causal:
             S = keys.shape[1]
@@ -295,7 +257,7 @@ class DiLaForMaskedDiffusion(DiLaPreTrainedModel):
         x = self.embed(input_ids)
         kv_out: KVCache = []
         for i, layer in enumerate(self.layers):
-            x, kv = layer(x, rot, key_mask, None if past_kv is None else past_kv[i], block_index)
+            x, kv = layer(x, rot, key_mask, None if past_kv is None else past_kv[i], block_index, write_rows)
             if return_kv:
                 kv_out.append(kv)
         logits = F.linear(self.norm(x), self.embed.weight)

@@ -10,7 +10,7 @@ The model runs exactly like the embedded one (docs/architecture.md section 3): a
 **recompute** pass over whole canvases that can return every layer's K/V, and a
 **cache step** that feeds one block and attends to the cached K/V of the rest. The
 building blocks are the embedded model's (RMSNorm, SwiGLU MLP, the cache-aware
-:func:`~dilaserve.model.modeling.attend`); only the rotary layout differs: these
+:func:`~dilaserve.model.attention.attend`); only the rotary layout differs: these
 checkpoints rotate the two halves of each head (``rotate_half``), not adjacent pairs.
 
 Weights stay in the published layout except for two fusions done at load time: q, k
@@ -27,7 +27,8 @@ from types import SimpleNamespace
 import torch
 import torch.nn as nn
 
-from .modeling import MLP, DiLaOutput, KVCache, RMSNorm, attend
+from .attention import attend, cache_keys
+from .modeling import MLP, DiLaOutput, KVCache, RMSNorm
 
 
 @dataclass(frozen=True)
@@ -135,14 +136,14 @@ class NativeAttention(nn.Module):
         )
         self.out = nn.Linear(spec.num_heads * spec.head_dim, spec.hidden_size, bias=False)
 
-    def forward(self, x, cos, sin, key_mask, past=None, block_index=None):
+    def forward(self, x, cos, sin, key_mask, past=None, block_index=None, write_rows=None):
         B, T, _ = x.shape
         D = self.head_dim
         q, k, v = self.qkv(x).split((self.n_head * D, self.n_kv_head * D, self.n_kv_head * D), dim=-1)
         q = rotate(q.view(B, T, self.n_head, D).transpose(1, 2), cos, sin)
         k = rotate(k.view(B, T, self.n_kv_head, D).transpose(1, 2), cos, sin)
         v = v.view(B, T, self.n_kv_head, D).transpose(1, 2)
-        y = attend(q, k, v, key_mask, past, block_index)
+        y = attend(q, k, v, key_mask, past, block_index, write_rows)
         # n_head rather than the config's: a tensor-parallel shard holds fewer heads
         return self.out(y.transpose(1, 2).reshape(B, T, self.n_head * D)), (k, v)
 
@@ -155,34 +156,10 @@ class NativeBlock(nn.Module):
         self.ln2 = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
         self.mlp = MLP(SimpleNamespace(hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size))
 
-    def forward(self, x, cos, sin, key_mask, past=None, block_index=None):
-        a, kv = self.attn(self.ln1(x), cos, sin, key_mask, past, block_index)
+    def forward(self, x, cos, sin, key_mask, past=None, block_index=None, write_rows=None):
+        a, kv = self.attn(self.ln1(x), cos, sin, key_mask, past, block_index, write_rows)
         x = x + a
         return x + self.mlp(self.ln2(x)), kv
-
-
-def key_mask_for(
-    attention_mask: torch.Tensor, position_ids: torch.Tensor, past_kv: KVCache | None, past_mask: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The (B, 1, 1, S) keys every query may attend to, and the cache step's scatter index.
-
-    A recompute pass attends to the real (unpadded) tokens; a cache step to the cached
-    keys of ``past_mask`` plus the fed block's own positions.
-    """
-    keys = attention_mask.bool()
-    block_index = None
-    if past_kv is not None:
-        S = past_kv[0][0].shape[2]
-        if int(position_ids.max()) >= S:
-            raise ValueError(
-                f"block position {int(position_ids.max())} lies outside the cache ({S} entries): "
-                "a cache step needs the K/V of the whole canvas, block included"
-            )
-        keys = past_mask.bool().scatter(1, position_ids, keys)
-        B, T = position_ids.shape
-        H, D = past_kv[0][0].shape[1], past_kv[0][0].shape[3]
-        block_index = position_ids[:, None, :, None].expand(B, H, T, D)
-    return keys[:, None, None, :], block_index
 
 
 class NativeDiffusionLM(nn.Module):
@@ -223,10 +200,12 @@ class NativeDiffusionLM(nn.Module):
         return_kv: bool = False,
         prompt_lengths: torch.Tensor | None = None,
         logit_positions: torch.Tensor | None = None,
+        write_rows: torch.Tensor | None = None,
     ) -> DiLaOutput:
         """Run a recompute pass, or a cache step when ``past_kv`` is given.
 
-        The arguments are :meth:`DiLaForMaskedDiffusion.forward`'s, plus
+        The arguments are :meth:`DiLaForMaskedDiffusion.forward`'s (positions unchecked
+        here too, for capture), plus
         ``logit_positions`` (B, P): indices into the fed tokens whose logits are wanted
         (default all). A recompute step needs only the current block's, and at a
         vocabulary of 126k-152k the head over a whole canvas would cost more than the
@@ -237,23 +216,26 @@ class NativeDiffusionLM(nn.Module):
         """
         B, T = input_ids.shape
         dev = input_ids.device
+        # the rotary tables must cover every position: the cache's length in a cache step
+        # (positions lie inside it, as the engine checks before a step), else the fed tokens
+        length = T if past_kv is None else past_kv[0][0].shape[2]
+        if length > self.max_context:
+            raise ValueError(
+                f"{length} positions exceed the model's context ({self.max_context}); shorten the prompt or gen_length"
+            )
         if position_ids is None:
             position_ids = torch.arange(T, device=dev).expand(B, T)
-        last = int(position_ids.max())
-        if last >= self.max_context:
-            raise ValueError(
-                f"position {last} exceeds the model's context ({self.max_context}); shorten the prompt or gen_length"
-            )
         if attention_mask is None:
             attention_mask = torch.ones(B, T, dtype=torch.bool, device=dev)
-        key_mask, block_index = key_mask_for(attention_mask, position_ids, past_kv, past_mask)
+        keys, block_index = cache_keys(attention_mask, position_ids, past_kv, past_mask)
+        key_mask = keys[:, None, None, :]  # every query sees the same keys
         x = self.embed(input_ids)
-        cos, sin = self.rope(last + 1, dev)
+        cos, sin = self.rope(length, dev)
         rope_dtype = torch.float32 if self.spec.rope_full_precision else x.dtype
         cos, sin = cos[position_ids].unsqueeze(1).to(rope_dtype), sin[position_ids].unsqueeze(1).to(rope_dtype)
         kv_out: KVCache = []
         for i, layer in enumerate(self.layers):
-            x, kv = layer(x, cos, sin, key_mask, None if past_kv is None else past_kv[i], block_index)
+            x, kv = layer(x, cos, sin, key_mask, None if past_kv is None else past_kv[i], block_index, write_rows)
             if return_kv:
                 kv_out.append(kv)
         h = self.norm(x)
