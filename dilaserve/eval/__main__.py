@@ -72,7 +72,8 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool, str | None]:
         "high phase at nominal capacity), paper-published (the same, replaying the step law "
         "calibrated to Fast-dLLM's published LLaDA numbers), block (the same cluster serving the "
         "block-causal checkpoint's recorded steps as block diffusion, LLaDA-8B's profile in block "
-        "mode), embedded (measured profile, the "
+        "mode), paper-h200 (the paper setting on H200s with this project's eager engine: analytic, "
+        "with host terms fitted to its steps measured on one H200), embedded (measured profile, the "
         "trace's own lengths, high phase 0.8); default: paper and embedded, or paper alone with --quick",
     )
     # Every other option is a field of EvalOptions, documented and validated there.

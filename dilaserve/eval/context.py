@@ -75,6 +75,10 @@ SETTINGS = {
     # Block diffusion: the block-causal embedded checkpoint's recorded steps on the same
     # cluster, with the same 8B-class model's analytic profile in block mode.
     "block": replace(PAPER, profile="llada-8b-h100-block", dynamics=BLOCK_LAW, block_causal=True, slo_law=None),
+    # The same on H200s with this project's eager engine: the analytic profile with host terms
+    # fitted to the engine's steps measured on one H200 (dilaserve.profile.analytic.EAGER_H200),
+    # not a profile measured on a GPU.
+    "paper-h200": replace(PAPER, profile="llada-8b-h200-eager"),
     # The embedded model's measured profile (TP 1 and 2 measured) on the same 16 slots.
     "embedded": SettingSpec("measured", (1, 2), "embedded", "trace", 0.8),
 }

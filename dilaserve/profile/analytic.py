@@ -4,13 +4,22 @@ For a TP-``tp`` instance and ``n`` tokens in the batch, one denoising step costs
 
     roofline = max(FLOPs / (peak * compute_eff), bytes / (hbm * memory_eff)) / (tp * scaling[tp])
     comm     = 2 * layers * (allreduce_latency + 2 (tp-1)/tp * n * hidden * act_bytes / (link * link_eff))
-    latency  = roofline + comm + step_overhead
+    host     = host_step + host_request * requests
+    latency  = max(roofline + comm, host) + step_overhead
 
 * FLOPs: 2 x parameters per token plus attention (4 x layers x hidden x n x context);
 * bytes: the weights plus K/V traffic (a recompute step writes every token's K/V, a cache
   step reads each request's whole context);
 * recompute steps hold ``n / context`` requests, cache steps feed ``n / block`` requests
-  (one block each) that attend to ``context`` cached tokens.
+  (one block each) that attend to ``context`` cached tokens;
+* host: what the host spends issuing one step (kernel launches, per-request bookkeeping).
+  The GPU runs while the host issues the next kernels, so a step costs the larger of the
+  two: an eager engine is host-bound at small batch (a cache step of LLaDA-8B on an H200
+  costs ~34 ms against a ~4 ms memory floor) and device-bound at large batch; a
+  graph-captured engine has host terms near 0 and is the roofline. The host terms do not
+  shrink with TP: every rank issues the same kernels. They are 0 in :data:`ROOFLINE` and
+  fitted to this project's eager engine in :data:`EAGER_H200` (profiles
+  ``<model>-h200-eager``).
 
 **Block mode** (``block_causal=True``, profiles named ``<model>-<gpu>-block``): the same
 model served as block diffusion (docs/architecture.md, "Block diffusion"). A block step is
@@ -76,7 +85,11 @@ class RooflineParams:
     Attributes:
         compute_eff / memory_eff / link_eff: achieved share of peak FLOP/s, HBM and NVLink.
         allreduce_latency_s: fixed cost of one all-reduce (launch + synchronisation).
-        step_overhead_s: per-step host overhead (scheduling, sampling, launch).
+        step_overhead_s: per-step host overhead (scheduling, sampling, launch) that does
+            not overlap the GPU's work: added to every step.
+        host_step_s / host_request_s: host time to issue one step, and per request in it,
+            which overlaps the GPU's work: a step costs at least their sum (0: a
+            graph-captured engine, whose steps are the roofline's).
         context: tokens per request (prompt + canvas); GSM8K-like default 1020 + 256.
         answer_tokens: of those, the answer canvas (block mode: a block step attends to the
             prompt and the finished blocks, on average half the answer).
@@ -90,6 +103,8 @@ class RooflineParams:
     link_eff: float = 0.7
     allreduce_latency_s: float = 10e-6
     step_overhead_s: float = 2e-3
+    host_step_s: float = 0.0
+    host_request_s: float = 0.0
     context: int = 1276
     answer_tokens: int = 256
     block_length: int = 32
@@ -107,9 +122,27 @@ MODELS: dict[str, ModelSpec] = {
 GPUS: dict[str, GPUSpec] = {
     "h100": GPUSpec("h100", peak_flops=989e12, hbm_bytes_s=3.35e12, link_bytes_s=450e9),  # SXM5 80 GB
     "a100": GPUSpec("a100", peak_flops=312e12, hbm_bytes_s=2.039e12, link_bytes_s=300e9),  # SXM4 80 GB
+    # SXM 141 GB: the H100's compute and NVLink, HBM3e at 4.8 TB/s.
+    "h200": GPUSpec("h200", peak_flops=989e12, hbm_bytes_s=4.8e12, link_bytes_s=450e9),
 }
 
 ROOFLINE = RooflineParams()
+
+#: This project's eager engine (``DenoisingEngine.step``, no CUDA graphs), measured on one
+#: H200 at the published shapes (random bf16 weights, context 1276, block 32): the engine
+#: rows of data/gpu/llada.jsonl and dream.jsonl (data/gpu/README.md). Fitted by
+#: :func:`dilaserve.profile.host_fit.fit_host_terms`: ``compute_eff`` to the recompute steps
+#: (batch 4-32; they are compute-bound), the host terms to the cache steps (batch 1-32;
+#: host-bound but at 32), with no separate ``step_overhead_s`` (the engine's host work is
+#: all in the host terms). The fit reproduces every measured step within 20%
+#: (tests/profile/test_host_fit.py); host-bound steps vary with the host (a batch-1 cache
+#: step took 21.6 ms on one machine, 35.5 ms on another), so these hold for that host.
+EAGER_H200: dict[str, RooflineParams] = {
+    "llada-8b": replace(ROOFLINE, compute_eff=0.496, step_overhead_s=0.0, host_step_s=30.5e-3, host_request_s=1.12e-3),
+    "dream-7b": replace(ROOFLINE, compute_eff=0.579, step_overhead_s=0.0, host_step_s=22.9e-3, host_request_s=0.552e-3),
+}
+#: Suffix of a profile with the eager engine's host terms (``llada-8b-h200-eager``).
+EAGER_SUFFIX = "-eager"
 
 #: Token grids of the stored curves (tokens in the batch).
 RECOMPUTE_GRID = tuple(int(x) for x in np.geomspace(256, 131072, 19).round())
@@ -126,7 +159,7 @@ def attended_context(p: RooflineParams, kind: StepKind, block_causal: bool) -> f
     return causal / 2 if kind is StepKind.RECOMPUTE else causal
 
 
-def _roofline_tp1(
+def roofline_tp1(
     model: ModelSpec, gpu: GPUSpec, p: RooflineParams, n: float, kind: StepKind, block_causal: bool = False
 ) -> float:
     ctx = attended_context(p, kind, block_causal)
@@ -139,6 +172,16 @@ def _roofline_tp1(
     compute = flops / (gpu.peak_flops * p.compute_eff)
     memory = (model.weight_bytes + kv) / (gpu.hbm_bytes_s * p.memory_eff)
     return max(compute, memory)
+
+
+def host_seconds(p: RooflineParams, n: float, kind: StepKind) -> float:
+    """The host's time to issue a step of ``n`` tokens: ``host_step_s`` plus ``host_request_s``
+    per request (``n / context`` in a recompute step, ``n / block_length`` fed blocks in a
+    cache step)."""
+    if not (p.host_step_s or p.host_request_s):
+        return 0.0
+    requests = n / (p.context if kind is StepKind.RECOMPUTE else p.block_length)
+    return p.host_step_s + p.host_request_s * requests
 
 
 def _allreduce(model: ModelSpec, gpu: GPUSpec, p: RooflineParams, n: float, tp: int) -> float:
@@ -154,16 +197,18 @@ def calibrate(
 ) -> dict[int, float]:
     """``scaling[tp]`` that makes the profile hit ``p.targets`` at the calibration point."""
     n = p.calibration_tokens
-    r1 = _roofline_tp1(model, gpu, p, n, StepKind.RECOMPUTE, block_causal)
-    t1 = r1 + p.step_overhead_s
+    r1 = roofline_tp1(model, gpu, p, n, StepKind.RECOMPUTE, block_causal)
+    host = host_seconds(p, n, StepKind.RECOMPUTE)
+    t1 = max(r1, host) + p.step_overhead_s
     scaling = {1: 1.0}
     for tp, target in sorted(p.targets.items()):
-        rest = target * t1 - _allreduce(model, gpu, p, n, tp) - p.step_overhead_s
-        if rest <= 0:
+        device = target * t1 - p.step_overhead_s
+        rest = device - _allreduce(model, gpu, p, n, tp)
+        if rest <= 0 or device <= host:
             raise ValueError(
                 f"{model.name} on {gpu.name}: TP-{tp} cannot reach {target:.0%} of TP-1 latency, "
-                "communication and overhead alone exceed it; lower allreduce_latency_s / step_overhead_s "
-                "or raise calibration_tokens"
+                "communication, overhead and host time alone exceed it; lower allreduce_latency_s / "
+                "step_overhead_s / host_step_s / host_request_s or raise calibration_tokens"
             )
         scaling[tp] = r1 / (tp * rest)
     known = sorted(scaling)
@@ -189,8 +234,9 @@ def step_latency(
     s = scaling or calibrate(model, gpu, p, block_causal)
     if tp not in s:
         raise ValueError(f"TP-{tp} is not calibrated (have {sorted(s)}): add a target for it in RooflineParams")
-    roof = _roofline_tp1(model, gpu, p, n, kind, block_causal)
-    return roof / (tp * s[tp]) + _allreduce(model, gpu, p, n, tp) + p.step_overhead_s
+    roof = roofline_tp1(model, gpu, p, n, kind, block_causal)
+    device = roof / (tp * s[tp]) + _allreduce(model, gpu, p, n, tp)
+    return max(device, host_seconds(p, n, kind)) + p.step_overhead_s
 
 
 #: Suffix of a block-mode profile's name (``llada-8b-h100-block``).
@@ -203,15 +249,25 @@ def analytic_profile(
     tp_degrees: Sequence[int] = (1, 2, 4, 8),
     p: RooflineParams = ROOFLINE,
     block_causal: bool = False,
+    eager: bool = False,
 ) -> LatencyProfile:
     """The calibrated roofline profile of ``model`` (key of :data:`MODELS`) on ``gpu`` (of
-    :data:`GPUS`); ``block_causal``: the same model served as block diffusion (block mode)."""
+    :data:`GPUS`); ``block_causal``: the same model served as block diffusion (block mode);
+    ``eager``: with the host terms of this project's eager engine (:data:`EAGER_H200`, in
+    place of ``p``; H200 only, the host they were measured with)."""
     try:
         m, g = MODELS[model], GPUS[gpu]
     except KeyError:
         raise ValueError(
             f"unknown model {model!r} or GPU {gpu!r}: models {sorted(MODELS)}, GPUs {sorted(GPUS)}"
         ) from None
+    if eager:
+        if gpu != "h200" or model not in EAGER_H200:
+            raise ValueError(
+                f"the eager engine's host terms were measured on an H200 for {sorted(EAGER_H200)}, "
+                f"not {model!r} on {gpu!r}: use gpu 'h200' with one of those models, or eager=False"
+            )
+        p = EAGER_H200[model]
     scaling = calibrate(m, g, p, block_causal)
     curves = {
         kind: {
@@ -227,6 +283,10 @@ def analytic_profile(
         "roofline": {**asdict(replace(p, targets={})), "targets": {str(k): v for k, v in p.targets.items()}},
         "scaling": {str(k): v for k, v in scaling.items()},
         "block_causal": block_causal,
+        # Which engine the host terms describe: a roofline (none), or analytic with host
+        # terms fitted to the eager engine's measured steps (not a profile measured by
+        # `python -m dilaserve.profile` on a GPU).
+        "engine": "eager (analytic, host terms fitted to one H200, data/gpu/)" if eager else "none (roofline)",
         "x_axis": {
             "recompute": "tokens in the batch (block mode: the prefills' prompts and finished blocks)"
             if block_causal
@@ -236,5 +296,5 @@ def analytic_profile(
             else "fed tokens (requests x block_length)",
         },
     }
-    name = f"{model}-{gpu}{BLOCK_SUFFIX if block_causal else ''}"
+    name = f"{model}-{gpu}{BLOCK_SUFFIX if block_causal else ''}{EAGER_SUFFIX if eager else ''}"
     return LatencyProfile(name, curves[StepKind.RECOMPUTE], curves[StepKind.CACHE], meta)

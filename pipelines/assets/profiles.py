@@ -8,7 +8,7 @@ from pydantic import Field
 
 from dilaserve.engine.state import StepKind
 from dilaserve.model.checkpoint import family_of
-from dilaserve.profile.analytic import GPUS, MODELS, ROOFLINE, analytic_profile
+from dilaserve.profile.analytic import EAGER_H200, GPUS, MODELS, ROOFLINE, analytic_profile
 from dilaserve.profile.measure import MeasureConfig, measure_profile
 from pipelines.metadata import chart, image, short_path, tidy
 from pipelines.plots import latency_profile_plot
@@ -121,6 +121,10 @@ def analytic_profiles(
                 path = paths.analytic_profile(prof.name)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 prof.save(path)
+                profiles[prof.name] = prof
+            if g == "h200" and m in EAGER_H200:  # also with the eager engine's host terms, fitted on an H200
+                prof = analytic_profile(m, g, config.tp_degrees, eager=True)
+                prof.save(paths.analytic_profile(prof.name))
                 profiles[prof.name] = prof
     plot = latency_profile_plot(profiles, paths.profiles_dir / "analytic" / "analytic.png")
     n = ROOFLINE.calibration_tokens
