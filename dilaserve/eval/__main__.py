@@ -21,11 +21,14 @@ same numbers per high-phase load.
 
 ``frontier --hindsight`` runs the static grid on the one trace workload instead (each
 candidate threshold x admission on/off x static TP mix, and one threshold per tier by
-coordinate search with ``--slo-tiers``; :mod:`dilaserve.eval.hindsight`, in ``--jobs``
-processes) and ends with ``{"policies": {...every grid point...}, "best_static": {"policy",
-goodput, ...}, "dilaserve": {...}, "dilaserve-no-reconfig": {...}, "margin": dilaserve's
-goodput minus the best static point's, "mixes": {...}, "dilaserve_tunings": [[time,
-point], ...], "runs": simulator runs, "wall_s": their wall time}``. ``--slo-tiers
+a local search run until no single move gains, with ``--slo-tiers``;
+:mod:`dilaserve.eval.hindsight`, in ``--jobs`` processes) and ends with ``{"policies":
+{...every grid point...}, "best_static": {"policy", goodput, ...}, "dilaserve": {...},
+"dilaserve-no-reconfig": {...}, "margin": dilaserve's goodput minus the best static
+point's, "mixes": {...}, "dilaserve_tunings": [[time, point], ...], "runs": simulator
+runs, "points_tried": static points run, "search_passes": passes of the tier search,
+"wall_s": their wall time}``; with tiers, ``best_static`` and the two dilaserve entries
+carry ``"tiers": {TIER: {requests, slo_attainment, goodput, p99_latency_s}}``. ``--slo-tiers
 NAME:SHARE:SCALE,...`` (or ``default``) gives the trace experiments tiered SLOs;
 ``--static-tp 1|2|4|stage1`` (or a layout per node, ``4,4,4,2+1+1``) starts every policy
 from that cluster.

@@ -5,12 +5,13 @@ A static server picks a threshold, whether to refuse what cannot make its SLO, a
 mix, once. The grid runs every such point on the workload: each candidate threshold, with
 admission on and off, on every static TP mix (every GPU at TP 1, 2 or 4 where the setting
 allows it, and stage 1's plan for the workload's mean load); with SLO tiers, also one
-threshold per tier (coordinate search from the best uniform point: each tier moved to each
-threshold with the others held, repeated while it improves). The best of the grid by
-goodput is the frontier an adaptive policy is measured against: dilaserve's margin is its
-goodput minus that point's. Quick runs keep admission off on TP-1 only (a static cluster
-without admission is the classic baseline), run the other mixes at TP-1's three best
-thresholds, and do one coordinate pass.
+threshold per tier (local search from the best uniform point with admission: every single
+move, one tier to another threshold, the cluster to another mix or admission switched,
+from the current point, repeated until no single move gains, quick or not). The best of
+the grid by goodput is the frontier an adaptive policy is measured against: dilaserve's
+margin is its goodput minus that point's. Quick runs keep admission off on TP-1 only in the
+uniform grid (a static cluster without admission is the classic baseline), and run the
+other mixes at TP-1's three best thresholds.
 
 Runs go through a process pool (``--jobs``); each is a deterministic simulator run, so the
 grid's numbers do not depend on the order or the parallelism.
@@ -25,6 +26,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+import polars as pl
+
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.eval.context import EvalContext
@@ -33,6 +37,7 @@ from dilaserve.reconfig.monitor import WorkloadMonitor
 from dilaserve.reconfig.plan import layout_from_node_counts, names_a_layout, node_counts_from_text, static_layout
 from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule.policies import fixed_policy_name
+from dilaserve.sim.metrics import good
 from dilaserve.sim.progress import canvas_length
 from dilaserve.sim.setting import ClusterSetting
 from dilaserve.sim.simulator import SimResult
@@ -195,34 +200,76 @@ def _job(p: GridPoint, layouts: dict[str, tuple | None]):
     return (p.label, p.policy, layouts[p.mix], p.tiers)
 
 
+def _moved(point: GridPoint, priority: int, threshold: float) -> GridPoint:
+    """``point`` with one tier moved to ``threshold``. A pin equal to the default threshold
+    is dropped, and a point with no pins left is the uniform one, so each operating point
+    has one label (and one run)."""
+    tiers = point.tiers or OperatingPoint.static(point.threshold)
+    if threshold == tiers.default:
+        tiers = replace(tiers, pins=tuple((p, t) for p, t in tiers.pins if p != priority))
+    else:
+        tiers = tiers.with_pin(priority, threshold)
+    return replace(point, tiers=tiers if tiers.pins else None)
+
+
+def _pin(point: GridPoint, priority: int) -> float:
+    return point.threshold if point.tiers is None else point.tiers.pin(priority)
+
+
+def single_moves(current: GridPoint, priorities: Sequence[int], thresholds: Sequence[float], mixes) -> list[GridPoint]:
+    """Every point one move from ``current``: one tier to another threshold, the cluster to
+    another static mix, or admission switched."""
+    tiers = [_moved(current, p, t) for p in priorities for t in thresholds if _pin(current, p) != t]
+    return [
+        *tiers,
+        *(replace(current, mix=m) for m in mixes if m != current.mix),
+        replace(current, admission=not current.admission),
+    ]
+
+
 def tier_search(
-    runner: GridRunner, best: GridPoint, priorities: Sequence[int], thresholds: Sequence[float], layouts, passes: int
-) -> GridPoint:
-    """Coordinate search over one threshold per tier from the best uniform point: each pass
-    moves each tier to each threshold with the others held and keeps the best."""
-    current = replace(best, tiers=OperatingPoint.static(best.threshold))
-    runner.results.setdefault(current.label, runner.results[best.label])
-    for _ in range(passes):
-        moves = [
-            replace(current, tiers=current.tiers.with_pin(p, t))
-            for p in priorities
-            for t in thresholds
-            if current.tiers.pin(p) != t
-        ]
+    runner: GridRunner, start: GridPoint, priorities: Sequence[int], thresholds: Sequence[float], layouts
+) -> tuple[GridPoint, int]:
+    """Local search over one threshold per tier (and the mix and admission) from a uniform
+    point: each pass runs every single move from the current point and keeps the best,
+    until no single move gains. Each pass raises goodput strictly on a finite grid, so it
+    ends. Returns the point and the number of passes."""
+    current, passes = start, 0
+    while True:
+        passes += 1
+        moves = single_moves(current, priorities, thresholds, layouts)
         runner.run([_job(m, layouts) for m in moves])
-        top = max([current, *moves], key=lambda m: runner.goodput(m.label))
+        top = max([current, *moves], key=lambda m: runner.goodput(m.label))  # ties keep current
         if top == current:
-            break
+            return current, passes
         current = top
-    return current
+
+
+def tier_breakdown(requests: pl.DataFrame) -> dict[str, dict]:
+    """Per SLO tier of a run's requests: its ``requests``, ``slo_attainment``, ``goodput``
+    and ``p99_latency_s`` (over its finished requests; None if none finished)."""
+    out = {}
+    for tier in sorted(requests["tier"].drop_nulls().unique().to_list()):
+        rows = requests.filter(pl.col("tier") == tier)
+        lat = rows.filter(pl.col("status") == "finished")["latency_s"].to_numpy()
+        out[tier] = {
+            "requests": rows.height,
+            "slo_attainment": float(rows["met_slo"].fill_null(False).mean()),
+            "goodput": float(good(rows).mean()),
+            "p99_latency_s": float(np.quantile(lat, 0.99)) if len(lat) else None,
+        }
+    return out
 
 
 def hindsight(ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo_s: float) -> dict:
     """The grid, dilaserve and its no-reconfiguration variant on ``wl``; returns the JSON
     section (``best_static``, ``dilaserve``, ``dilaserve-no-reconfig``, ``margin``, ``grid``)
     and keeps every run under ``_runs`` for the tables; every grid point's numbers are in
-    the JSON line's ``policies``). ``runs`` and ``wall_s`` say what the verdict cost: the
-    simulator runs it took and the wall seconds they took at ``--jobs``."""
+    the JSON line's ``policies``). With tiers, ``best_static``, ``dilaserve`` and
+    ``dilaserve-no-reconfig`` carry ``tiers``: per tier, its attainment, goodput and p99.
+    ``points_tried`` and ``search_passes`` say how far the search went, ``runs`` and
+    ``wall_s`` what the verdict cost: the simulator runs it took and the wall seconds they
+    took at ``--jobs``."""
     t0 = time.perf_counter()
     runner = GridRunner(ctx, setting, wl, slo_s)
     mixes = ("1", "2", "4", "stage1")
@@ -245,22 +292,29 @@ def hindsight(ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo_s: fl
     priorities = sorted({r.priority for r in wl.requests}, reverse=True)
     if len(priorities) > 1:
         start = max((p for p in grid if p.admission), key=lambda p: runner.goodput(p.label))
-        passes = 1 if ctx.options.quick else 3
-        tiered = tier_search(runner, start, priorities, setting.control.thresholds, layouts, passes)
+        tiered, passes = tier_search(runner, start, priorities, setting.control.thresholds, layouts)
         best_label = max((best.label, tiered.label), key=runner.goodput)
     else:
-        best_label = best.label
+        best_label, passes = best.label, 0
     res = runner.results
-    summary = {name: res[name].summary.as_json() for name in ADAPTIVE}
+
+    def verdict_of(label: str) -> dict:
+        tiers = {"tiers": tier_breakdown(res[label].requests)} if len(priorities) > 1 else {}
+        return {**res[label].summary.as_json(), **tiers}
+
     top = res[best_label].summary
+    static = {id(r) for label, r in res.items() if label not in ADAPTIVE}
     return {
-        "best_static": {"policy": best_label, **top.as_json()},
-        **{name: summary[name] for name in ADAPTIVE},
+        "best_static": {"policy": best_label, **verdict_of(best_label)},
+        **{name: verdict_of(name) for name in ADAPTIVE},
         "margin": res["dilaserve"].summary.goodput - top.goodput,
         "mixes": {m: (sorted(s.tp for s in lay) if lay else "all TP-1") for m, lay in layouts.items()},
         # Where dilaserve's margin comes from: the point it ran at after each tuning.
         "dilaserve_tunings": [[round(t, 1), label] for t, label in res["dilaserve"].tunings],
-        "runs": len({id(r) for r in res.values()}),  # the tier search aliases its start
+        "runs": len({id(r) for r in res.values()}),
+        # How far the search went: the static points it tried, and its passes to convergence.
+        "points_tried": len(static),
+        "search_passes": passes,
         "wall_s": round(time.perf_counter() - t0, 1),
         "_runs": res,
     }

@@ -6,7 +6,7 @@ import pytest
 
 from dilaserve.eval.context import EvalOptions
 from dilaserve.eval.experiments import frontier
-from dilaserve.eval.hindsight import LayoutError, mix_layout
+from dilaserve.eval.hindsight import GridPoint, LayoutError, mix_layout, single_moves, tier_search
 from dilaserve.eval.report import extra_json
 from tests.eval.builders import TinyContext
 from tests.sim.builders import small_setting, varied_dynamics
@@ -30,7 +30,7 @@ def test_the_grid_covers_threshold_admission_and_mix_and_the_margin_is_against_i
     assert verdict["runs"] == len(labels) and verdict["wall_s"] > 0
 
 
-def test_with_tiers_the_search_also_pins_one_threshold_per_tier(tmp_path):
+def test_with_tiers_the_search_converges_and_the_verdict_breaks_each_side_down_per_tier(tmp_path):
     ctx = TinyContext(
         EvalOptions(
             quick=True,
@@ -43,17 +43,57 @@ def test_with_tiers_the_search_also_pins_one_threshold_per_tier(tmp_path):
         )
     )
     out = frontier(ctx)
-    labels = {r.result.policy for r in out.runs}
-    tiered = {label for label in labels if label.startswith("tiers(")}
-    assert tiered, labels
-    # Each move changes one tier from the best uniform threshold.
-    for label in tiered:
-        pins = label[len("tiers(") : label.index(")")].split(",")
-        assert len(pins) == 2 and len({p.split(":")[1] for p in pins}) == 2
+    goodput = {r.result.policy: r.result.summary.goodput for r in out.runs}
+    tiered = {label for label in goodput if label.startswith("tiers(")}
+    assert tiered, goodput
     verdict = extra_json(out)
-    assert verdict["best_static"]["goodput"] >= max(
-        r.result.summary.goodput for r in out.runs if r.result.policy in tiered
-    )
+    assert verdict["best_static"]["goodput"] >= max(goodput[label] for label in tiered)
+    # Every static point is counted once (the label is the point), and the search ran until
+    # a pass found no better single move.
+    assert verdict["points_tried"] == len(goodput) - 2  # all but dilaserve and its variant
+    assert verdict["search_passes"] >= 1
+    for side in ("best_static", "dilaserve"):
+        tiers = verdict[side]["tiers"]
+        assert set(tiers) == {"fast", "slow"}
+        assert sum(t["requests"] for t in tiers.values()) == len(out.runs[0].result.requests)
+        for t in tiers.values():
+            assert {"slo_attainment", "goodput", "p99_latency_s"} <= set(t) and 0 <= t["goodput"] <= 1
+        # The tiers' goodputs pool into the run's.
+        total = sum(t["goodput"] * t["requests"] for t in tiers.values()) / sum(t["requests"] for t in tiers.values())
+        assert total == pytest.approx(verdict[side]["goodput"])
+
+
+class _Landscape:
+    """A runner over a made-up goodput: the best point pins priority 1 to 0.9 and priority
+    0 to 0.8, on the ``2`` mix, two moves from any uniform point (so one pass cannot reach it)."""
+
+    def __init__(self):
+        self.results: dict[str, float] = {}
+
+    def run(self, jobs):
+        for label, policy, layout, point in jobs:
+            uniform = float(policy.split("@")[1].split("+")[0])  # fixed@TAU or fixed@TAU+admission
+            high, low = (uniform, uniform) if point is None else (point.pin(1), point.pin(0))
+            score = -abs(high - 0.9) - abs(low - 0.8) + (0.05 if layout == "two" else 0.0)
+            self.results[label] = score + (0.01 if policy.endswith("+admission") else 0.0)
+
+    def goodput(self, label):
+        return self.results[label]
+
+
+def test_the_search_keeps_moving_until_no_single_move_gains():
+    runner = _Landscape()
+    start = GridPoint(0.7, True, "1")
+    runner.run([(start.label, start.policy, None, None)])
+    best, passes = tier_search(runner, start, [1, 0], (0.5, 0.6, 0.7, 0.8, 0.9), {"1": None, "2": "two"})
+    assert (best.tiers.pin(1), best.tiers.pin(0), best.mix, best.admission) == (0.9, 0.8, "2", True)
+    assert passes >= 3  # one tier, then the other, then the mix, then a pass that finds nothing
+    # Converged: no single move from the result gains.
+    moves = single_moves(best, [1, 0], (0.5, 0.6, 0.7, 0.8, 0.9), {"1": None, "2": "two"})
+    assert all(runner.goodput(m.label) <= runner.goodput(best.label) for m in moves)
+    # A pin back at the default threshold is the uniform point: one label, one run.
+    back = single_moves(GridPoint(0.7, True, "1"), [1], (0.8,), {})[0]
+    assert single_moves(back, [1], (0.7,), {})[0] == GridPoint(0.7, True, "1")
 
 
 def test_a_malformed_tier_spec_or_mix_is_refused_with_the_fix():
