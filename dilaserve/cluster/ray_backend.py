@@ -1,39 +1,44 @@
 """RayBackend: real model instances as Ray actors.
 
-An instance of TP degree d is d :class:`InstanceWorker` actors in one
-placement group. Every worker holds a shard of the model (torch.distributed:
-gloo on CPU, NCCL on GPU) and an engine over it; a step is sent to all d
-workers with identical inputs, so they stay in lockstep through the
-all-reduces, and rank 0's result is used.
+An instance of TP degree d is d :class:`~dilaserve.cluster.worker.InstanceWorker` actors on
+the Ray node that its spec's logical node maps to (:class:`~dilaserve.cluster.nodes.NodeMap`:
+Ray's nodes, with their GPU counts, or CPU slots on a CPU-only cluster), placed there by
+node affinity, so a TP group never spans nodes and the nodes the planner frees and fills are
+the ones Ray uses. Every worker holds a shard of the model (torch.distributed: gloo on CPU,
+NCCL on GPU, rendezvous at rank 0's node) and an engine over it; a step is sent to all d
+workers with identical inputs, so they stay in lockstep through the all-reduces, and rank
+0's answer is used.
 
-The scheduler runs on the server's asyncio loop. ``submit_step`` returns at
-once; a task awaits the actors' results and reports :class:`StepFinished`
-to the scheduler on the same loop. Request state crosses the process boundary
-as ``RequestState.to_bytes()`` (a few KB). The KV cache crosses it only when a
-block-causal request migrates between instances of one TP degree: its exact cache
-goes actor to actor (``ship_caches``; docs/architecture.md, "Block-diffusion
-models", prices it against the destination's prefill, which is the fallback).
+The scheduler runs on the server's asyncio loop. ``submit_step`` returns at once; a task
+awaits the actors' answers and reports :class:`StepFinished` to the scheduler on the same
+loop. Each request's state stays on the instance that steps it
+(:mod:`dilaserve.engine.step_delta`): a step carries a request's whole state
+(``RequestState.to_bytes()``, a few KB) only the first time it runs there, then its id and
+threshold; the answer carries each request's commits, which the driver replays on its own
+copy, the one the control plane reads. The KV cache crosses the process boundary only when a
+block-causal request migrates between instances of one TP degree: its exact cache goes actor
+to actor (``ship_caches``; docs/architecture.md, "Block-diffusion models", prices it against
+the destination's prefill, which is the fallback).
 
 An instance whose worker dies (at start, during a step, or between steps, which the
-liveness pings notice) is freed and reported as :class:`InstanceFailed`; replacing it is
-the control plane's decision. Each :class:`StepFinished` carries the step's wall time and
-the requests the engine refused to step.
+liveness pings notice), or whose node leaves the cluster, is freed and reported as
+:class:`InstanceFailed`; its requests keep the driver's copy of their last finished step,
+and replacing the instance is the control plane's decision. Each :class:`StepFinished`
+carries the step's wall time and the requests the engine refused to step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import ray
 from ray.exceptions import RayActorError, RayError
-from ray.util.placement_group import placement_group, remove_placement_group
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from dilaserve.cluster import ray_local
 from dilaserve.cluster.base import (
@@ -46,7 +51,10 @@ from dilaserve.cluster.base import (
     StepAssignment,
     StepFinished,
 )
+from dilaserve.cluster.nodes import NodeMap, RayNode
+from dilaserve.cluster.worker import InstanceWorker
 from dilaserve.engine.state import RequestState
+from dilaserve.engine.step_delta import StepReply, adopt_reply, sync_key
 
 log = logging.getLogger(__name__)
 
@@ -69,53 +77,9 @@ class RayBackendConfig:
     liveness_interval_s: float = 1.0
     """How often a ready instance's workers are pinged. A worker that dies between steps is
     otherwise noticed only by the next step sent to it, and readiness would report it alive."""
-
-
-@ray.remote(num_cpus=0)
-class InstanceWorker:
-    """One TP rank of one instance: a (sharded) model and its engine."""
-
-    def __init__(self, checkpoint: str, device: str, rank: int, world_size: int, master: str, torch_threads: int):
-        import torch
-
-        from dilaserve.engine import DenoisingEngine
-        from dilaserve.model.adapters import load_diffusion_lm
-
-        torch.set_num_threads(torch_threads)
-        self.rank = rank
-        # Ray exposes the one GPU it assigned to this actor as device 0.
-        dev = "cuda:0" if device == "cuda" else device
-        if world_size > 1:
-            from dilaserve.model.tensor_parallel import init_distributed, shard_model
-
-            init_distributed(rank, world_size, master, dev)
-        lm = load_diffusion_lm(checkpoint, device=dev)
-        if world_size > 1:
-            shard_model(lm.model, rank, world_size)
-        self.engine = DenoisingEngine(lm)
-
-    def ready(self) -> int:
-        return os.getpid()
-
-    def step(self, payload: list[tuple[bytes, float]]) -> tuple[list[bytes], list[tuple[str, str]]]:
-        """The states after one step, and ``(request_id, error)`` for each request the engine
-        refused to step. A bad threshold is the control plane's bug, not the client's: the
-        state comes back unchanged (the request is retried, never lost) and the error goes
-        to the server, which logs and counts it."""
-        states = [RequestState.from_bytes(blob) for blob, _ in payload]
-        results = self.engine.step(states, [thr for _, thr in payload])
-        errors = [(st.request_id, str(res.error)) for st, res in zip(states, results) if res.error]
-        return [s.to_bytes() for s in states], errors
-
-    def release(self, request_ids: list[str]) -> None:
-        for rid in request_ids:
-            self.engine.release(rid)
-
-    def export_cache(self, request_id: str) -> bytes | None:
-        return self.engine.export_cache(request_id)
-
-    def import_cache(self, request_id: str, blob: bytes | None) -> bool:
-        return self.engine.import_cache(request_id, blob)
+    node_poll_s: float = 1.0
+    """How often a launch whose logical node has no live Ray node asks Ray again (until
+    ``launch_timeout_s``), e.g. while a replacement node joins."""
 
 
 def _free(inst: _Instance) -> None:
@@ -124,10 +88,6 @@ def _free(inst: _Instance) -> None:
             ray.kill(w, no_restart=True)
         except Exception:  # already gone
             pass
-    try:
-        remove_placement_group(inst.pg)
-    except Exception:
-        pass
 
 
 def _retrieve(fut: asyncio.Future) -> None:
@@ -147,11 +107,14 @@ def _gather(refs: list) -> asyncio.Future:
 @dataclass
 class _Instance:
     spec: InstanceSpec
-    workers: list
-    pg: object
+    workers: list = field(default_factory=list)
     ready: bool = False
     dead: bool = False
     pids: tuple[int, ...] = ()  # the workers' process ids, once ready
+    #: the Ray node ids the workers run on, rank order, once ready
+    ray_nodes: tuple[str, ...] = ()
+    #: request id -> ``sync_key`` of the state its workers hold (as of its last step here)
+    held: dict = field(default_factory=dict)
 
 
 class RayBackend(Backend):
@@ -165,6 +128,8 @@ class RayBackend(Backend):
         self._instances: dict[str, _Instance] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task] = set()
+        #: the planner's logical nodes on Ray's nodes
+        self.nodes = NodeMap(config.device)
 
     # ------------------------------------------------------------ helpers
     def _spawn(self, coro) -> None:
@@ -185,6 +150,10 @@ class RayBackend(Backend):
         """The actors of an instance (tests use this to kill one)."""
         return list(self._instances[instance_id].workers)
 
+    def placements(self) -> dict[str, tuple[int, tuple[str, ...]]]:
+        """Each ready instance's logical node and the Ray node ids its ranks run on."""
+        return {i: (inst.spec.node, inst.ray_nodes) for i, inst in self._instances.items() if inst.ready}
+
     # ------------------------------------------------------------ Backend
     def bind(self, sink: EventSink) -> None:
         self._sink = sink
@@ -194,44 +163,78 @@ class RayBackend(Backend):
             self._loop = None
 
     def launch_instance(self, spec: InstanceSpec) -> None:
-        cfg = self.config
-        bundle = {"GPU": 1, "CPU": 1} if cfg.device == "cuda" else {"CPU": 1}
-        pg = placement_group([dict(bundle) for _ in range(spec.tp)], strategy="STRICT_PACK")
-        from dilaserve.utils.net import free_port
-
-        master = f"tcp://127.0.0.1:{free_port()}"
-        workers = []
-        for rank in range(spec.tp):
-            opts = dict(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    placement_group=pg, placement_group_bundle_index=rank
-                ),
-                num_cpus=1,
-                num_gpus=1 if cfg.device == "cuda" else 0,
-                max_restarts=0,
-            )
-            workers.append(
-                InstanceWorker.options(**opts).remote(
-                    cfg.checkpoint, cfg.device, rank, spec.tp, master, cfg.torch_threads
-                )
-            )
-        inst = _Instance(spec, workers, pg)
+        inst = _Instance(spec)
         self._instances[spec.instance_id] = inst
-        self._spawn(self._await_ready(inst))
+        self._spawn(self._start(inst))
 
-    async def _await_ready(self, inst: _Instance) -> None:
-        try:
-            pids = await asyncio.wait_for(
-                _gather([w.ready.remote() for w in inst.workers]), self.config.launch_timeout_s
+    async def _node_for(self, spec: InstanceSpec, deadline: float) -> RayNode | None:
+        """The live Ray node of ``spec.node``, waiting (until ``deadline``) while none is
+        free for it, as Ray would wait for resources."""
+        while True:
+            node = await asyncio.to_thread(self.nodes.resolve, spec.node)
+            if node is not None or time.monotonic() >= deadline:
+                return node
+            await asyncio.sleep(self.config.node_poll_s)
+
+    def _create_workers(self, spec: InstanceSpec, node: RayNode) -> list:
+        cfg = self.config
+        opts = dict(
+            # hard affinity: the instance runs where the plan put it, or fails
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False),
+            num_cpus=1,
+            num_gpus=1 if cfg.device == "cuda" else 0,
+            max_restarts=0,
+        )
+        return [
+            InstanceWorker.options(**opts).remote(cfg.checkpoint, cfg.device, rank, spec.tp, cfg.torch_threads)
+            for rank in range(spec.tp)
+        ]
+
+    async def _start(self, inst: _Instance) -> None:
+        """Place the instance's workers on its node, rendezvous at rank 0's, load, report."""
+        spec, timeout = inst.spec, self.config.launch_timeout_s
+        deadline = time.monotonic() + timeout
+        node = await self._node_for(spec, deadline)
+        if inst.dead:  # stopped while waiting for a node
+            return
+        if node is None:
+            self._fail(inst, f"failed to start (no live Ray node for logical node {spec.node} within {timeout:g}s)")
+            return
+        if max(spec.gpus) >= node.slots:
+            self._fail(
+                inst,
+                f"failed to start (logical node {spec.node} is Ray node {node.node_id[:12]} with {node.slots} "
+                f"slot(s); the plan names GPU {max(spec.gpus)}: give the server a --gpus-per-node the Ray nodes have)",
             )
+            return
+        inst.workers = self._create_workers(spec, node)
+        try:
+            master = None
+            if spec.tp > 1:
+                master = await asyncio.wait_for(
+                    _gather([inst.workers[0].rendezvous.remote()]), deadline - time.monotonic()
+                )
+                master = master[0]
+            pids = await asyncio.wait_for(
+                _gather([w.load.remote(master) for w in inst.workers]), max(0.0, deadline - time.monotonic())
+            )
+            where = await _gather([w.where.remote() for w in inst.workers])
         except (RayError, asyncio.TimeoutError) as e:
-            log.error("instance %s failed to start (%s); it is removed", inst.spec.instance_id, e)
-            why = type(e).__name__ if isinstance(e, RayError) else f"not ready within {self.config.launch_timeout_s:g}s"
+            log.error("instance %s failed to start (%s); it is removed", spec.instance_id, e)
+            why = type(e).__name__ if isinstance(e, RayError) else f"not ready within {timeout:g}s"
             self._fail(inst, f"failed to start ({why})")
             return
-        inst.ready, inst.pids = True, tuple(pids)
-        log.info("instance %s ready (TP-%d)", inst.spec.instance_id, inst.spec.tp)
-        self._emit(InstanceReady(self.clock(), inst.spec.instance_id))
+        if inst.dead:  # stopped while loading: its workers are being freed
+            return
+        inst.ready, inst.pids, inst.ray_nodes = True, tuple(pids), tuple(n for n, _ in where)
+        log.info(
+            "instance %s ready (TP-%d on logical node %d = Ray node %s)",
+            spec.instance_id,
+            spec.tp,
+            spec.node,
+            node.address,
+        )
+        self._emit(InstanceReady(self.clock(), spec.instance_id))
         if self.config.liveness_interval_s > 0:
             self._spawn(self._watch(inst))
 
@@ -275,13 +278,17 @@ class RayBackend(Backend):
 
     def submit_step(self, instance_id: str, batch: Sequence[StepAssignment]) -> None:
         inst = self._instances[instance_id]
-        payload = [(a.state.to_bytes(), float(a.threshold)) for a in batch]
-        refs = [w.step.remote(payload) for w in inst.workers]
-        self._spawn(self._await_step(inst, refs, time.perf_counter()))
+        states = [a.state for a in batch]
+        # whole states only for requests the workers do not hold as this copy is
+        new = [st.to_bytes() for st in states if inst.held.get(st.request_id) != sync_key(st)]
+        ids = [st.request_id for st in states]
+        thresholds = [float(a.threshold) for a in batch]
+        refs = [w.step.remote(new, ids, thresholds) for w in inst.workers]
+        self._spawn(self._await_step(inst, refs, states, time.perf_counter()))
 
-    async def _await_step(self, inst: _Instance, refs: list, started: float) -> None:
+    async def _await_step(self, inst: _Instance, refs: list, sent: list[RequestState], started: float) -> None:
         try:
-            blobs, errors = (await _gather(refs))[0]
+            reply: StepReply = (await _gather(refs))[0]
         except (RayActorError, RayError) as e:
             log.error(
                 "instance %s died during a step (%s): its requests resume elsewhere from their last state",
@@ -293,12 +300,26 @@ class RayBackend(Backend):
         if inst.dead:
             return
         duration = time.perf_counter() - started
-        for rid, err in errors:
+        states, diverged = adopt_reply(sent, reply)
+        for st in states:
+            if st.finished:
+                inst.held.pop(st.request_id, None)  # the workers dropped it too
+            else:
+                inst.held[st.request_id] = sync_key(st)
+        for rid in diverged:
+            log.error(
+                "instance %s: request %s's copies disagree after a step; resending its state",
+                inst.spec.instance_id,
+                rid,
+            )
+        for rid, err in reply.errors:
             log.error("instance %s could not step %s: %s", inst.spec.instance_id, rid, err)
-        states = tuple(RequestState.from_bytes(b) for b in blobs)
+        # a request in doubt carries its whole state with its next step
+        for rid in [*diverged, *(rid for rid, _ in reply.errors)]:
+            inst.held.pop(rid, None)
         self._emit(
             StepFinished(
-                self.clock(), inst.spec.instance_id, states, duration_s=duration, errors=tuple(map(tuple, errors))
+                self.clock(), inst.spec.instance_id, tuple(states), duration_s=duration, errors=tuple(reply.errors)
             )
         )
 
@@ -313,6 +334,7 @@ class RayBackend(Backend):
         inst, to = self._instances.get(src), self._instances.get(dst)
         if inst is None:
             return
+        inst.held.pop(request_id, None)
         if self.config.ship_caches and to is not None and len(to.workers) == len(inst.workers):
             for w_src, w_dst in zip(inst.workers, to.workers):
                 w_dst.import_cache.remote(request_id, w_src.export_cache.remote(request_id))
@@ -323,6 +345,8 @@ class RayBackend(Backend):
         """Drop caches of cancelled requests."""
         inst = self._instances.get(instance_id)
         if inst is not None:
+            for rid in request_ids:
+                inst.held.pop(rid, None)
             for w in inst.workers:
                 w.release.remote(request_ids)
 
