@@ -11,10 +11,47 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter  # noqa: E402
 
 #: Panels per row of a small-multiples figure: four fit a page (about 15 inches at 110 dpi).
 MAX_COLUMNS = 4
+#: Inches a row of panels may take.
+MAX_WIDTH_IN = 22.0
+
+
+#: Line colours for many policies: tab10 then its light shades (twenty without red, which is
+#: dilaserve's), then the same again dashed, so that no two of a report's lines look alike.
+_PALETTE = [c for i, c in enumerate(plt.get_cmap("tab20").colors) if i not in (6, 7)]
+_PALETTE = _PALETTE[::2] + _PALETTE[1::2]
+
+
+def _line_style(policy: str, index: int = 0) -> dict:
+    """dilaserve in red and bold; every other policy a colour of its own (:data:`_PALETTE`)."""
+    if policy == "dilaserve":
+        return {"color": "tab:red", "lw": 2.2, "zorder": 3}
+    return {"color": _PALETTE[index % len(_PALETTE)], "ls": "-" if index < len(_PALETTE) else "--", "lw": 1.2}
+
+
+def _legend(ax) -> None:
+    """The legend beside the panel (right of it, inside the figure: tight_layout leaves it
+    room), in two columns past fourteen entries: never over the lines it names."""
+    n = len(ax.get_legend_handles_labels()[0])
+    if n:
+        ax.legend(
+            fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), ncol=1 if n <= LEGEND_ROWS else 2, frameon=False
+        )
+
+
+def plain_log_axis(axis) -> None:
+    """Plain labels on a log axis (0.1, 1, 10; not 10^-1), with 2 and 5 times each power
+    labelled when the axis spans less than two decades."""
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 1000 else f"{v:g}"))
+    lo, hi = axis.get_view_interval()
+    if lo > 0 and hi / lo < 100:
+        axis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+        axis.set_minor_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    else:
+        axis.set_minor_formatter(NullFormatter())
 
 
 def _save(fig, path: Path) -> Path:
@@ -25,10 +62,10 @@ def _save(fig, path: Path) -> Path:
 
 
 def _grid(n: int, width: float, height: float):
-    """A figure of ``n`` panels laid out in rows of at most :data:`MAX_COLUMNS` (not one strip
-    that runs off the page); the unused cells of the last row are hidden. Returns the figure
-    and the ``n`` axes in reading order."""
-    cols = max(1, min(n, MAX_COLUMNS))
+    """A figure of ``n`` panels laid out in rows of at most :data:`MAX_COLUMNS` (fewer when
+    the panels are wide: not one strip that runs off the page); the unused cells of the last
+    row are hidden. Returns the figure and the ``n`` axes in reading order."""
+    cols = max(1, min(n, MAX_COLUMNS, int(MAX_WIDTH_IN // width)))
     rows = max(1, -(-n // cols))
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
     flat = list(axes.flat)
@@ -38,9 +75,25 @@ def _grid(n: int, width: float, height: float):
 
 
 def _by_setting(frame: pl.DataFrame):
+    """One panel per setting, each widened by the legend that sits beside it (one entry per
+    policy: a hindsight run has twenty and more)."""
     settings = frame["setting"].unique(maintain_order=True).to_list()
-    fig, axes = _grid(len(settings), 5.5, 4)
+    names = frame["policy"].unique().to_list() if "policy" in frame.columns else []
+    fig, axes = _grid(len(settings), 4.5 + _legend_width(names), 4)
     return settings, fig, axes
+
+
+def _legend_width(labels: Sequence[str]) -> float:
+    """Inches a :func:`_legend` of ``labels`` takes beside its panel (8 pt text: about 0.065 in
+    a character, the line sample and the gaps 0.6 in a column)."""
+    if not labels:
+        return 0.0
+    columns = 1 if len(labels) <= LEGEND_ROWS else 2
+    return columns * (0.6 + 0.065 * max(len(str(label)) for label in labels))
+
+
+#: Legend entries in one column; more go into two.
+LEGEND_ROWS = 14
 
 
 def attainment_vs(summary: pl.DataFrame, x: str, xlabel: str, path: Path) -> Path:
@@ -57,69 +110,158 @@ def _share_vs(summary: pl.DataFrame, x: str, column: str, xlabel: str, ylabel: s
     settings, fig, axes = _by_setting(summary)
     for ax, setting in zip(axes, settings):
         sub = summary.filter(pl.col("setting") == setting).sort(x)
-        for policy in sub["policy"].unique(maintain_order=True):
+        for i, policy in enumerate(sub["policy"].unique(maintain_order=True)):
             p = sub.filter(pl.col("policy") == policy)
-            ax.plot(p[x], 100 * p[column], marker="o", label=policy)
+            ax.plot(p[x], 100 * p[column], marker="o", ms=4, label=policy, **_line_style(policy, i))
         ax.set(title=setting, xlabel=xlabel, ylabel=ylabel, ylim=(-2, 102))
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _legend(ax)
     return _save(fig, path)
 
 
-def frontier(summary: pl.DataFrame, line: Sequence[str], static: Sequence[str], path: Path) -> Path:
-    """SLO attainment against quality, one panel per (setting, load ``x``): the ``line``
-    policies (``fixed@TAU``, in threshold order) joined as the static frontier, the other
-    ``static`` ones as open squares, every other policy as its own marker (up and to the
-    right is better: an adaptive policy pays its way above the line)."""
+def frontier(summary: pl.DataFrame, line: Sequence[str], adaptive: Sequence[str], path: Path) -> Path:
+    """Each (setting, load ``x``) as a row of two panels, sized for a page (about 880 px wide)
+    and for as many policies as a hindsight grid runs (twenty and more):
+
+    - SLO attainment against quality: the ``line`` policies (``fixed@TAU``, in threshold
+      order) joined as the static frontier, every other static point a small grey dot, the
+      ``adaptive`` policies and the best static point (by goodput) marked and named in a
+      legend under the panel (up and to the right is better);
+    - every policy's goodput as a horizontal bar, sorted, dilaserve and the best static
+      point in colour, each bar's value at its end.
+    """
     keys = summary.select("setting", "x").unique(maintain_order=True).rows()
-    fig, axes = _grid(len(keys), 4.8, 4.2)
-    adaptive = [p for p in summary["policy"].unique(maintain_order=True) if p not in static]
-    markers = dict(zip(adaptive, "*DP^vX<>h"))
-    for ax, (setting, x) in zip(axes, keys):
-        at = pl.col("x").is_nan() if np.isnan(x) else pl.col("x") == x
-        rows = {r["policy"]: r for r in summary.filter((pl.col("setting") == setting) & at).iter_rows(named=True)}
-        fixed = [rows[p] for p in line if p in rows]
-        ax.plot(
-            [r["quality"] for r in fixed],
-            [100 * r["slo_attainment"] for r in fixed],
-            "o-",
-            color="tab:gray",
-            label="static frontier",
-        )
-        for r in fixed:
-            ax.annotate(
-                r["policy"].split("@")[-1],
-                (r["quality"], 100 * r["slo_attainment"]),
-                textcoords="offset points",
-                xytext=(4, 4),
-                fontsize=7,
-                color="tab:gray",
-            )
-        for name, r in rows.items():
-            if name in static and name not in line:
-                ax.plot(r["quality"], 100 * r["slo_attainment"], "s", mfc="none", ms=9, label=name)
-            elif name in markers:
-                ax.plot(r["quality"], 100 * r["slo_attainment"], markers[name], ms=11, label=name)
-        title = setting if np.isnan(x) else f"{setting}, high load {x:g} x capacity"
-        ax.set(title=title, xlabel="quality", ylabel="SLO attainment (%)", ylim=(-2, 102))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+    groups = [(setting, x, _rows_at(summary, setting, x)) for setting, x in keys]
+    heights = [max(3.6, BAR_IN * len(rows) + 1.4) for _, _, rows in groups]
+    fig, axes = plt.subplots(
+        len(groups),
+        2,
+        figsize=(PAGE_IN, sum(heights)),
+        squeeze=False,
+        gridspec_kw={"width_ratios": [1, 1.15], "height_ratios": heights},
+    )
+    for (scatter, bars), (setting, x, rows) in zip(axes, groups):
+        best = _best_static(rows, adaptive)
+        where = setting if np.isnan(x) else f"{setting}, high load {x:g} x capacity"
+        _frontier_scatter(scatter, rows, line, adaptive, best, where)
+        _goodput_bars(bars, rows, adaptive, best)
     return _save(fig, path)
+
+
+#: Inches of figure per bar of the goodput chart, and the width of a page (880 px at 110 dpi).
+BAR_IN = 0.24
+PAGE_IN = 8.0
+#: dilaserve and the best static point in every chart; other adaptive policies in turn.
+HIGHLIGHT = {"dilaserve": "tab:red", "best static": "tab:green"}
+OTHER_ADAPTIVE = ("tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+
+
+def _rows_at(summary: pl.DataFrame, setting: str, x: float) -> dict[str, dict]:
+    at = pl.col("x").is_nan() if np.isnan(x) else pl.col("x") == x
+    return {r["policy"]: r for r in summary.filter((pl.col("setting") == setting) & at).iter_rows(named=True)}
+
+
+def _best_static(rows: dict[str, dict], adaptive: Sequence[str]) -> str | None:
+    static = [r for name, r in rows.items() if name not in adaptive and r["goodput"] == r["goodput"]]
+    return max(static, key=lambda r: r["goodput"])["policy"] if static else None
+
+
+def _colour(name: str, adaptive: Sequence[str], best: str | None) -> str:
+    if name == "dilaserve":
+        return HIGHLIGHT["dilaserve"]
+    if name == best:
+        return HIGHLIGHT["best static"]
+    others = [a for a in adaptive if a != "dilaserve"]
+    if name in others:
+        return OTHER_ADAPTIVE[others.index(name) % len(OTHER_ADAPTIVE)]
+    return "lightgray"
+
+
+def _frontier_scatter(ax, rows, line, adaptive, best, title) -> None:
+    fixed = [rows[p] for p in line if p in rows]
+    ax.plot(
+        [r["quality"] for r in fixed],
+        [100 * r["slo_attainment"] for r in fixed],
+        "o-",
+        color="tab:gray",
+        ms=4,
+        label="static frontier (threshold)",
+    )
+    for r in fixed:
+        ax.annotate(
+            r["policy"].split("@")[-1],
+            (r["quality"], 100 * r["slo_attainment"]),
+            textcoords="offset points",
+            xytext=(4, 3),
+            fontsize=8,
+            color="tab:gray",
+        )
+    others = [r for name, r in rows.items() if name not in line and name not in adaptive and name != best]
+    if others:
+        ax.plot(
+            [r["quality"] for r in others],
+            [100 * r["slo_attainment"] for r in others],
+            ".",
+            color="darkgray",
+            label="other static points",
+        )
+    if best is not None:
+        r = rows[best]
+        ax.plot(
+            r["quality"],
+            100 * r["slo_attainment"],
+            "s",
+            color=HIGHLIGHT["best static"],
+            ms=9,
+            label=f"best static: {best}",
+        )
+    for name in (a for a in adaptive if a in rows):
+        r = rows[name]
+        marker, size = ("*", 14) if name == "dilaserve" else ("D", 7)
+        colour = _colour(name, adaptive, best)
+        ax.plot(
+            r["quality"], 100 * r["slo_attainment"], marker, color=colour, ms=size, label=name, mec="black", mew=0.5
+        )
+    ax.set(title=title, xlabel="quality", ylabel="SLO attainment (%)")
+    ax.set_ylim(top=min(102.0, ax.get_ylim()[1]))
+    ax.grid(alpha=0.3)
+    # Under the panel, never over its points; tight_layout leaves it room inside the figure.
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False)
+
+
+def _goodput_bars(ax, rows, adaptive, best) -> None:
+    ranked = sorted(rows.values(), key=lambda r: -np.nan_to_num(r["goodput"], nan=-1.0))
+    names = [r["policy"] for r in ranked]
+    values = [100 * r["goodput"] for r in ranked]
+    ys = np.arange(len(names))
+    bars = ax.barh(ys, values, color=[_colour(n, adaptive, best) for n in names], edgecolor="dimgray", lw=0.4)
+    ax.bar_label(bars, fmt="%.1f", padding=2, fontsize=8)
+    ax.set_yticks(ys, names, fontsize=8)
+    for tick, name in zip(ax.get_yticklabels(), names):
+        if name == "dilaserve" or name == best:
+            tick.set_fontweight("bold")
+    ax.invert_yaxis()  # the best on top
+    top = max((v for v in values if v == v), default=1.0)
+    ax.set_xlim(0, max(top, 1.0) * 1.18)  # room for the value labels
+    ax.set_ylim(len(names) - 0.5, -0.5)
+    ax.set(xlabel="goodput (%: in time and correct)", title="goodput, sorted")
+    ax.grid(axis="x", alpha=0.3)
 
 
 def latency_cdf(requests: pl.DataFrame, path: Path) -> Path:
     settings, fig, axes = _by_setting(requests)
     for ax, setting in zip(axes, settings):
         sub = requests.filter((pl.col("setting") == setting) & (pl.col("status") == "finished"))
-        for policy in sub["policy"].unique(maintain_order=True):
+        for i, policy in enumerate(sub["policy"].unique(maintain_order=True)):
             lat = np.sort(sub.filter(pl.col("policy") == policy)["latency_s"].to_numpy())
-            ax.plot(lat, np.arange(1, len(lat) + 1) / max(len(lat), 1), label=policy)
+            ax.plot(lat, np.arange(1, len(lat) + 1) / max(len(lat), 1), label=policy, **_line_style(policy, i))
         slo = sub["deadline_s"] - sub["arrival_s"]
         if slo.len():
             ax.axvline(float(slo.median()), color="k", ls="--", lw=0.8, label="SLO")
         ax.set(title=setting, xlabel="latency (s)", ylabel="CDF", xscale="log")
+        plain_log_axis(ax.xaxis)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _legend(ax)
     return _save(fig, path)
 
 
@@ -128,13 +270,13 @@ def threshold_over_time(series: pl.DataFrame, phases: Sequence[tuple[str, str, f
     settings, fig, axes = _by_setting(series)
     for ax, setting in zip(axes, settings):
         sub = series.filter(pl.col("setting") == setting)
-        for policy in sub["policy"].unique(maintain_order=True):
+        for i, policy in enumerate(sub["policy"].unique(maintain_order=True)):
             p = sub.filter(pl.col("policy") == policy).sort("time_s")
-            ax.plot(p["time_s"], p["mean_threshold"], label=policy)
+            ax.plot(p["time_s"], p["mean_threshold"], label=policy, **_line_style(policy, i))
         _shade(ax, setting, phases)
         ax.set(title=setting, xlabel="time (s)", ylabel="mean step threshold")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        _legend(ax)
     return _save(fig, path)
 
 

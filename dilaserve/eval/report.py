@@ -236,6 +236,13 @@ def _why(law, setting: str) -> str:
     )
 
 
+def adaptive_in(summary: pl.DataFrame) -> list[str]:
+    """The adaptive policies of a run (dilaserve and its variants, the oracle): every other
+    policy is a static point of the frontier."""
+    names = summary["policy"].unique(maintain_order=True).to_list()
+    return [p for p in names if p in ADAPTIVE_POLICIES or p.startswith("dilaserve")]
+
+
 def write(out: ExperimentOutput, ctx: EvalContext) -> tuple[str, Path]:
     """Write tables and plots under ``results/<experiment>/``; return the markdown summary."""
     folder = Path(ctx.options.out) / out.name
@@ -255,7 +262,7 @@ def write(out: ExperimentOutput, ctx: EvalContext) -> tuple[str, Path]:
         pngs.append(plots.attainment_vs(summary, "x", xlabel, folder / f"attainment_vs_{stem}.png"))
         pngs.append(plots.goodput_vs(summary, "x", xlabel, folder / f"goodput_vs_{stem}.png"))
     elif out.name == "frontier":
-        pngs.append(plots.frontier(summary, FIXED_POLICIES, STATIC_POLICIES, folder / "frontier.png"))
+        pngs.append(plots.frontier(summary, FIXED_POLICIES, adaptive_in(summary), folder / "frontier.png"))
         pngs.append(
             plots.goodput_vs(summary, "x", "high-phase load (x nominal capacity)", folder / "goodput_vs_load.png")
         )
@@ -279,7 +286,7 @@ def write(out: ExperimentOutput, ctx: EvalContext) -> tuple[str, Path]:
                 )
             )
         if any(p in STATIC_POLICIES for p in summary["policy"]):
-            pngs.append(plots.frontier(summary, FIXED_POLICIES, STATIC_POLICIES, folder / "frontier.png"))
+            pngs.append(plots.frontier(summary, FIXED_POLICIES, adaptive_in(summary), folder / "frontier.png"))
     estimators = sorted({r.result.quality_estimator for r in out.runs})
     md = [f"## {out.name}{' (quick)' if ctx.options.quick else ''}", ""]
     md += [f"- {n}" for n in out.notes]
