@@ -159,9 +159,11 @@ def attended_context(p: RooflineParams, kind: StepKind, block_causal: bool) -> f
     return causal / 2 if kind is StepKind.RECOMPUTE else causal
 
 
-def roofline_tp1(
-    model: ModelSpec, gpu: GPUSpec, p: RooflineParams, n: float, kind: StepKind, block_causal: bool = False
-) -> float:
+def step_work(
+    model: ModelSpec, p: RooflineParams, n: float, kind: StepKind, block_causal: bool = False
+) -> tuple[float, float]:
+    """FLOPs and bytes of one TP-1 step with ``n`` tokens in its batch: the weights and the
+    K/V the step writes (recompute) or reads (cache). The engine benchmark's floors use these."""
     ctx = attended_context(p, kind, block_causal)
     attn_flops = 4 * model.layers * model.hidden * n * ctx
     flops = 2 * model.params * n + attn_flops
@@ -169,8 +171,15 @@ def roofline_tp1(
         kv = n * model.kv_bytes_per_token  # every token's K/V written for the cache
     else:
         kv = (n / p.block_length) * ctx * model.kv_bytes_per_token  # each request reads its context
+    return flops, model.weight_bytes + kv
+
+
+def roofline_tp1(
+    model: ModelSpec, gpu: GPUSpec, p: RooflineParams, n: float, kind: StepKind, block_causal: bool = False
+) -> float:
+    flops, nbytes = step_work(model, p, n, kind, block_causal)
     compute = flops / (gpu.peak_flops * p.compute_eff)
-    memory = (model.weight_bytes + kv) / (gpu.hbm_bytes_s * p.memory_eff)
+    memory = nbytes / (gpu.hbm_bytes_s * p.memory_eff)
     return max(compute, memory)
 
 
