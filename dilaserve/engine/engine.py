@@ -11,6 +11,13 @@ A block-causal model's requests (docs/architecture.md, "Block-diffusion models")
 keep an exact cache of the prompt and finished blocks: their one recompute step,
 the prefill, runs only up to the current block's end, and the cache step that
 opens a block also feeds the block just finished and appends its K/V.
+
+Every request's K/V live in one persistent pool, a slot per request
+(:mod:`~dilaserve.engine.kv_pool`); a cache step attends to the pool in place and
+writes only the fed tokens' fresh K/V (:mod:`~dilaserve.engine.cache_step`), from
+a CUDA graph on CUDA (:mod:`~dilaserve.engine.graphs`); the unmask rule runs on the
+device (:mod:`~dilaserve.engine.commit`). docs/architecture.md, "Engine memory
+layout and captured steps", has the layout and the rules.
 """
 
 from __future__ import annotations
@@ -27,10 +34,17 @@ import torch
 
 from dilaserve.model.adapters import DiffusionLM, load_diffusion_lm
 
+from . import cache_step
 from .cache_blob import cache_from_bytes, cache_to_bytes
+from .cache_step import fed_length
+from .commit import select_on_device
+from .config import EngineConfig
 from .defaults import DEFAULT_CHECKPOINT
+from .graphs import CacheStepRunner
+from .kv_pool import KVPool, PoolFull
 from .state import RequestState, StepKind, conf_statistics, new_request
-from .unmask import select_commits
+
+__all__ = ["DecodeResult", "DenoisingEngine", "EngineConfig", "PoolFull", "StepResult", "fed_length"]
 
 #: Block length of requests to a bidirectional model unless they say otherwise.
 DEFAULT_BLOCK_LENGTH = 32
@@ -67,11 +81,6 @@ def cached_prefix(st: RequestState) -> int:
     """Tokens a block-causal request's cache holds: the prompt and the finished blocks whose
     K/V are in it (all but the last, while its append is pending)."""
     return st.prompt_len + st.block_start - (st.block_length if st.append_pending else 0)
-
-
-def fed_length(st: RequestState) -> int:
-    """Tokens a cache step feeds: the block, plus the finished block it appends, if any."""
-    return st.block_length * (2 if st.append_pending else 1)
 
 
 def check_block_length(model_block: int | None, block_length: int) -> None:
@@ -119,16 +128,35 @@ def length_groups(idx: list[int], lengths: list[int], max_padding: float = MAX_P
 
 
 class DenoisingEngine:
-    """One model replica and the K/V caches of the requests it is decoding."""
+    """One model replica and the K/V pool of the requests it is decoding."""
 
-    def __init__(self, lm: DiffusionLM):
+    def __init__(self, lm: DiffusionLM, config: EngineConfig | None = None):
         self.lm = lm
-        self._kv: dict[str, torch.Tensor] = {}  # request id -> (layers, 2, heads, T, head_dim)
+        self.config = config or EngineConfig()
         self._ids = itertools.count()
+        #: Recompute steps whose K/V found no free slot (the request recomputes again next step).
+        self.pool_misses = 0
+        self.pool: KVPool | None = None
+        self._runner: CacheStepRunner | None = None
+        if lm.supports_cache:
+            self.pool = KVPool.for_model(lm.model, lm.max_context, self.config)
+            self._runner = CacheStepRunner(lm, self.pool, self.config.cuda_graphs)
+            self._warm_rotary()
+
+    def _warm_rotary(self) -> None:
+        """Build the rotary tables for every position a slot holds now, so no step (captured or
+        compiled) ever grows them."""
+        model, dev = self.lm.model, self.lm.device
+        if hasattr(model, "spec"):  # native: tables grow on demand
+            model.rope(self.pool.slot_tokens, dev)
+        else:
+            model.rope(dev)
 
     @classmethod
-    def from_pretrained(cls, path: str | Path = DEFAULT_CHECKPOINT, device: str = "cpu") -> DenoisingEngine:
-        return cls(load_diffusion_lm(path, device=device))
+    def from_pretrained(
+        cls, path: str | Path = DEFAULT_CHECKPOINT, device: str = "cpu", config: EngineConfig | None = None
+    ) -> DenoisingEngine:
+        return cls(load_diffusion_lm(path, device=device), config)
 
     # ------------------------------------------------------------ requests
     @property
@@ -192,38 +220,54 @@ class DenoisingEngine:
     def export_cache(self, request_id: str) -> bytes | None:
         """A block-causal request's exact cache as bytes, to ship with a migration (None: no
         cache here, or a bidirectional model, whose approximate cache is rebuilt instead)."""
-        kv = self._kv.get(request_id)
-        return None if kv is None or not self.lm.block_causal else cache_to_bytes(kv)
+        kv = self.cache_of(request_id) if self.lm.block_causal else None
+        return None if kv is None else cache_to_bytes(kv)
 
     def import_cache(self, request_id: str, blob: bytes | None) -> bool:
         """Adopt a shipped block-causal cache unless the request has one here at least as long
         (finished blocks only grow: a shorter one is stale, a longer one was built by a prefill
         that ran before the shipped cache arrived). The next step uses it if it holds exactly
         the blocks the request's state says are done (the prefix of a block-causal request
-        never changes, so such a cache is exact)."""
-        if blob is None or not self.lm.block_causal:
+        never changes, so such a cache is exact). False too where no slot is free or the cache
+        does not fit one: the request then rebuilds its cache with one prefill."""
+        if blob is None or not self.lm.block_causal or self.pool is None:
             return False
         kv = cache_from_bytes(blob, self.lm.device)
-        held = self._kv.get(request_id)
-        if held is not None and held.shape[3] >= kv.shape[3]:
+        if self.has_cache(request_id) and self.pool.tokens(request_id) >= kv.shape[3]:
             return False
-        self._kv[request_id] = kv
+        try:
+            self.pool.store(request_id, kv.to(self.pool.kv.dtype))
+        except (PoolFull, ValueError):
+            return False
         return True
 
     def release(self, request_id: str) -> None:
-        """Drop a request's cache (finished, cancelled or migrated away)."""
-        self._kv.pop(request_id, None)
+        """Free a request's slot (finished, cancelled or migrated away)."""
+        if self.pool is not None:
+            self.pool.release(request_id)
 
     def has_cache(self, request_id: str) -> bool:
-        return request_id in self._kv
+        return self.pool is not None and self.pool.slot(request_id) is not None
 
     def cache_of(self, request_id: str) -> torch.Tensor | None:
-        """The request's cache here, ``(layers, 2, heads, tokens, head_dim)``, or None."""
-        return self._kv.get(request_id)
+        """A copy of the request's cache here, ``(layers, 2, heads, tokens, head_dim)``, or None."""
+        return self.pool.view(request_id).clone() if self.has_cache(request_id) else None
 
     def cached_requests(self) -> frozenset[str]:
-        """The requests holding a cache here (each released when it finishes or leaves)."""
-        return frozenset(self._kv)
+        """The requests holding a slot here (each released when it finishes or leaves)."""
+        return frozenset() if self.pool is None else self.pool.requests()
+
+    def can_admit(self, n: int = 1) -> bool:
+        """Whether ``n`` more requests can take a K/V slot now. A request admitted without one
+        still decodes, recomputing every step until a slot frees: callers that would rather
+        make it wait ask this first (or catch :class:`PoolFull` from :meth:`reserve`)."""
+        return self.pool is None or self.pool.can_admit(n)
+
+    def reserve(self, state: RequestState) -> None:
+        """Take a slot for ``state`` now, before its first step (raises :class:`PoolFull` with
+        what to do when none is free; a no-op without the cache)."""
+        if self.pool is not None and state.use_cache and self.pool.fits(state.num_tokens):
+            self.pool.reserve(state.request_id)
 
     def _cache_ready(self, st: RequestState) -> bool:
         """Whether ``st``'s next step can be a cache step on this engine.
@@ -233,12 +277,11 @@ class DenoisingEngine:
         ``block_cached`` says (a migration clears it; a shipped cache makes it moot). One of
         another length (left by an earlier visit of a request that moved away and back) waits
         for the prefill to replace it."""
-        kv = self._kv.get(st.request_id)
-        if not st.use_cache or kv is None:
+        if not st.use_cache or not self.has_cache(st.request_id):
             return False
         if st.block_causal:
-            return kv.shape[3] == cached_prefix(st)
-        return st.block_cached
+            return self.pool.tokens(st.request_id) == cached_prefix(st)
+        return st.block_cached and self.pool.tokens(st.request_id) == st.num_tokens
 
     def decode(self, state: RequestState) -> str:
         return " ".join(self.tokenizer.convert_ids_to_tokens(state.answer_ids().tolist()))
@@ -293,37 +336,32 @@ class DenoisingEngine:
         masks = [st.response[st.block_slice] == st.mask_id for st in states]
         # only the block's still-masked positions can be committed, so only their logits are
         # computed: at a vocabulary of 126k-152k the head is most of a cache step, and half a
-        # block is masked on average. Rows are padded by repeating a request's own positions.
+        # block is masked on average. Rows are padded by repeating a request's own positions;
+        # a captured step computes the whole block (one static shape).
         cols = [np.flatnonzero(m) for m in masks]
         width = max(1, max(c.size for c in cols))
-        rows = torch.from_numpy(np.stack([np.resize(c if c.size else np.zeros(1, np.int64), width) for c in cols]))
+        if kind is StepKind.CACHE and self._runner.capture:
+            width = states[0].block_length
+        rows = np.stack([np.resize(c if c.size else np.zeros(1, np.int64), width) for c in cols])
         if kind is StepKind.RECOMPUTE:
-            masked_logits = self._recompute(states, rows)
+            logits = self._recompute(states, torch.from_numpy(rows))
         else:
-            masked_logits = self._cache_step(states, rows)
-        conf_rows, token_rows = self._confidences(masked_logits)
+            logits = self._cache_step(states, rows)
+        banned = [self.lm.mask_id] + ([self.lm.pad_id] if self.lm.pad_id != self.lm.eos_id else [])
+        out = select_on_device(logits, [c.size for c in cols], [thresholds[i] for i in idx], banned)
         for j, (i, st) in enumerate(zip(idx, states)):
-            masked, n = masks[j], cols[j].size
-            c = np.zeros(st.block_length, dtype=conf_rows.dtype)
-            tok = np.zeros(st.block_length, dtype=token_rows.dtype)
-            c[cols[j]], tok[cols[j]] = conf_rows[j, :n], token_rows[j, :n]
-            pick = select_commits(c, masked, thresholds[i])
-            st.apply_step(st.block_start + pick, tok[pick], thresholds[i], kind, conf_statistics(c[masked]))
+            n = cols[j].size
+            pick = np.flatnonzero(out.commit[j, :n])
+            st.apply_step(
+                st.block_start + cols[j][pick],
+                out.token[j, pick],
+                thresholds[i],
+                kind,
+                conf_statistics(out.confidence[j, :n]),
+            )
             if st.finished:
                 self.release(st.request_id)
             results[i] = StepResult(st.request_id, kind, int(pick.size), st.finished)
-
-    def _confidences(self, logits: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-        """Top-1 probability and token per block position; never predict mask/pad."""
-        logits = logits.float()
-        logits[..., self.lm.mask_id] = -math.inf
-        if self.lm.pad_id != self.lm.eos_id:
-            logits[..., self.lm.pad_id] = -math.inf
-        # top-1 probability = exp(max - logsumexp): two passes over the vocabulary and no
-        # probability tensor, which at 126k-152k entries per position is most of the cost
-        top, tok = logits.max(dim=-1)
-        conf = torch.exp(top - torch.logsumexp(logits, dim=-1))
-        return conf.cpu().numpy(), tok.cpu().numpy()
 
     def _recompute(self, states: list[RequestState], rows: torch.Tensor) -> torch.Tensor:
         """Full pass; refresh caches; return logits (B, P, V) at ``rows`` (B, P), positions
@@ -337,7 +375,7 @@ class DenoisingEngine:
             n = s.context_tokens
             ids[j, :n] = torch.from_numpy(np.concatenate((s.prompt_ids, s.response[: n - s.prompt_len])))
             attn[j, :n] = True
-        want_kv = any(s.use_cache for s in states)
+        keep = [s.use_cache and self.pool is not None and self.pool.fits(s.num_tokens) for s in states]
         plen = torch.tensor([s.prompt_len for s in states])
         # only the blocks' rows get logits: at a vocabulary of 126k-152k the head over
         # whole canvases would cost more than the layers
@@ -345,68 +383,43 @@ class DenoisingEngine:
         out, kv = self.lm.full(
             ids.to(dev),
             attn.to(dev),
-            return_kv=want_kv,
+            return_kv=any(keep),
             prompt_lengths=plen.to(dev),
             logit_positions=(start[:, None] + rows).to(dev),
         )
         for j, s in enumerate(states):
-            if s.use_cache and kv is not None:
-                # block-causal: keep the prompt and finished blocks only, whose K/V are exact;
-                # the current block's change with every commit and are fed at each step
-                n = s.prompt_len + s.block_start if s.block_causal else s.num_tokens
-                # (layers, 2, heads, T_j, head_dim), cloned so the batch tensor can be freed
-                self._kv[s.request_id] = torch.stack([torch.stack((k[j, :, :n], v[j, :, :n])) for k, v in kv]).clone()
+            if not keep[j] or kv is None:
+                continue
+            # block-causal: keep the prompt and finished blocks only, whose K/V are exact;
+            # the current block's change with every commit and are fed at each step
+            n = s.prompt_len + s.block_start if s.block_causal else s.num_tokens
+            try:
+                self.pool.store_row(s.request_id, kv, j, n)
+            except PoolFull:  # no slot free: decode on without the cache until one frees
+                self.pool_misses += 1
         return out
 
-    def _cache_step(self, states: list[RequestState], rows: torch.Tensor) -> torch.Tensor:
-        """Feed only the current blocks; attend to cached K/V outside them; logits (B, P, V)
-        at ``rows`` (B, P), positions in the block.
+    def _cache_step(self, states: list[RequestState], logit_rows: np.ndarray) -> torch.Tensor:
+        """Feed only the current blocks; attend to the pooled K/V in place; logits (B, P, V)
+        at ``logit_rows`` (B, P), positions in the block.
 
         Block-causal requests with ``append_pending`` (all or none of ``states``) are fed the
         finished block too; its fresh K/V, exact because nothing it attends to is masked or
-        later, are appended to the request's cache."""
-        dev = self.lm.device
-        B, Lb = len(states), states[0].block_length
-        fed = fed_length(states[0])
-        back = fed - Lb  # tokens fed before the block: the finished block, when appending
-        S = max(s.context_tokens for s in states)
-        first = self._kv[states[0].request_id]
-        L, _, H, _, D = first.shape
-        # One padded copy per step, laid out so each layer's K and V are contiguous;
-        # the model overwrites the fed entries in it, the request caches stay as they are.
-        past = torch.zeros(L, 2, B, H, S, D, dtype=first.dtype, device=first.device)
-        past_mask = torch.zeros(B, S, dtype=torch.bool)
-        lead = self.lm.lead  # tokens before the block fed too (Dream predicts each from the one before)
-        ids = torch.empty(B, lead + fed, dtype=torch.long)
-        pos = torch.empty(B, lead + fed, dtype=torch.long)
-        for j, s in enumerate(states):
-            kvj = self._kv[s.request_id]
-            past[:, :, j, :, : kvj.shape[3]] = kvj
-            start = s.prompt_len + s.block_start
-            past_mask[j, : kvj.shape[3]] = True
-            block = s.response[s.block_start - back : s.block_start + Lb]
-            if lead:  # the prompt is never empty, so a token precedes every block
-                before = s.response[s.block_start - lead : s.block_start] if s.block_start else s.prompt_ids[-lead:]
-                block = np.concatenate((before, block))
-            ids[j] = torch.from_numpy(block)
-            pos[j] = torch.arange(start - back - lead, start + Lb)
-        past_kv = [(past[layer, 0], past[layer, 1]) for layer in range(L)]
-        plen = torch.tensor([s.prompt_len for s in states]) if self.lm.block_causal else None
-        logits = self.lm.block(
-            ids.to(dev),
-            pos.to(dev),
-            past_kv,
-            past_mask.to(dev),
-            logit_positions=(rows + back).to(dev),
-            prompt_lengths=None if plen is None else plen.to(dev),
-        )
+        later, are written into the request's slot, which then holds it."""
+        pool, runner = self.pool, self._runner
+        plan = cache_step.plan(states, pool, self.config.context_granule)
+        x = cache_step.build_inputs(states, logit_rows, pool, self.lm, plan)
+        if plan.window:
+            logits = runner.run(x, window=True)
+        else:
+            scratch = cache_step.gathered(pool, plan)
+            logits = runner.run_over(x, [(layer[0], layer[1]) for layer in scratch])
+            cache_step.write_back(pool, scratch, states, plan, self.lm.lead)
+        back = fed_length(states[0]) - states[0].block_length
         if back:
-            for j, s in enumerate(states):
-                # the model wrote the finished block's K/V into this step's copy; the request's
-                # cache takes them (a copy: the batch tensor is freed after the step)
-                end = s.prompt_len + s.block_start
-                self._kv[s.request_id] = torch.cat((self._kv[s.request_id], past[:, :, j, :, end - back : end]), dim=3)
-        return logits
+            for s in states:  # the finished block's K/V are now in the slot
+                pool.set_tokens(s.request_id, s.prompt_len + s.block_start)
+        return logits[torch.tensor(plan.rows, device=logits.device)]
 
     # ------------------------------------------------------------ generate
     def generate(

@@ -96,11 +96,15 @@ class _RecordingLM(DiffusionLM):
         self.passes.append(_Pass(prompt_lengths.tolist(), logit_positions, logits.clone(), False))
         return logits, kv
 
-    def block(self, ids, positions, past_kv, past_mask, logit_positions=None, prompt_lengths=None):
-        logits = super().block(ids, positions, past_kv, past_mask, logit_positions, prompt_lengths)
+    def block(self, ids, positions, past_kv, past_mask, logit_positions=None, prompt_lengths=None, **kw):
+        logits = super().block(ids, positions, past_kv, past_mask, logit_positions, prompt_lengths, **kw)
+        # a pooled step's rows are pool slots: only the rows that write are a request's
+        real = kw["write_rows"] if kw.get("write_rows") is not None else torch.ones(ids.shape[0], dtype=torch.bool)
         where = positions.gather(1, self.lead + logit_positions)  # fed rows -> canvas positions
         fed = ids.shape[1] - self.lead
-        self.passes.append(_Pass(prompt_lengths.tolist(), where, logits.clone(), fed > self.block_length))
+        self.passes.append(
+            _Pass(prompt_lengths[real].tolist(), where[real], logits[real].clone(), fed > self.block_length)
+        )
         return logits
 
 

@@ -1,0 +1,150 @@
+"""A cache step over the K/V pool: its static-shape inputs and its run (eager or captured).
+
+Row ``r`` of a pooled cache step is slot ``r`` of the pool: the step attends to the window
+of slots ``0 .. R`` in place, where ``R`` is the batch bucket (docs/architecture.md, "Engine
+memory layout and captured steps"). A slot in the window whose request is not in the step
+(free, or recomputing, or not scheduled) is a padding row: it is fed pad tokens, attends only
+to them and writes nothing. Slots are handed out lowest first, so the window is mostly the
+step's own requests; where it is not (more than twice the batch's bucket), the step gathers
+its requests' slots into a scratch batch instead and writes the fed K/V back.
+
+Every check on positions happens here, on the host, before the step: the forward makes no
+host synchronisation, so the same step runs eagerly, from a CUDA graph, or compiled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from dilaserve.model.adapters import DiffusionLM
+
+from .config import batch_bucket, context_bucket
+from .kv_pool import KVPool
+from .state import RequestState
+
+
+@dataclass
+class CacheStepInputs:
+    """One pooled cache step's inputs, ``R`` rows on the model's device.
+
+    ``ids``/``positions`` (R, lead + fed); ``past_mask`` (R, S) the cached keys each row may
+    see; ``logit_rows`` (R, P) fed-token indices whose logits are wanted; ``write_rows`` (R,)
+    the rows that are a request's; ``prompt_lengths`` (R,) for block-causal models, else None.
+    """
+
+    ids: torch.Tensor
+    positions: torch.Tensor
+    past_mask: torch.Tensor
+    logit_rows: torch.Tensor
+    write_rows: torch.Tensor
+    prompt_lengths: torch.Tensor | None
+
+    @property
+    def key(self) -> tuple:
+        """The static shape a captured graph is specialised to."""
+        return (
+            tuple(self.ids.shape),
+            self.past_mask.shape[1],
+            self.logit_rows.shape[1],
+            self.prompt_lengths is not None,
+        )
+
+
+def fed_length(st: RequestState) -> int:
+    """Tokens a cache step feeds: the block, plus the finished block it appends, if any."""
+    return st.block_length * (2 if st.append_pending else 1)
+
+
+@dataclass
+class CachePlan:
+    """Where each request of a cache step sits: row ``rows[j]`` of ``R`` rows; ``window``
+    rows are pool slots, else a gathered scratch batch of ``slots``."""
+
+    rows: list[int]
+    n_rows: int
+    tokens: int
+    window: bool
+    slots: list[int]
+
+
+def plan(states: list[RequestState], pool: KVPool, granule: int) -> CachePlan:
+    """Window or gather, and the attended length: the longest context, rounded up."""
+    slots = [pool.slot(s.request_id) for s in states]
+    tokens = context_bucket(max(s.context_tokens for s in states), granule, pool.slot_tokens)
+    need = max(slots) + 1
+    n_rows = batch_bucket(need)
+    if n_rows > pool.capacity and not pool.ensure_capacity(n_rows):
+        n_rows = pool.capacity  # a pool smaller than the bucket: its whole size, one static shape
+    if n_rows <= 2 * batch_bucket(len(states)):
+        return CachePlan(slots, n_rows, tokens, True, slots)
+    return CachePlan(list(range(len(states))), len(states), tokens, False, slots)
+
+
+def build_inputs(
+    states: list[RequestState], logit_rows: np.ndarray, pool: KVPool, lm: DiffusionLM, p: CachePlan
+) -> CacheStepInputs:
+    """The step's inputs for ``states`` at their plan rows; ``logit_rows`` (B, P) are block
+    positions whose logits are wanted."""
+    R, S, lead = p.n_rows, p.tokens, lm.lead
+    fed = fed_length(states[0])
+    back = fed - states[0].block_length  # the finished block fed before the block, when appending
+    width = lead + fed
+    ids = np.full((R, width), lm.pad_id, dtype=np.int64)
+    pos = np.tile(np.arange(width, dtype=np.int64), (R, 1))
+    past_mask = np.zeros((R, S), dtype=bool)
+    rows = np.zeros((R, logit_rows.shape[1]), dtype=np.int64)
+    write = np.zeros(R, dtype=bool)
+    plen = np.zeros(R, dtype=np.int64)
+    for j, s in enumerate(states):
+        r = p.rows[j]
+        start = s.prompt_len + s.block_start
+        if start + s.block_length > S:  # the engine's invariant, checked here rather than in the forward
+            raise ValueError(f"request {s.request_id}'s block ends past the attended length {S}")
+        block = s.response[s.block_start - back : s.block_start + s.block_length]
+        if lead:  # the prompt is never empty, so a token precedes every block
+            before = s.response[s.block_start - lead : s.block_start] if s.block_start else s.prompt_ids[-lead:]
+            block = np.concatenate((before, block))
+        ids[r] = block
+        pos[r] = np.arange(start - back - lead, start + s.block_length)
+        past_mask[r, : pool.tokens(s.request_id)] = True
+        rows[r] = logit_rows[j] + back
+        write[r] = True
+        plen[r] = s.prompt_len
+    dev = lm.device
+
+    def on(x: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(x).to(dev, non_blocking=True)
+
+    return CacheStepInputs(on(ids), on(pos), on(past_mask), on(rows), on(write), on(plen) if lm.block_causal else None)
+
+
+def forward(lm: DiffusionLM, past_kv: list, x: CacheStepInputs) -> torch.Tensor:
+    """The model's cache step on ``x`` over ``past_kv`` (written in place): logits (R, P, V).
+    Capture-safe: this is what a CUDA graph records and what ``torch.compile`` traces."""
+    return lm.block(
+        x.ids,
+        x.positions,
+        past_kv,
+        x.past_mask,
+        logit_positions=x.logit_rows,
+        prompt_lengths=x.prompt_lengths,
+        write_rows=x.write_rows,
+        checked=True,
+    )
+
+
+def gathered(pool: KVPool, p: CachePlan) -> torch.Tensor:
+    """A scratch copy of the plan's slots, ``(layers, 2, B, kv_heads, tokens, head_dim)``."""
+    index = torch.tensor(p.slots, device=pool.kv.device)
+    return pool.kv[:, :, :, :, : p.tokens].index_select(2, index)
+
+
+def write_back(pool: KVPool, scratch: torch.Tensor, states: list[RequestState], p: CachePlan, lead: int) -> None:
+    """Copy each request's fed positions from a gathered scratch batch into its slot."""
+    for j, s in enumerate(states):
+        start = s.prompt_len + s.block_start
+        lo = start - (fed_length(s) - s.block_length) - lead
+        pool.kv[:, :, p.slots[j], :, lo : start + s.block_length] = scratch[:, :, j, :, lo : start + s.block_length]

@@ -1,0 +1,81 @@
+"""Cache steps replayed from CUDA graphs, one per static shape; eager elsewhere.
+
+A cache step at small batch is bound by the host: about 1,300 kernel launches per step for a
+few milliseconds of GPU work (docs/architecture.md, "Engine memory layout and captured
+steps"). Captured once per (rows, fed length, attended length, logit rows) and replayed, it
+costs one launch. Capture needs what :mod:`dilaserve.engine.cache_step` guarantees: static
+shapes, no host synchronisation in the forward, and K/V at fixed addresses (the pool is
+allocated once on CUDA and never grows there). Recompute steps stay eager: they are bound
+by the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from dilaserve.model.adapters import DiffusionLM
+
+from .cache_step import CacheStepInputs, forward
+from .kv_pool import KVPool
+
+
+@dataclass
+class _Captured:
+    graph: torch.cuda.CUDAGraph
+    inputs: CacheStepInputs  # the static buffers the graph reads
+    logits: torch.Tensor  # the static buffer it writes
+
+
+class CacheStepRunner:
+    """Runs a pooled cache step: from a captured graph on CUDA (when ``capture``), else eagerly."""
+
+    def __init__(self, lm: DiffusionLM, pool: KVPool, capture: bool):
+        self.lm, self.pool = lm, pool
+        self.capture = capture and lm.device.type == "cuda"
+        self._graphs: dict[tuple, _Captured] = {}
+        self._mempool = None  # one memory pool shared by every graph's intermediates
+
+    @property
+    def graphs(self) -> int:
+        """Graphs captured so far."""
+        return len(self._graphs)
+
+    def run(self, x: CacheStepInputs, window: bool) -> torch.Tensor:
+        """Logits (R, P, V) of a step over the pool's first R slots (``window``) or, with
+        ``window`` False, over the past K/V the caller passes through :meth:`run_over`."""
+        past = self.pool.window(x.ids.shape[0], x.past_mask.shape[1])
+        if not (self.capture and window):
+            return forward(self.lm, past, x)
+        key = (*x.key, self.pool.kv.data_ptr())
+        cap = self._graphs.get(key)
+        if cap is None:
+            cap = self._graphs[key] = self._capture(x, past)
+        for f in fields(CacheStepInputs):
+            buf = getattr(cap.inputs, f.name)
+            if buf is not None:
+                buf.copy_(getattr(x, f.name), non_blocking=True)
+        cap.graph.replay()
+        return cap.logits
+
+    def run_over(self, x: CacheStepInputs, past: list) -> torch.Tensor:
+        """An eager step over ``past`` (a gathered scratch batch)."""
+        return forward(self.lm, past, x)
+
+    def _capture(self, x: CacheStepInputs, past: list) -> _Captured:
+        static = CacheStepInputs(
+            *(None if getattr(x, f.name) is None else getattr(x, f.name).clone() for f in fields(x))
+        )
+        # warm up on a side stream (cuBLAS workspaces, lazy inits), as torch.cuda.graphs asks;
+        # the warm-up writes the same fresh K/V the replay below writes again
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            forward(self.lm, past, static)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self._mempool):
+            logits = forward(self.lm, past, static)
+        self._mempool = graph.pool()
+        return _Captured(graph, static, logits)
