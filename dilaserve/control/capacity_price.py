@@ -34,11 +34,26 @@ work must fit with one standard deviation of it (``spread``). Heavy-tailed reque
 and the cluster runs closer to its capacity. Without the arrivals, a request would keep a
 high threshold on capacity the next arrivals need.
 
+**Deadlines.** One horizon (the latest SLO time left in flight) is the paper's capacity,
+and with one SLO for all it is the right one. With SLO tiers it is the batch tier's, twenty
+times the interactive tier's, and work that fits it can still miss every earlier deadline.
+So before the horizon check, a per-deadline check (:func:`deadline_caps`) walks the
+requests in flight earliest deadline first: the work due by each deadline (the requests due
+by then, and the expected arrivals whose SLO ends by then) must fit the cluster's throughput
+times the time left to it. The first deadline that does not fit raises a price on the
+requests due by it, the smallest at which it fits, and the walk goes on (prices only rise,
+so an earlier deadline stays fitted). A deadline that does not fit even with every request
+due by it at its per-work optimum is left alone: lowering them would cost quality without
+turning a miss into a hit. With one SLO for all, the requests due first are the oldest, with
+the least work left, and the check rarely binds.
+
 ``clearing=False`` (``per_work_price``, an ablation) prices a cluster that does not fit at
 full quality at the best accuracy per work, so every cap drops to its per-work optimum.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -85,6 +100,98 @@ def _breakpoints(accuracy: np.ndarray, load: np.ndarray, ok: np.ndarray) -> np.n
     return np.unique(np.concatenate(prices)) if prices else np.zeros(0)
 
 
+@dataclass(frozen=True)
+class Deadlines:
+    """What the per-deadline check needs beside the loads.
+
+    Attributes:
+        time_left: ``(n,)`` seconds to each in-flight request's deadline.
+        throughput: the cluster's token-steps per second (the loads' unit per second).
+        arrivals_slo: ``(m,)`` SLO seconds of each recorded arrival.
+        window: seconds over which the arrivals were recorded: each stands for one arrival
+            like it per ``window`` from now on.
+    """
+
+    time_left: np.ndarray
+    throughput: float
+    arrivals_slo: np.ndarray
+    window: float
+
+    def arrivals_due(self, arrivals_work: np.ndarray, time_left: np.ndarray) -> np.ndarray:
+        """Expected work of the arrivals due within each of ``time_left``: an arrival like
+        recorded one ``i`` comes within ``t - slo_i`` to be due by ``t``, at rate
+        ``1 / window``."""
+        if not len(arrivals_work) or self.window <= 0:
+            return np.zeros(len(time_left))
+        # sum over slo_i < t of w_i (t - slo_i), from prefix sums over the SLOs in order:
+        # O((n + m) log m) rather than an n x m table on every arrival.
+        order = np.argsort(self.arrivals_slo, kind="stable")
+        slo = self.arrivals_slo[order]
+        work = np.concatenate(([0.0], np.cumsum(arrivals_work[order])))
+        work_slo = np.concatenate(([0.0], np.cumsum(arrivals_work[order] * slo)))
+        k = np.searchsorted(slo, time_left, side="left")
+        return np.maximum(time_left * work[k] - work_slo[k], 0.0) / self.window
+
+
+def _choice_at(accuracy: np.ndarray, load: np.ndarray, ok: np.ndarray, price: np.ndarray) -> np.ndarray:
+    """:func:`_choice` with a price per row (``(n,)``)."""
+    value = np.where(ok, accuracy[None, :] - price[:, None] * load, -np.inf)
+    return np.where(price > 0, np.argmax(value, axis=1), highest_allowed(ok))
+
+
+def deadline_caps(
+    accuracy: np.ndarray,
+    load: np.ndarray,
+    ok: np.ndarray,
+    caps: np.ndarray,
+    deadlines: Deadlines,
+    arrivals_work: np.ndarray,
+) -> np.ndarray:
+    """Caps of the in-flight rows (``load`` / ``ok`` ``(n, t)``, ``caps`` ``(n,)``, every
+    ``caps[r]`` in ``ok[r]``) after the per-deadline check; ``arrivals_work`` ``(m,)`` is
+    what each recorded arrival brings at the least work it may run (what arrives due by a
+    deadline is at least that)."""
+    n = load.shape[0]
+    live = np.flatnonzero(deadlines.time_left > 0)  # a request past its deadline misses anyway
+    if not len(live):
+        return caps
+    order = live[np.argsort(deadlines.time_left[live], kind="stable")]
+    left = deadlines.time_left[order]
+    room = deadlines.throughput * left - deadlines.arrivals_due(arrivals_work, left)
+    least = np.cumsum(load[order, _cheapest(load[order], ok[order])])
+    # Deadlines the requests due by them cannot make even at their per-work optimum are
+    # left alone.
+    skip = least > room
+    price = np.zeros(n)
+    j = caps.copy()
+    for _ in range(len(order)):
+        due = np.cumsum(load[order, j[order]])
+        over = (due > room) & ~skip
+        if not over.any():
+            break
+        # The earliest deadline over: the smallest extra price on the requests due by it at
+        # which it fits. Demand falls as the price rises, and past the prefix's highest
+        # breakpoint every row is at its cheapest, which fits: bisect between.
+        k = int(np.argmax(over))
+        prefix = order[: k + 1]
+        sub_load, sub_ok = load[prefix], ok[prefix]
+        points = _breakpoints(accuracy, sub_load, sub_ok)
+        lo, hi = 0.0, float(points[-1]) if len(points) else 0.0
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            if sub_load[np.arange(k + 1), _choice_at(accuracy, sub_load, sub_ok, price[prefix] + mid)].sum() <= room[k]:
+                hi = mid
+            else:
+                lo = mid
+        trial = _choice_at(accuracy, sub_load, sub_ok, price[prefix] + hi)
+        if sub_load[np.arange(k + 1), trial].sum() > room[k]:
+            skip[k] = True  # no price fits it (ties at the cheapest): leave it
+            continue
+        price[prefix] += hi
+        j[prefix] = trial
+    return j
+
+
 def price_caps(
     accuracy: np.ndarray,
     load: np.ndarray,
@@ -96,6 +203,7 @@ def price_caps(
     *,
     clearing: bool = True,
     spread: float = 1.0,
+    deadlines: Deadlines | None = None,
 ) -> np.ndarray:
     """Caps of the requests in flight under the price of capacity.
 
@@ -103,7 +211,9 @@ def price_caps(
     caps another load control left them; ``arrivals_load`` / ``arrivals_allowed`` ``(m, t)``
     are the expected arrivals within the horizon (priced alongside, never capped here);
     ``capacity`` is in the loads' units over the same horizon. A request's new cap lies in
-    ``[j*(r), caps(r)]``; where ``caps(r)`` is already below ``j*(r)`` it stays.
+    ``[j*(r), caps(r)]``; where ``caps(r)`` is already below ``j*(r)`` it stays. With
+    ``deadlines`` (and ``clearing``), the per-deadline check runs first
+    (:func:`deadline_caps`).
     """
     n, t = load.shape
     if n == 0:
@@ -122,6 +232,12 @@ def price_caps(
     ok = all_allowed & (idx <= all_caps[:, None]) & (idx >= np.minimum(floor, all_caps)[:, None])
     ok[np.arange(len(all_caps)), all_caps] = True
     rows = np.arange(len(all_caps))
+    if deadlines is not None and clearing:
+        least = all_load[rows[n:], _cheapest(all_load[n:], ok[n:])]
+        all_caps = all_caps.copy()
+        all_caps[:n] = deadline_caps(accuracy, all_load[:n], ok[:n], all_caps[:n], deadlines, least)
+        ok &= idx <= all_caps[:, None]
+        ok[rows, all_caps] = True
 
     def demand(price: float) -> tuple[float, np.ndarray]:
         j = _choice(accuracy, all_load, ok, price)
@@ -132,7 +248,7 @@ def price_caps(
 
     total, _ = demand(0.0)
     if total <= capacity:
-        return caps
+        return all_caps[:n].astype(np.int64)
     if not clearing:
         return _cheapest(all_load, ok)[:n].astype(np.int64)
     prices = _breakpoints(accuracy, all_load, ok)

@@ -13,9 +13,11 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
+from dilaserve.control.capacity_price import Deadlines
 from dilaserve.control.config import ControlConfig
 from dilaserve.control.cost_model import CapacityModel, RequestShape, request_load
 from dilaserve.control.policies import LoadControl, Outlook
@@ -48,9 +50,9 @@ class LoadPass:
         self.load_control = load_control
         self.capacity = capacity
         self.accuracy = accuracy
-        #: ``(arrival, load row, allowed row)`` of the requests admitted over the last SLO
-        #: horizon, oldest first: the outlook's estimate of the work arriving next.
-        self._arrivals: deque[tuple[float, np.ndarray, np.ndarray]] = deque()
+        #: ``(arrival, load row, allowed row, SLO)`` of the requests admitted over the last
+        #: SLO horizon, oldest first: the outlook's estimate of the work arriving next.
+        self._arrivals: deque[tuple[float, np.ndarray, np.ndarray, float]] = deque()
         #: The cluster's throughput (token-steps/s) at the last pass.
         self.throughput = 0.0
 
@@ -85,6 +87,11 @@ class LoadPass:
         throughput = sum(self.capacity.throughput(tp, mb, split) for tp, mb in instances if self.profile.has(tp))
         self.throughput = throughput
         outlook = self._outlook(order, load, allowed, now, horizon) if self.load_control.needs_outlook else None
+        if outlook is not None:
+            # The per-deadline check: each request's time left, against the throughput.
+            left = np.array([r.deadline for r in order]) - now
+            slos = np.array([a[3] for a in self._arrivals])
+            outlook = replace(outlook, deadlines=Deadlines(left, throughput, slos, horizon))
         caps = self.load_control.caps(load, allowed, throughput * horizon, outlook)
         for r, c in zip(order, caps.tolist()):
             r.cap_index = c
@@ -98,7 +105,7 @@ class LoadPass:
         for i, r in enumerate(order):
             if not r.in_outlook:
                 r.in_outlook = True
-                self._arrivals.append((r.arrival, load[i].copy(), allowed[i].copy()))
+                self._arrivals.append((r.arrival, load[i].copy(), allowed[i].copy(), r.slo))
         while self._arrivals and self._arrivals[0][0] <= now - horizon:
             self._arrivals.popleft()
         if self.accuracy is None:

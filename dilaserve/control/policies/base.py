@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dilaserve.control.capacity_price import Deadlines
 from dilaserve.control.config import ControlConfig
 from dilaserve.utils.registry import Registry
 
@@ -56,11 +57,14 @@ class Outlook:
         arrivals_load: ``(m, t)`` the work each request admitted over the last SLO horizon
             brought on arrival, at each threshold: the estimate of what arrives next.
         arrivals_allowed: ``(m, t)`` those requests' allowed thresholds.
+        deadlines: the in-flight requests' time left, the cluster's throughput and the
+            arrivals' SLOs, for the per-deadline check (None: the horizon check alone).
     """
 
     accuracy: np.ndarray
     arrivals_load: np.ndarray
     arrivals_allowed: np.ndarray
+    deadlines: Deadlines | None = None
 
 
 class LoadControl(abc.ABC):

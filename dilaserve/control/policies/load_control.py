@@ -66,7 +66,8 @@ class CapacityPriceLoadControl(FeasiblePrefixLoadControl):
     next, so at a load near capacity every request keeps the highest threshold that makes
     its own SLO and spends capacity later arrivals need. Here the work in flight plus the
     work expected to arrive within the SLO horizon (with one standard deviation of the
-    latter) must fit the capacity over it. When it does not, capacity gets the smallest
+    latter) must fit the capacity over it, and the work due by each deadline the throughput
+    times the time left to it (SLO tiers). When it does not, capacity gets the smallest
     price at which it does, and each request's cap drops where ``accuracy - price x work``
     says the drop pays, never below its per-work optimum (the threshold with the most
     accuracy per unit of work). At light load nothing changes (capacity is free); on a
@@ -97,6 +98,7 @@ class CapacityPriceLoadControl(FeasiblePrefixLoadControl):
             outlook.arrivals_allowed,
             clearing=self.clearing,
             spread=self.spread,
+            deadlines=outlook.deadlines,
         )
 
 
