@@ -113,6 +113,24 @@ def ablation_rows(docs: dict[str, dict]) -> list[str]:
     return rows
 
 
+def load_control_rows(docs: dict[str, dict]) -> list[str]:
+    """Per ablation run of the paper's walk with and without its load control, the SLO
+    attainment of each (the paper's measure of this ablation) and their difference."""
+    rows = []
+    for name, doc in docs.items():
+        pol = doc["output"]["policies"]
+        if " ablation " not in f" {doc['command']} " or "dilaserve-paper-no-load-control" not in pol:
+            continue
+        words = doc["command"].split()
+        load = words[words.index("--high-load") + 1] + "x" if "--high-load" in words[:-1] else "default"
+        on, off = pol["dilaserve-paper"], pol["dilaserve-paper-no-load-control"]
+        cells = [load, _pct(on["slo_attainment"]), _pct(off["slo_attainment"])]
+        cells += [f"{100 * (on['slo_attainment'] - off['slo_attainment']):+.1f}"]
+        cells += [_pct(on["slo_attainment_high"]), _pct(off["slo_attainment_high"])]
+        rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return rows
+
+
 def _static_points(out: dict) -> dict[str, dict]:
     """The grid's static points of a frontier run (every policy but the adaptive ones)."""
     return {k: v for k, v in out["policies"].items() if k.startswith(("fixed@", "tiers("))}
@@ -248,6 +266,21 @@ def render(docs: dict[str, dict]) -> str:
                 "",
             ]
             if ablation_rows(docs)
+            else []
+        ),
+        *(
+            [
+                "### Load control as the paper measured it",
+                "",
+                "The paper's walk (`dilaserve-paper`) with and without its load control, admission off: SLO",
+                "attainment in % overall and in the high phase.",
+                "",
+                "| run | high load | with | without | difference | high phase, with | high phase, without |",
+                "| --- | --- | --- | --- | --- | --- | --- |",
+                *load_control_rows(docs),
+                "",
+            ]
+            if load_control_rows(docs)
             else []
         ),
         "## Commands",

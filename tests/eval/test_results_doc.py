@@ -46,6 +46,7 @@ def test_every_number_in_a_row_is_found_in_the_run_it_names():
         pol = out["policies"]
         # Margins are differences of two printed shares.
         shares = sorted({round(100 * v["goodput"], 6) for v in pol.values()})
+        shares += sorted({round(100 * v["slo_attainment"], 6) for v in pol.values() if "slo_attainment" in v})
         margins = {round(a - b, 1) for a in shares for b in shares}
         if "margin" in out:
             margins.add(round(100 * out["margin"], 1))
