@@ -58,14 +58,14 @@ class Result:
 
 
 async def pick_worker(c: httpx.AsyncClient, rng: random.Random, killed: set[int], wait_s: float = 60.0) -> int | None:
-    """A worker PID of a random ready instance, from ``/health`` (``worker_pids``), skipping
+    """A worker PID of a random ready instance, from the admin API (``/admin/workers``), skipping
     instances with a ``killed`` worker (the server may not have noticed the death yet); waits
     (bounded) while none is left, e.g. the previous victim's replacement is still loading.
     Choosing the instance first keeps two kills off the two ranks of one TP-2 instance."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         try:
-            pids = (await c.get("/health")).json().get("worker_pids") or {}
+            pids = (await c.get("/admin/workers")).json().get("worker_pids") or {}
         except (httpx.HTTPError, ValueError):
             pids = {}
         live = [p for p in pids.values() if p and not killed.intersection(p)]

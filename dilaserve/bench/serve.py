@@ -11,7 +11,8 @@ Datasets: ``tasks`` (the synthetic task suite, graded), ``sharegpt`` (first-turn
 truncated to the model's context) and ``trace`` (prompt/output lengths from the Azure
 conversation trace, scaled into the model's context). Arrivals are a gamma process
 (``--burstiness`` 1.0 is Poisson). Reports SLO attainment, mean / median / P99 end-to-end
-latency, throughput and graded accuracy; the last line is one JSON object.
+latency, throughput and graded accuracy; the last line is one JSON object. A server started
+with an API key is sent the one in ``DILASERVE_API_KEY``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import httpx
 import numpy as np
 
 from dilaserve.bench.common import emit, machine_info
+from dilaserve.serve.client import auth_headers
 from dilaserve.sim.arrivals import gamma_arrivals
 from dilaserve.tasks import TASKS, TaskInstance, task_suite
 
@@ -115,7 +117,8 @@ async def run_load(
             float(np.mean(thr)) if thr else 0.0,
         )
 
-    async with httpx.AsyncClient(base_url=base_url, timeout=600, limits=httpx.Limits(max_connections=1000)) as client:
+    limits = httpx.Limits(max_connections=1000)
+    async with httpx.AsyncClient(base_url=base_url, timeout=600, limits=limits, headers=auth_headers()) as client:
         start = time.perf_counter()
         outcomes = await asyncio.gather(*(one(client, p, float(at)) for p, at in zip(prompts, offsets)))
         return list(outcomes), time.perf_counter() - start
@@ -176,7 +179,7 @@ def main(argv=None) -> int:
     }
 
     def bench(url: str) -> dict:
-        model = args.model or httpx.get(url + "/v1/models", timeout=10).json()["data"][0]["id"]
+        model = args.model or httpx.get(url + "/v1/models", headers=auth_headers(), timeout=10).json()["data"][0]["id"]
         outcomes, wall = asyncio.run(
             run_load(url, model, prompts, args.request_rate, args.burstiness, args.slo_ms, args.seed)
         )

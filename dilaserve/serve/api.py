@@ -4,7 +4,12 @@
 With ``--admin-api`` (``ServeConfig.admin_api``; as vLLM's dev-mode endpoints, off by
 default: it changes the cluster), ``POST /admin/reconfigure`` applies an operator's
 configuration live, e.g. ``{"node_counts": [{"2": 1}]}`` for one TP-2 instance on node 0
-(see :func:`~dilaserve.serve.control_setup.reconfigure_to`); ``bench chaos`` uses it.
+(see :func:`~dilaserve.serve.control_setup.reconfigure_to`), and ``GET /admin/workers`` lists
+each ready instance's worker process ids; ``bench chaos`` uses both.
+
+With ``--api-key`` every ``/v1`` and admin route asks for the key (:mod:`dilaserve.serve.auth`);
+``/health`` and ``/metrics`` stay open. A body must be declared as JSON (or not declared):
+any other ``Content-Type`` gets a 415.
 """
 
 from __future__ import annotations
@@ -16,13 +21,15 @@ import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
+from .auth import key_check
 from .control_setup import reconfigure_to
-from .errors import BadRequest, PayloadTooLarge, ServeError
+from .errors import BadRequest, PayloadTooLarge, ServeError, Unauthorized, UnsupportedMediaType
 from .protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -69,6 +76,20 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def check_json(request: Request) -> None:
+    """A 415 unless the body is declared as JSON (``application/json`` or ``*+json``); a body
+    with no declared type is read as JSON."""
+    declared = request.headers.get("content-type")
+    if declared is None:
+        return
+    media = declared.split(";", 1)[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise UnsupportedMediaType(
+            f"the request body is declared as {media or 'an empty type'!r}, not JSON: "
+            "send a JSON object with 'Content-Type: application/json'"
+        )
+
+
 def _body_schema(cls) -> dict:
     """The OpenAPI request body of an endpoint that parses its own body (see :func:`build_app`)."""
     return {
@@ -82,10 +103,17 @@ def _body_schema(cls) -> dict:
 
 
 def _error(
-    status: int, message: str, type_: str, param: str | None = None, retry_after_s: float | None = None
+    status: int,
+    message: str,
+    type_: str,
+    param: str | None = None,
+    retry_after_s: float | None = None,
+    headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    headers = {"Retry-After": str(max(1, math.ceil(retry_after_s)))} if retry_after_s is not None else None
-    return JSONResponse(error_body(message, type_, param, status), status_code=status, headers=headers)
+    headers = dict(headers or {})
+    if retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
+    return JSONResponse(error_body(message, type_, param, status), status_code=status, headers=headers or None)
 
 
 def _usage(g: CompletionResult) -> dict:
@@ -121,6 +149,8 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
                 await runtime.shutdown()
 
     app = FastAPI(title="DiLaServe", lifespan=lifespan)
+    #: On every /v1 and admin route: the API key, when the server has one.
+    guard = [Depends(key_check(runtime.cfg.api_key))]
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError):
@@ -140,7 +170,15 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
     @app.exception_handler(ServeError)
     async def _serve_error(request: Request, exc: ServeError):
         runtime.metrics.rejected.labels(exc.reason, str(exc.status)).inc()
-        return _error(exc.status, str(exc), exc.type, exc.param, exc.retry_after_s)
+        # RFC 9110: a 401 names the scheme the client should authenticate with.
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+        return _error(exc.status, str(exc), exc.type, exc.param, exc.retry_after_s, headers)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(request: Request, exc: ClientDisconnect):
+        # Nothing was queued for it and nobody is left to answer: worth a line, not a traceback.
+        log.info("a client disconnected before its request body arrived (%s %s)", request.method, request.url.path)
+        return Response(status_code=499)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):
@@ -149,11 +187,12 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
 
     @app.get("/health")
     async def health():
-        """Readiness: 200 while the server takes requests and an instance is ready to run them."""
-        reason = runtime.not_ready_reason()
-        if reason is not None:
-            return JSONResponse({"status": "unavailable", "reason": reason, **runtime.status()}, status_code=503)
-        return {"status": "ok", **runtime.status()}
+        """Readiness: 200 while the server takes requests and an instance is ready to run them
+        ("degraded", with the reason, while the step loop stalls); 503 otherwise
+        (:mod:`dilaserve.serve.health`)."""
+        verdict = runtime.health()
+        reason = {"reason": verdict.reason} if verdict.reason is not None else {}
+        return JSONResponse({"status": verdict.status, **reason, **runtime.status()}, status_code=verdict.http_status)
 
     @app.get("/health/live")
     async def live():
@@ -164,7 +203,7 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
     async def metrics():
         return Response(runtime.metrics.render(), media_type="text/plain; version=0.0.4")
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", dependencies=guard)
     async def models():
         return {
             "object": "list",
@@ -183,6 +222,7 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
         return body, runtime.prepare(body)
 
     async def _run(request: Request, chat: bool):
+        check_json(request)
         runtime.check_accepting()
         raw = await read_body(request, runtime.cfg.max_request_bytes)
         cls = ChatCompletionRequest if chat else CompletionRequest
@@ -262,8 +302,14 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
 
     if runtime.cfg.admin_api:
 
-        @app.post("/admin/reconfigure")
+        @app.get("/admin/workers", dependencies=guard)
+        async def admin_workers():
+            """Each ready instance's Ray worker process ids (for fault injection: ``bench chaos``)."""
+            return {"worker_pids": (runtime.core.snapshot.worker_pids or {}) if runtime.core else {}}
+
+        @app.post("/admin/reconfigure", dependencies=guard)
         async def admin_reconfigure(request: Request):
+            check_json(request)
             try:
                 body = json.loads(await read_body(request, runtime.cfg.max_request_bytes))
             except ValueError:
@@ -282,11 +328,11 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
 
     # The two endpoints read their own body (size limit, parsing off the loop when large), so
     # FastAPI is told their schemas; the schemas' shared definitions go to the components.
-    @app.post("/v1/completions", openapi_extra=_body_schema(CompletionRequest))
+    @app.post("/v1/completions", openapi_extra=_body_schema(CompletionRequest), dependencies=guard)
     async def completions(request: Request):
         return await _run(request, chat=False)
 
-    @app.post("/v1/chat/completions", openapi_extra=_body_schema(ChatCompletionRequest))
+    @app.post("/v1/chat/completions", openapi_extra=_body_schema(ChatCompletionRequest), dependencies=guard)
     async def chat_completions(request: Request):
         return await _run(request, chat=True)
 

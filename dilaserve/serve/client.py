@@ -3,13 +3,18 @@
 reply = complete(server.url, "list : c a f b", max_tokens=32, slo_ms=5000)
 print(reply.text, reply.steps, reply.thresholds)
 print(fetch_metrics(server.url)["dilaserve:slo_attainment"], health(server.url)["thresholds"])
+
+Against a server with an API key, set ``DILASERVE_API_KEY`` for the client too.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import httpx
+
+from .config import API_KEY_ENV
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,13 @@ class Completion:
     instances: list[str]
     #: "stop" (the answer ended) or "length" (the canvas filled first); None if not reported.
     finish_reason: str | None = None
+
+
+def auth_headers() -> dict[str, str]:
+    """The ``Authorization`` header for a server started with an API key, from the same
+    ``DILASERVE_API_KEY`` variable the server reads (empty without one)."""
+    key = os.environ.get(API_KEY_ENV)
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 def complete(
@@ -48,7 +60,7 @@ def complete(
     }
     if slo_ms:
         body["slo_ms"] = float(slo_ms)
-    r = httpx.post(url + "/v1/completions", json=body, timeout=timeout_s)
+    r = httpx.post(url + "/v1/completions", json=body, headers=auth_headers(), timeout=timeout_s)
     if r.status_code != 200:
         try:
             msg = r.json()["error"]["message"]

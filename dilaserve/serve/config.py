@@ -13,6 +13,7 @@ the tokens-per-step table) or from its own flags (the block length) is not a fla
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from dilaserve.control.config import ControlConfig
@@ -21,6 +22,9 @@ from dilaserve.reconfig.config import MonitorConfig, ReconfigConfig
 from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.schedule.tuner import TunerConfig
 from dilaserve.utils.cli import nested, option
+
+#: The environment variable the API key is read from when ``--api-key`` is not given.
+API_KEY_ENV = "DILASERVE_API_KEY"
 
 #: The server re-plans every minute by default (the class's 300 s suits hour-long traces).
 SERVE_RECONFIG_INTERVAL_S = 60.0
@@ -69,6 +73,22 @@ class ServeConfig:
         30.0, "on SIGINT/SIGTERM, wait this long for in-flight requests before failing them"
     )
     log_level: str = option("info", "logging level")
+    api_key: str | None = option(
+        None,
+        "require this key on every /v1 route (and /admin), sent as OpenAI clients do: 'Authorization: "
+        "Bearer KEY'; /health and /metrics stay open (default: the DILASERVE_API_KEY environment "
+        "variable, else no key)",
+    )
+    stall_degraded_s: float = option(
+        5.0,
+        "/health answers 'degraded' (HTTP 200, with the reason) when requests wait and no step has "
+        "finished for this many seconds: the step loop is held up (raise it for models whose steps take longer)",
+    )
+    stall_unavailable_s: float = option(
+        30.0,
+        "/health answers 503 when requests wait and no step has finished for this many seconds "
+        "(more than --stall-degraded-s): a load balancer should send traffic elsewhere",
+    )
     switch_interval_ms: float = option(
         0.5,
         "the server process's GIL switch interval (sys.setswitchinterval; Python's default is 5 ms): the "
@@ -119,6 +139,17 @@ class ServeConfig:
         if not 0.05 <= self.switch_interval_ms <= 100:
             raise ValueError(
                 f"--switch-interval-ms {self.switch_interval_ms}: choose between 0.05 and 100 ms (default 0.5)"
+            )
+        if self.api_key is None:
+            self.api_key = os.environ.get(API_KEY_ENV) or None
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError(
+                f"--api-key (or {API_KEY_ENV}) is empty: give a key, or leave it unset to serve without one"
+            )
+        if not 0 < self.stall_degraded_s < self.stall_unavailable_s:
+            raise ValueError(
+                f"--stall-degraded-s {self.stall_degraded_s} and --stall-unavailable-s {self.stall_unavailable_s}: "
+                "both must be positive and the first smaller (default 5 and 30)"
             )
         if self.max_queue < 1:
             raise ValueError(f"--max-queue {self.max_queue}: allow at least 1 request in flight (default 256)")

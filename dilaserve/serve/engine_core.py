@@ -28,6 +28,7 @@ import asyncio
 import concurrent.futures
 import itertools
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -121,6 +122,9 @@ class EngineCore(SchedulerObserver):
         self._tick_task: asyncio.Task | None = None
         self._pending: list[EngineOutput] = []
         self._flush_scheduled = False
+        #: When a step last finished on any instance (``time.monotonic``; None before the
+        #: first), for ``/health``: the step loop's progress, readable from any thread.
+        self.last_step_at: float | None = None
 
     # ================================================================ lifecycle
     def start(self, specs: Callable[[EngineCore], Sequence[InstanceSpec]], timeout_s: float = 60.0) -> None:
@@ -248,6 +252,7 @@ class EngineCore(SchedulerObserver):
         self._flush_soon()
 
     def on_step(self, ev: StepFinished) -> None:
+        self.last_step_at = time.monotonic()
         slot = self.scheduler.pool.slot_of.get(ev.instance_id)
         if ev.duration_s is not None and slot is not None:
             self.metrics.step_latency.labels(str(int(self.scheduler.pool.tp[slot]))).observe(ev.duration_s)

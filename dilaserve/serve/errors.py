@@ -49,3 +49,15 @@ class PayloadTooLarge(ServeError):
     """The request body is over ``--max-request-bytes``; a smaller one may be served."""
 
     status, type, reason = 413, "invalid_request_error", "too_large"
+
+
+class Unauthorized(ServeError):
+    """The request lacks the server's API key (``--api-key``), or sends another one."""
+
+    status, type, reason = 401, "invalid_request_error", "unauthorized"
+
+
+class UnsupportedMediaType(ServeError):
+    """The body is declared as something other than JSON."""
+
+    status, type, reason = 415, "invalid_request_error", "media_type"

@@ -88,7 +88,8 @@ class ServeMetrics:
         self.step_errors = counter("dilaserve:step_errors", "requests an instance's engine refused to step (retried)")
         self.rejected = counter(
             "dilaserve:rejected_requests",
-            "requests refused, by reason (invalid_request, too_large, overloaded, slo, slo_infeasible, unavailable) "
+            "requests refused, by reason (invalid_request, too_large, overloaded, slo, slo_infeasible, unavailable, "
+            "unauthorized, media_type) "
             "and HTTP status code",
             ["reason", "code"],
         )

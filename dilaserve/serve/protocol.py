@@ -1,7 +1,7 @@
 """OpenAI-compatible request and response schemas, plus DiLaServe's extensions.
 
 Extension fields on a request: ``slo_ms`` (a latency budget) or ``deadline``
-(absolute unix seconds), ``priority`` (higher is capped last under load) and
+(absolute unix seconds; not both), ``priority`` (higher is capped last under load) and
 ``min_threshold`` (a quality floor). Responses report the denoising steps and
 the thresholds used under ``dilaserve``.
 
@@ -94,6 +94,13 @@ class _Request(BaseModel):
     deadline: float | None = Field(default=None, gt=0, description="absolute deadline, unix seconds")
     priority: int = Field(default=0, ge=-100, le=100)
     min_threshold: float = Field(default=0.0, ge=0.0, le=1.0, description="quality floor for the threshold")
+
+    @field_validator("deadline")
+    @classmethod
+    def _one_slo(cls, v, info: ValidationInfo):
+        if v is not None and info.data.get("slo_ms") is not None:
+            raise ValueError("is set with slo_ms: send one of them (slo_ms, a budget in ms, or deadline, a unix time)")
+        return v
 
     @field_validator("max_completion_tokens")
     @classmethod
@@ -223,6 +230,13 @@ class ChatCompletionRequest(_Request):
     logprobs: bool | None = Field(default=None, description="not supported: omit it or send false")
     top_logprobs: int | None = Field(default=None, description="not supported: omit it")
 
+    @field_validator("messages")
+    @classmethod
+    def _a_user_message(cls, v):
+        if not any(m.role == "user" for m in v):
+            raise ValueError("holds no user message: the model answers the last user message, so send one")
+        return v
+
     @field_validator("logprobs")
     @classmethod
     def _logprobs(cls, v):
@@ -235,8 +249,7 @@ class ChatCompletionRequest(_Request):
 
     @property
     def _prompt_index(self) -> int:
-        users = [i for i, m in enumerate(self.messages) if m.role == "user"]
-        return users[-1] if users else len(self.messages) - 1
+        return max(i for i, m in enumerate(self.messages) if m.role == "user")  # validated: there is one
 
     @property
     def prompt(self) -> str:

@@ -35,11 +35,16 @@ from .control_inputs import load_control_inputs
 from .control_setup import connect_ray, control_plane_spec
 from .engine_core import EngineCore
 from .errors import Overloaded, Unavailable
+from .health import Health, judge, stalled_for
 from .metrics import ServeMetrics
 from .request_prep import PreparedRequest, RequestPreparer
 from .responses import RequestHandle, ResponseRouter
 
 log = logging.getLogger(__name__)
+
+#: ``Retry-After`` (seconds) on the 503s of a server starting up or draining: soon, and
+#: through the load balancer, which sends the retry to another replica.
+RETRY_UNAVAILABLE_S = 1.0
 
 
 class ServingRuntime:
@@ -56,6 +61,9 @@ class ServingRuntime:
         self.metrics = ServeMetrics(self.model_name)
         self.preparer = RequestPreparer(cfg, self.info)
         self.handles: dict[str, RequestHandle] = {}
+        #: When ``handles`` last went from empty to not (``time.monotonic``), for the stall
+        #: that /health measures: an idle spell is not a stall.
+        self.busy_since: float | None = None
         self.accepting = False
         self.started = False
         self.notes: list[str] = []
@@ -156,16 +164,18 @@ class ServingRuntime:
     def _ready_instances(self) -> list[str]:
         return list(self.core.snapshot.ready) if self.core else []
 
-    def drained(self, deadline: float) -> bool:
-        """Whether a drain may stop waiting: nothing in flight, no ready instance left to
-        finish what is, or ``deadline`` (monotonic) passed."""
-        return not self.handles or not self._ready_instances() or time.monotonic() >= deadline
+    def drained(self, deadline: float, answering: bool = False) -> bool:
+        """Whether a drain may stop waiting: nothing in flight (no request, and no response
+        still being written: ``answering``), no ready instance left to finish what is, or
+        ``deadline`` (monotonic) passed."""
+        idle = not self.handles and not answering
+        return idle or not self._ready_instances() or time.monotonic() >= deadline
 
     def check_accepting(self) -> None:
         """A 503 that says why, unless the server takes requests."""
         if not self.accepting:
             why = "shutting down; retry on another replica" if self.started else "starting up"
-            raise Unavailable(f"the server is not accepting requests: it is {why}")
+            raise Unavailable(f"the server is not accepting requests: it is {why}", retry_after_s=RETRY_UNAVAILABLE_S)
 
     def not_ready_reason(self) -> str | None:
         """Why the server cannot serve a request now (for the readiness probe); None when it can."""
@@ -177,6 +187,14 @@ class ServingRuntime:
             return "no instance is ready (all failed or are restarting); requests wait or fail"
         return None
 
+    def health(self) -> Health:
+        """The readiness verdict (:mod:`dilaserve.serve.health`): not ready, or the step loop
+        stalled while requests wait."""
+        waiting = len(self.handles)
+        last_step = self.core.last_step_at if self.core else None
+        stalled = stalled_for(time.monotonic(), waiting, self.busy_since, last_step)
+        return judge(self.not_ready_reason(), waiting, stalled, self.cfg)
+
     async def shutdown(self) -> None:
         """Stop accepting, let in-flight requests finish (bounded), fail the rest, free the cluster."""
         self.accepting = False
@@ -185,7 +203,10 @@ class ServingRuntime:
         while self.handles and self._ready_instances() and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         for rid, h in list(self.handles.items()):
-            self.responses.fail(h, Unavailable("the server is shutting down; retry on another replica"))
+            err = Unavailable(
+                "the server is shutting down; retry on another replica", retry_after_s=RETRY_UNAVAILABLE_S
+            )
+            self.responses.fail(h, err)
             if self.core is not None:
                 self.core.abort(rid, reason="server shutdown")
         self.handles.clear()
@@ -230,6 +251,8 @@ class ServingRuntime:
         handle = RequestHandle(rid, len(prep.ids), prep.slo_s, now, slo_field=prep.slo_field, stops=prep.stops)
         loop = asyncio.get_running_loop()
         handle.admitted, handle.done = loop.create_future(), loop.create_future()
+        if not self.handles:
+            self.busy_since = time.monotonic()
         self.handles[rid] = handle
         req = TrackedRequest(
             state, arrival=now, deadline=now + prep.slo_s, priority=prep.priority, min_threshold=prep.min_threshold
@@ -251,7 +274,6 @@ class ServingRuntime:
             "predictor": self.predictor_name,
             "profile": self.profile_name,
             "instances": self._ready_instances(),
-            "worker_pids": (self.core.snapshot.worker_pids or {}) if self.core else {},
             "running": len(self.handles),
             "notes": self.notes,
             # the quality floors a request may ask for (min_threshold) go up to the highest

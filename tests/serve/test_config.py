@@ -22,10 +22,29 @@ def test_the_admin_reconfigure_endpoint_is_served_only_with_its_flag(argv, serve
     cfg = parse_dataclass(ServeConfig, argv)
     assert cfg.admin_api is served
     app = build_app(ServingRuntime(cfg), manage_lifecycle=False)
-    assert ("/admin/reconfigure" in {route.path for route in app.routes}) is served
+    paths = {route.path for route in app.routes}
+    assert ("/admin/reconfigure" in paths) is served and ("/admin/workers" in paths) is served
 
 
 @pytest.mark.parametrize("value", [0, 0.01, 500])
 def test_a_switch_interval_outside_the_useful_range_is_refused_with_the_flag(value):
     with pytest.raises(ValueError, match="--switch-interval-ms"):
         ServeConfig(switch_interval_ms=value)
+
+
+def test_the_api_key_comes_from_its_flag_or_the_environment(monkeypatch):
+    monkeypatch.delenv("DILASERVE_API_KEY", raising=False)
+    assert ServeConfig().api_key is None
+    monkeypatch.setenv("DILASERVE_API_KEY", "sk-env")
+    assert ServeConfig().api_key == "sk-env"
+    assert parse_dataclass(ServeConfig, ["--api-key", "sk-flag"]).api_key == "sk-flag"  # the flag wins
+    monkeypatch.setenv("DILASERVE_API_KEY", "")
+    assert ServeConfig().api_key is None  # an empty variable is no key
+    with pytest.raises(ValueError, match="--api-key"):
+        ServeConfig(api_key="  ")
+
+
+@pytest.mark.parametrize("degraded, unavailable", [(0, 30), (-1, 30), (10, 10), (30, 5)])
+def test_stall_budgets_must_be_positive_and_ordered(degraded, unavailable):
+    with pytest.raises(ValueError, match="--stall-degraded-s .* --stall-unavailable-s"):
+        ServeConfig(stall_degraded_s=degraded, stall_unavailable_s=unavailable)

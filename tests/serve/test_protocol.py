@@ -97,3 +97,23 @@ def test_accepted_fields_mean_what_they_say():
         {"model": "m", "messages": [{"role": "user", "content": "a"}], "logprobs": True}, ChatCompletionRequest
     )
     assert err.param == "logprobs"
+
+
+def test_slo_ms_and_deadline_together_are_refused_not_one_dropped():
+    err = refused({**BASE, "slo_ms": 5000, "deadline": 2e9})
+    assert err.param == "deadline" and "slo_ms" in str(err)
+    assert parse_request(json.dumps({**BASE, "deadline": 2e9}).encode(), CompletionRequest).deadline == 2e9
+
+
+@pytest.mark.parametrize("roles", [["system"], ["system", "assistant"], ["developer"]])
+def test_a_chat_without_a_user_message_is_refused(roles):
+    messages = [{"role": r, "content": "list : b a"} for r in roles]
+    err = refused({"model": "m", "messages": messages}, ChatCompletionRequest)
+    assert err.param == "messages" and "user message" in str(err)
+
+
+def test_a_chat_answers_its_last_user_message():
+    messages = [{"role": "user", "content": "list : a"}, {"role": "user", "content": "list : b"}]
+    messages.append({"role": "assistant", "content": "b"})
+    body = parse_request(json.dumps({"model": "m", "messages": messages}).encode(), ChatCompletionRequest)
+    assert body.prompt == "list : b" and body.prompt_field == "messages.1.content"

@@ -1,0 +1,32 @@
+"""The /health verdicts from the step loop's progress, without a server."""
+
+import pytest
+
+from dilaserve.serve.config import ServeConfig
+from dilaserve.serve.health import judge, stalled_for
+
+CFG = ServeConfig(stall_degraded_s=5, stall_unavailable_s=30)
+
+
+def test_a_stall_counts_only_while_requests_wait_and_from_the_later_of_step_and_arrival():
+    assert stalled_for(100.0, 0, 10.0, 20.0) == 0.0  # idle: nothing waits
+    assert stalled_for(100.0, 2, 90.0, 20.0) == 10.0  # an idle hour is not a stall
+    assert stalled_for(100.0, 2, 10.0, 95.0) == 5.0  # since the last step
+    assert stalled_for(100.0, 1, 99.0, None) == 1.0  # no step yet
+
+
+@pytest.mark.parametrize(
+    "stalled, status, code",
+    [(0.0, "ok", 200), (4.9, "ok", 200), (5.0, "degraded", 200), (29.0, "degraded", 200), (30.0, "unavailable", 503)],
+)
+def test_the_verdict_follows_the_two_budgets(stalled, status, code):
+    h = judge(None, 3, stalled, CFG)
+    assert (h.status, h.http_status) == (status, code)
+    assert (h.reason is None) == (status == "ok")
+    if h.reason:
+        assert f"{stalled:.1f} s while 3 request(s) wait" in h.reason
+
+
+def test_not_ready_wins_over_the_stall():
+    h = judge("shutting down", 3, 0.0, CFG)
+    assert (h.status, h.reason, h.http_status) == ("unavailable", "shutting down", 503)
