@@ -19,6 +19,14 @@ goodput_high}}}``: every policy run, keyed by name for the first setting and
 sweeps are in their tables). ``frontier`` adds ``"frontier": {LOAD: {NAME: {...}}}``, the
 same numbers per high-phase load.
 
+``max-rate`` finds, per policy (``--policies``; default dilaserve and the static
+policies), the highest rate of the trace's busiest phase it holds at ``--target`` SLO
+attainment (0.9), by a bracketed search to within ``--rate-tol`` (one setting, the first
+of ``--settings``; every workload flag of ``trace`` applies, ``--high-load`` is where the
+search starts). With ``--json`` it ends with ``{"target", "rates": {policy: rps},
+"best_static": {"policy", "rate", ...}, "dilaserve": {"rate", "goodput", ...}, "ratio"}``
+(:mod:`dilaserve.eval.max_rate`).
+
 ``frontier --hindsight`` runs the static grid on the one trace workload instead (each
 candidate threshold x admission on/off x static TP mix, and one threshold per tier by
 a local search run until no single move gains, with ``--slo-tiers``;
@@ -47,6 +55,7 @@ from dilaserve.eval.context import SETTINGS, EvalContext, EvalOptions
 from dilaserve.eval.experiments import ALL_EXPERIMENTS, EXPERIMENTS
 from dilaserve.eval.fidelity import run_fidelity
 from dilaserve.eval.hindsight import LayoutError
+from dilaserve.eval.max_rate import MaxRateError, max_rate
 from dilaserve.eval.report import extra_json, policies_json, write
 from dilaserve.eval.results_doc import RESULTS_DIR, record, write_report
 from dilaserve.sim.traces import TraceFormatError
@@ -57,7 +66,7 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool, str | None]:
     ap = argparse.ArgumentParser(
         prog="python -m dilaserve.eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("experiment", choices=[*EXPERIMENTS, "all", "fidelity", "report"])
+    ap.add_argument("experiment", choices=[*EXPERIMENTS, "all", "fidelity", "max-rate", "report"])
     ap.add_argument("--json", action="store_true", help="end with one JSON line of per-policy results")
     ap.add_argument(
         "--record",
@@ -83,7 +92,10 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool, str | None]:
     add_dataclass_arguments(ap, EvalOptions)
     a = ap.parse_args(argv)
     values = values_for(EvalOptions, a)
-    values["settings"] = tuple(a.settings) if a.settings else (("paper",) if a.quick else ("paper", "embedded"))
+    one = a.quick or a.experiment == "max-rate"  # max-rate answers for one setting
+    values["settings"] = tuple(a.settings) if a.settings else (("paper",) if one else ("paper", "embedded"))
+    if a.experiment == "max-rate" and len(values["settings"]) > 1:
+        ap.error(f"max-rate runs one setting at a time: pass --settings with one of {' '.join(values['settings'])}")
     try:
         opts = build_dataclass(EvalOptions, values)
     except (ValueError, TypeError) as e:
@@ -101,6 +113,8 @@ def main(argv: list[str]) -> int:
     ctx = EvalContext(opts)
     if names == ["fidelity"]:
         return _fidelity(ctx, as_json)
+    if names == ["max-rate"]:
+        return _max_rate(ctx, as_json, record_as, argv)
     policies: dict[str, dict] = {}
     extras: dict[str, dict] = {}
     t0 = time.perf_counter()
@@ -124,6 +138,23 @@ def main(argv: list[str]) -> int:
     if record_as:
         args = " ".join(argv)
         print(f"recorded {record(record_as, f'python -m dilaserve.eval {args}', line)}", file=sys.stderr)
+    return 0
+
+
+def _max_rate(ctx: EvalContext, as_json: bool, record_as: str | None, argv: list[str]) -> int:
+    print(f"running max-rate{' (quick)' if ctx.options.quick else ''} ...", file=sys.stderr, flush=True)
+    try:
+        out, text = max_rate(ctx)
+    except (MissingArtifactError, TraceFormatError, LayoutError, MaxRateError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(text, flush=True)
+    line = json.dumps(out)
+    if as_json:
+        print(line)
+    if record_as:
+        cmd = f"python -m dilaserve.eval {' '.join(argv)}"
+        print(f"recorded {record(record_as, cmd, line)}", file=sys.stderr)
     return 0
 
 

@@ -25,6 +25,7 @@ from dilaserve.sim.backend import SimBackendConfig
 from dilaserve.sim.capacity import nominal_capacity_rps
 from dilaserve.sim.lengths import LENGTH_MODELS
 from dilaserve.sim.progress import ReplayProgress
+from dilaserve.sim.scenarios import named_workload
 from dilaserve.sim.setting import ClusterSetting, Predictors, with_dynamics
 from dilaserve.sim.simulator import SimConfig, SimResult, Simulator
 from dilaserve.sim.slo import DEFAULT_SLO_TIERS, parse_slo_tiers
@@ -171,10 +172,18 @@ class EvalOptions:
         ``2`` or ``4`` (every GPU at that TP degree), ``stage1`` (the two-stage
         program's plan for the trace's mean load), or one entry per node, its instances'
         TP degrees joined by ``+`` (``4,4,4,2+1+1``); None: TP-1.
+    workload: a named workload (``tp-necessary``, :data:`dilaserve.sim.scenarios.NAMED_WORKLOADS`)
+        in place of the trace's low and high phase: its SLO tiers (unless ``slo_tiers`` is
+        given), its rate curve taken from the trace and its phase lengths (``phase_s``
+        overrides them; ``high_load`` sets its busiest phase's load, the others scaled
+        with it). None: the low and the high phase.
     hindsight: with ``frontier``: run the static grid on the one workload (threshold x
         admission x static TP mix, and per-tier thresholds with ``--slo-tiers``) and report
         the best static point in hindsight against dilaserve, instead of the load sweep.
     jobs: simulator runs in parallel (processes) where an experiment runs a grid.
+    target: with ``max-rate``: the SLO attainment a policy must hold at a rate (0.9: 90%).
+    rate_tol: with ``max-rate``: the search stops once the highest rate held and the lowest
+        rate missed are within this fraction of each other (0.05: 5%).
     """
 
     quick: bool = False
@@ -191,8 +200,11 @@ class EvalOptions:
     dynamics: str | None = None
     slo_tiers: str | None = None
     static_tp: str | None = None
+    workload: str | None = None
     hindsight: bool = False
     jobs: int = 2
+    target: float = 0.9
+    rate_tol: float = 0.05
 
     def __post_init__(self) -> None:
         if self.phase_s is not None and self.phase_s <= 0:
@@ -209,6 +221,8 @@ class EvalOptions:
             )
         if self.dynamics is not None and self.dynamics not in DYNAMICS_LAWS:
             raise ValueError(f"--dynamics {self.dynamics!r} is unknown: use one of {', '.join(DYNAMICS_LAWS)}")
+        if self.workload is not None:
+            named_workload(self.workload)  # an unknown name fails here, listing the names
         if self.slo_tiers is not None:
             parse_slo_tiers(self.tiers_text)  # a malformed spec fails here, saying how to write it
         if self.static_tp is not None and self.static_tp not in STATIC_TP_MIXES:
@@ -223,6 +237,10 @@ class EvalOptions:
                 raise ValueError(f"--static-tp: {e}") from None
         if self.jobs < 1:
             raise ValueError(f"--jobs {self.jobs} must be at least 1 (parallel simulator runs; 2 on 2 cores)")
+        if not 0 < self.target <= 1:
+            raise ValueError(f"--target {self.target} must be an SLO attainment in (0, 1], e.g. 0.9 for 90%")
+        if not 0 < self.rate_tol < 1:
+            raise ValueError(f"--rate-tol {self.rate_tol} must be a fraction in (0, 1), e.g. 0.05 for rates within 5%")
         for name in self.policies or ():
             get_policy(name)  # an unknown name fails here, listing the registered ones
         bad = [s for s in self.settings if s not in SETTINGS]
@@ -231,7 +249,10 @@ class EvalOptions:
 
     @property
     def tiers_text(self) -> str | None:
-        """``--slo-tiers`` as a spec (``default`` spelled out)."""
+        """``--slo-tiers`` as a spec (``default`` spelled out; a named workload's own tiers
+        when not given)."""
+        if self.slo_tiers is None and self.workload is not None:
+            return named_workload(self.workload).slo_tiers
         return DEFAULT_SLO_TIERS if self.slo_tiers == "default" else self.slo_tiers
 
 
@@ -357,8 +378,7 @@ class EvalContext:
         for name in policies:
             t0 = time.perf_counter()
             policy = get_policy(name)
-            # Equal up to the name once the threshold override is resolved: the same run.
-            same = (replace(policy, name="", fixed_threshold=None), policy.control_for(setting.control))
+            same = run_identity(name, setting)
             if same in done:
                 res, how = replace(done[same], policy=policy.name), f"same as {done[same].policy}"
             else:
@@ -374,3 +394,11 @@ class EvalContext:
             )
             out.append(res)
         return out
+
+
+def run_identity(name: str, setting: ClusterSetting) -> tuple:
+    """What a run of policy ``name`` on ``setting`` depends on besides the workload: two
+    policies equal up to the name once the threshold override is resolved (``fixed@0.9``
+    and ``infaas``) make the same, deterministic run."""
+    policy = get_policy(name)
+    return replace(policy, name="", fixed_threshold=None), policy.control_for(setting.control)

@@ -84,7 +84,7 @@ class ExperimentOutput:
     extra: dict = field(default_factory=dict)
 
 
-def _static_mix(ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo: float) -> ClusterSetting:
+def static_mix(ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo: float) -> ClusterSetting:
     """``setting`` starting from ``--static-tp``'s cluster (unchanged without it)."""
     mix = ctx.options.static_tp
     if mix is None:
@@ -116,7 +116,7 @@ def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: tuple[float, 
                 f"{rates} (high {load:g} x nominal capacity); SLO {slo:.2f} s"
             )
             label = "" if len(loads) == 1 else f" high x{load:g}"
-            for res in ctx.run_policies(_static_mix(ctx, setting, wl, slo), policies, wl, slo, label):
+            for res in ctx.run_policies(static_mix(ctx, setting, wl, slo), policies, wl, slo, label):
                 out.runs.append(
                     Run(
                         name,
@@ -134,10 +134,11 @@ def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: tuple[float, 
 
 
 def trace(ctx: EvalContext) -> ExperimentOutput:
-    """The trace at ``TRACE_LOADS`` (the setting's own load among them), or at ``--high-load`` alone."""
+    """The trace at ``TRACE_LOADS`` (the setting's own load among them), or at ``--high-load``
+    alone (a named workload, ``--workload``, runs at its own loads alone)."""
     loads = (
         None
-        if ctx.options.high_load is not None
+        if ctx.options.high_load is not None or ctx.options.workload is not None
         else tuple(sorted({*TRACE_LOADS, *(ctx.high_load_of(s) for s in ctx.settings)}))
     )
     return _trace_runs(ctx, "trace", TRACE_POLICIES, loads)

@@ -1,0 +1,282 @@
+"""``python -m dilaserve.eval max-rate``: capacity at an SLO, the metric peers report
+(docs/architecture.md, "Capacity at an SLO").
+
+For each policy, the highest arrival rate it holds at ``--target`` SLO attainment (0.9),
+and its goodput there. The workload is the trace experiments' own (every workload flag of
+``trace`` applies); the search scales its busiest phase (``--high-load``, the high phase of
+the shaped trace) and judges a rate by the requests that arrived in that phase, at that
+rate: the low phase before it is the same at every probe and would only dilute the
+verdict.
+
+The search per policy (:class:`RateSearch`) starts at the setting's load (or
+``--high-load``), steps by ``BRACKET_STEP`` up while the policy holds or down while it
+misses until one load of each kind brackets the answer, then narrows the bracket by
+interpolating attainment between its ends (kept inside the bracket's middle half, so a
+bent curve still narrows it quickly) until the two ends are within ``--rate-tol`` of each
+other. Runs are reused: policies that make the same run (``infaas`` is ``fixed@0.9``)
+share one search, and every probe is run once. Probes run ``--jobs`` at a time, each
+policy's next probe as soon as its last one returns.
+
+With ``--json`` the last line is ``{"target", "rates": {policy: rps}, "best_static":
+{"policy", "rate", "goodput", "attainment", "load"}, "dilaserve": {"rate", "goodput",
+"attainment", "load"}, "ratio"}``: ``rates`` in requests/s of the busiest phase, ``load``
+the same as a fraction of nominal capacity, ``goodput`` and ``attainment`` over that
+phase's requests at that rate, ``ratio`` dilaserve's rate over the best static policy's
+(None when no static policy holds any rate tried).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from dilaserve.eval.context import EvalContext, run_identity
+from dilaserve.eval.experiments import STATIC_POLICIES, static_mix
+from dilaserve.eval.workloads import trace_slo, trace_workload
+from dilaserve.sim.metrics import good
+from dilaserve.sim.setting import ClusterSetting
+
+#: What ``max-rate`` searches without ``--policies``: dilaserve and the static policies.
+DEFAULT_POLICIES = ("dilaserve", *STATIC_POLICIES)
+#: The factor between probes until a bracket is found (up while the policy holds, down
+#: while it misses).
+BRACKET_STEP = 1.5
+#: The loads (fractions of nominal capacity) the search stays within: a policy that misses
+#: at the lowest holds no rate (0); one that holds at the highest is reported there.
+MIN_LOAD, MAX_LOAD = 0.05, 8.0
+#: Interpolated probes stay at least this share of the bracket away from either end: on a
+#: cliff (attainment flat, then falling at once) interpolation alone would creep, so each
+#: probe cuts at least a quarter. On made-up linear curves and cliffs this takes fewer
+#: probes than plain bisection (tests/eval/test_max_rate.py).
+SAFEGUARD = 0.25
+
+
+class MaxRateError(ValueError):
+    """A max-rate request that cannot be answered as asked: the message says how to fix it."""
+
+
+@dataclass
+class RateSearch:
+    """The highest load at which one policy's attainment stays >= ``target``, to within a
+    relative ``tol``. Feed it :meth:`observe`; :meth:`next_load` says where to probe next,
+    or None when it is done. Attainment is taken to fall with load; where a run breaks
+    that, the answer is the highest load held below the lowest load missed."""
+
+    target: float
+    tol: float
+    start: float
+    #: load -> attainment of every probe so far.
+    probes: dict[float, float] = field(default_factory=dict)
+
+    @property
+    def missed(self) -> float | None:
+        """The lowest load probed where attainment fell below the target."""
+        return min((x for x, a in self.probes.items() if a < self.target), default=None)
+
+    @property
+    def held(self) -> float | None:
+        """The highest load probed that held the target, below :attr:`missed`."""
+        hi = self.missed
+        ok = [x for x, a in self.probes.items() if a >= self.target and (hi is None or x < hi)]
+        return max(ok, default=None)
+
+    def observe(self, load: float, attainment: float) -> None:
+        self.probes[load] = attainment
+
+    def next_load(self) -> float | None:
+        if not self.probes:
+            return _rounded(self.start)
+        lo, hi = self.held, self.missed
+        if lo is None:
+            down = hi / BRACKET_STEP
+            return None if hi <= MIN_LOAD else _rounded(max(down, MIN_LOAD))
+        if hi is None:
+            return None if lo >= MAX_LOAD else _rounded(min(lo * BRACKET_STEP, MAX_LOAD))
+        if hi / lo <= 1 + self.tol:
+            return None
+        a_lo, a_hi = self.probes[lo], self.probes[hi]
+        x = lo + (a_lo - self.target) / (a_lo - a_hi) * (hi - lo)
+        x = min(max(x, lo + SAFEGUARD * (hi - lo)), hi - SAFEGUARD * (hi - lo))
+        # A probe within the tolerance of an end leaves a gap that costs one more run anyway:
+        # probe one tolerance in from that end instead, so that either outcome ends the search.
+        # (Rounded inwards: the ends' ratio after such a probe stays within the tolerance.)
+        near_lo, near_hi = math.floor(lo * (1 + self.tol) * 1e4) / 1e4, math.ceil(hi / (1 + self.tol) * 1e4) / 1e4
+        x = near_lo if x < near_lo else min(_rounded(x), near_hi)
+        return None if x in self.probes else x  # a bracket narrower than the rounding
+
+
+def _rounded(load: float) -> float:
+    """Loads to four digits: equal loads of different policies share one workload."""
+    return round(load, 4)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One policy at one load: the busiest phase's rate, attainment and goodput."""
+
+    policy: str
+    load: float
+    rate_rps: float
+    attainment: float
+    goodput: float
+
+
+# The state of the process that runs probes: the context, the setting and the workloads
+# built so far, by load (a pool worker builds its own from the options).
+_STATE: dict = {}
+
+
+def _init_worker(options, setting_name: str) -> None:
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    ctx = EvalContext(options)
+    _STATE.update(ctx=ctx, setting=ctx.setting(setting_name), workloads={})
+
+
+def _probe(policy: str, load: float) -> Probe:
+    ctx, setting, cache = _STATE["ctx"], _STATE["setting"], _STATE["workloads"]
+    if load not in cache:
+        wl = trace_workload(ctx, setting, high_load=load)
+        slo = trace_slo(ctx, setting, wl)
+        cache[load] = wl, slo, static_mix(ctx, setting, wl, slo)
+    wl, slo, st = cache[load]
+    t0 = time.perf_counter()
+    res = ctx.simulator(st).run(policy, wl, slo)
+    peak = max(wl.phases, key=lambda p: p.rate) if wl.phases else None
+    rows = res.requests if peak is None else res.requests.filter(pl.col("phase") == peak.name)
+    rate = wl.mean_rate if peak is None else peak.rate
+    p = Probe(policy, load, rate, float(rows["met_slo"].fill_null(False).mean()), float(good(rows).mean()))
+    print(
+        f"  [{setting.name}] {policy:<28} load {load:6.3f} ({rate:6.1f} req/s)  attainment {p.attainment:6.1%}  "
+        f"goodput {p.goodput:6.1%}  ({time.perf_counter() - t0:.0f}s wall)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return p
+
+
+class _Inline:
+    """Runs each probe where it is submitted (``--jobs 1``, or a context a worker cannot
+    rebuild from its options): the executor interface, done at once."""
+
+    def submit(self, fn, *args) -> Future:
+        f: Future = Future()
+        f.set_result(fn(*args))
+        return f
+
+    def shutdown(self) -> None:
+        pass
+
+
+def search_rates(ctx: EvalContext, setting: ClusterSetting, policies: Sequence[str]) -> dict[str, list[Probe]]:
+    """Every probe of every policy's search, by policy (policies that make the same run
+    share one search, and its probes)."""
+    groups: dict[tuple, list[str]] = {}
+    for name in policies:
+        groups.setdefault(run_identity(name, setting), []).append(name)
+    searches = {
+        names[0]: RateSearch(ctx.options.target, ctx.options.rate_tol, ctx.high_load_of(setting))
+        for names in groups.values()
+    }
+    probes: dict[str, list[Probe]] = {name: [] for name in searches}
+    _STATE.update(ctx=ctx, setting=setting, workloads={})
+    jobs = min(ctx.options.jobs, len(searches))
+    pool = (
+        _Inline()
+        if jobs == 1
+        else ProcessPoolExecutor(jobs, multiprocessing.get_context("spawn"), _init_worker, (ctx.options, setting.name))
+    )
+    pending: dict[Future, str] = {}
+
+    def submit(name: str) -> None:
+        load = searches[name].next_load()
+        if load is not None:
+            pending[pool.submit(_probe, name, load)] = name
+
+    try:
+        for name in searches:  # dilaserve first where listed first: the longest runs start first
+            submit(name)
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                name = pending.pop(f)
+                p = f.result()
+                probes[name].append(p)
+                searches[name].observe(p.load, p.attainment)
+                submit(name)
+    finally:
+        pool.shutdown()
+    return {name: probes[names[0]] for names in groups.values() for name in names}
+
+
+def _at_max(probes: list[Probe], target: float) -> Probe | None:
+    """The probe at the highest load held (below the lowest missed), or None."""
+    search = RateSearch(target, 0.0, 0.0, {p.load: p.attainment for p in probes})
+    return next((p for p in probes if p.load == search.held), None)
+
+
+def is_static(policy: str) -> bool:
+    """A policy that runs one fixed threshold: a candidate for the best static point."""
+    return policy in STATIC_POLICIES or policy.startswith("fixed@")
+
+
+def max_rate(ctx: EvalContext) -> tuple[dict, str]:
+    """The search on the first setting: the JSON object and a markdown summary."""
+    names = ctx.options.policies or DEFAULT_POLICIES
+    if "dilaserve" not in names or not any(is_static(n) for n in names):
+        raise MaxRateError(
+            f"max-rate compares dilaserve with the best static policy: --policies {' '.join(names)} must list "
+            "dilaserve and at least one static policy (infaas, llumnix, fixed@TAU, fixed@TAU+admission)"
+        )
+    setting = ctx.settings[0]
+    t0 = time.perf_counter()
+    probes = search_rates(ctx, setting, names)
+    target = ctx.options.target
+    top = {name: _at_max(ps, target) for name, ps in probes.items()}
+
+    def point(p: Probe | None) -> dict:
+        if p is None:
+            return {"rate": 0.0, "goodput": None, "attainment": None, "load": None}
+        return {"rate": p.rate_rps, "goodput": p.goodput, "attainment": p.attainment, "load": p.load}
+
+    rates = {name: point(p)["rate"] for name, p in top.items()}
+    best = max((n for n in names if is_static(n)), key=lambda n: rates[n])
+    d = point(top["dilaserve"])
+    out = {
+        "target": target,
+        "rates": rates,
+        "best_static": {"policy": best, **point(top[best])},
+        "dilaserve": d,
+        "ratio": d["rate"] / rates[best] if rates[best] > 0 else None,
+    }
+    runs = sum(len(ps) for ps in {id(ps): ps for ps in probes.values()}.values())  # shared searches once
+    return out, _summary(setting, out, top, probes, runs, time.perf_counter() - t0)
+
+
+def _summary(setting, out: dict, top: dict, probes: dict[str, list[Probe]], runs: int, wall_s: float) -> str:
+    lines = [
+        f"# max-rate: the highest rate held at {out['target']:.0%} SLO attainment ({setting.name})",
+        "",
+        "| policy | rate (req/s) | load (x capacity) | attainment there | goodput there | probes |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in sorted(top, key=lambda n: -out["rates"][n]):
+        p = top[name]
+        tried = ", ".join(f"{q.load:g}: {q.attainment:.1%}" for q in sorted(probes[name], key=lambda q: q.load))
+        cells = ["–"] * 3 if p is None else [f"{p.load:.3f}", f"{p.attainment:.1%}", f"{p.goodput:.1%}"]
+        lines.append(f"| {name} | {out['rates'][name]:.1f} | " + " | ".join(cells) + f" | {tried} |")
+    ratio = "–" if out["ratio"] is None else f"{out['ratio']:.2f}x"
+    lines += [
+        "",
+        f"dilaserve holds {out['dilaserve']['rate']:.1f} req/s; the best static policy, "
+        f"{out['best_static']['policy']}, {out['best_static']['rate']:.1f} req/s (ratio {ratio}). "
+        f"{runs} simulator runs, {wall_s:.0f} s wall.",
+    ]
+    return "\n".join(lines)

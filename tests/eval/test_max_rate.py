@@ -1,0 +1,93 @@
+"""max-rate: the highest rate each policy holds at the target attainment, found in few runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from dilaserve.eval.__main__ import parse
+from dilaserve.eval.context import EvalOptions
+from dilaserve.eval.max_rate import MAX_LOAD, MaxRateError, RateSearch, max_rate
+from tests.eval.builders import TinyContext
+
+
+def _run(search: RateSearch, attainment) -> int:
+    """Drive ``search`` on a made-up attainment curve; returns the probes it took."""
+    n = 0
+    while (load := search.next_load()) is not None:
+        search.observe(load, attainment(load))
+        n += 1
+        assert n < 50, search.probes
+    return n
+
+
+# (knee, most probes): plain bisection from the same bracket takes 7, 5, 6, 5, 7, 7.
+@pytest.mark.parametrize("knee, most", [(0.37, 6), (0.93, 4), (1.0, 5), (1.26, 6), (1.6, 5), (2.9, 8)])
+def test_the_search_brackets_then_narrows_to_the_tolerance_in_few_probes(knee, most):
+    def attainment(load):  # falls linearly past the knee, crossing 0.9 at knee + 0.1 / 1.5
+        return min(1.0, 1.0 - 1.5 * (load - knee))
+
+    crossing = knee + 0.1 / 1.5
+    search = RateSearch(target=0.9, tol=0.05, start=1.0)
+    probes = _run(search, attainment)
+    assert search.held <= crossing < search.missed  # the answer is bracketed ...
+    assert search.missed / search.held <= 1.05 + 1e-9  # ... to within the tolerance
+    assert probes <= most, search.probes
+
+
+def test_a_bent_curve_still_converges_and_a_tighter_tolerance_costs_few_more_probes():
+    def attainment(load):  # a cliff: flat, then a drop at 1.2 (interpolation is no help)
+        return 0.99 if load < 1.2 else 0.3
+
+    loose, tight = RateSearch(0.9, 0.05, 1.0), RateSearch(0.9, 0.01, 1.0)
+    n_loose, n_tight = _run(loose, attainment), _run(tight, attainment)
+    assert loose.held < 1.2 <= loose.missed and tight.missed / tight.held <= 1.01 + 1e-9
+    assert n_loose <= 5 and n_tight <= n_loose + 4  # plain bisection: 6 and 8
+
+
+def test_the_search_stops_at_its_bounds():
+    never = RateSearch(0.9, 0.05, 1.0)
+    _run(never, lambda load: 0.5)
+    assert never.held is None  # misses even at the lowest load: holds no rate
+    always = RateSearch(0.9, 0.05, 1.0)
+    _run(always, lambda load: 1.0)
+    assert always.held == MAX_LOAD and always.missed is None
+    # A run that breaks the fall with load does not move the answer above a miss.
+    odd = RateSearch(0.9, 0.05, 1.0, {1.0: 0.95, 1.2: 0.5, 1.4: 0.95})
+    assert odd.held == 1.0 and odd.missed == 1.2
+
+
+def test_max_rate_reports_each_policy_the_best_static_one_and_the_ratio(tmp_path):
+    opts = EvalOptions(
+        quick=True,
+        settings=("paper",),
+        phase_s=3.0,
+        out=tmp_path,
+        jobs=1,
+        rate_tol=0.2,
+        policies=("dilaserve", "infaas", "fixed@0.9", "fixed@0.5+admission"),
+    )
+    out, text = max_rate(TinyContext(opts))
+    assert set(out) == {"target", "rates", "best_static", "dilaserve", "ratio"}
+    rates = out["rates"]
+    assert set(rates) == {"dilaserve", "infaas", "fixed@0.9", "fixed@0.5+admission"}
+    assert rates["infaas"] == rates["fixed@0.9"]  # the same run: one search serves both
+    best = out["best_static"]
+    assert best["policy"] in ("infaas", "fixed@0.9", "fixed@0.5+admission")
+    assert best["rate"] == max(rates[p] for p in ("infaas", "fixed@0.5+admission"))
+    d = out["dilaserve"]
+    assert d["rate"] == rates["dilaserve"] > 0 and 0 <= d["goodput"] <= 1 and d["attainment"] >= 0.9
+    assert out["ratio"] == pytest.approx(d["rate"] / best["rate"])
+    assert "| dilaserve |" in text and "simulator runs" in text
+
+
+def test_max_rate_refuses_a_list_without_dilaserve_or_a_static_policy_and_several_settings(tmp_path):
+    opts = EvalOptions(quick=True, settings=("paper",), out=tmp_path, jobs=1, policies=("dilaserve", "oracle"))
+    with pytest.raises(MaxRateError, match="at least one static policy"):
+        max_rate(TinyContext(opts))
+    with pytest.raises(SystemExit):
+        parse(["max-rate", "--settings", "paper", "embedded"])
+    with pytest.raises(ValueError, match="--target"):
+        EvalOptions(target=1.5)
+    with pytest.raises(ValueError, match="--rate-tol"):
+        EvalOptions(rate_tol=0)
+    assert parse(["max-rate", "--target", "0.8"])[1].settings == ("paper",)
