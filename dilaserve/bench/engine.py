@@ -83,6 +83,7 @@ from dilaserve.model.checkpoint import families
 from dilaserve.suite_decoding import accuracy_by_canvas, quality_table
 from dilaserve.tasks import BLOCK_LENGTH, TASKS, task_suite
 
+from . import engine_shape
 from .common import emit, interleaved, machine_info, median_ratio
 
 THRESHOLDS = CANDIDATE_THRESHOLDS
@@ -271,11 +272,19 @@ def main(argv=None) -> int:
         help="canvas of the cache_speedup comparison (default: the longest task's; for LLaDA / Dream 256, "
         "64 with --quick on CPU)",
     )
+    engine_shape.add_arguments(p)
     args = p.parse_args(argv)
-    if args.gen_length is not None and (args.gen_length < 32 or args.gen_length % 32):
-        p.error(f"--gen-length {args.gen_length}: use a positive multiple of the block length 32, e.g. 256")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error(f"--device {args.device}: this torch build sees no CUDA GPU; run on a GPU host or use --device cpu")
+    if args.shape:
+        try:
+            run = engine_shape.shape_run(args)
+        except ValueError as e:
+            p.error(str(e))
+        emit(engine_shape.run_shape(run), args.json)
+        return 0
+    if args.gen_length is not None and (args.gen_length < 32 or args.gen_length % 32):
+        p.error(f"--gen-length {args.gen_length}: use a positive multiple of the block length 32, e.g. 256")
     if args.quick and args.device == "cpu":
         torch.set_num_threads(1)  # the module docstring says why
     started = time.perf_counter()

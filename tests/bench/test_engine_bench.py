@@ -1,3 +1,5 @@
+import pytest
+
 from dilaserve.bench.engine import decode_continuously, step_costs
 
 
@@ -70,3 +72,80 @@ def test_step_ms_by_answer_blocks_times_whole_decodes_of_one_and_four_block_canv
     assert set(ms) == set(blocks) == {"1", "4"} and all(v > 0 for v in ms.values())
     assert blocks["1"] == 1 and 1 <= blocks["4"] <= 4
     assert tiny_engine.cached_requests() == before  # finished requests released their caches
+
+
+# ------------------------------------------------------------------ published shapes
+def shape_json(capsys, *flags):
+    import json
+
+    from dilaserve.bench.engine import main
+
+    assert main(["--json", *flags]) == 0
+    return json.loads(capsys.readouterr().out.splitlines()[-1])
+
+
+def test_published_shapes_have_the_published_sizes():
+    import torch
+
+    from dilaserve.bench.engine_shape import native_spec
+    from dilaserve.model.native import NativeDiffusionLM
+
+    def params(shape):
+        with torch.device("meta"):
+            return sum(p.numel() for p in NativeDiffusionLM(native_spec(shape, None)[1]).parameters())
+
+    assert params("llada-8b") == 8_015_581_184  # as the H200 run of data/gpu measured it
+    assert abs(params("dream-7b") / 7.62e9 - 1) < 0.01
+    family, spec = native_spec("dream-7b", 2)
+    assert (family, spec.num_layers, spec.num_kv_heads, spec.logit_shift) == ("dream", 2, 4, True)
+
+
+@pytest.mark.parametrize("shape,sizes", [("llada-8b", (2, 64, 4, 4, 128)), ("dream-7b", (2, 64, 4, 2, 128))])
+def test_shape_bench_prints_every_field_and_its_floors_follow_from_its_rates(monkeypatch, capsys, shape, sizes):
+    """The benchmark's whole path at the published vocabulary with thin layers (the real
+    widths take minutes per run on CPU; the command line is the same)."""
+    from dilaserve.bench import engine_shape
+    from dilaserve.model.make_tiny import TinyShape
+
+    monkeypatch.setitem(engine_shape.SHAPES, shape, (engine_shape.SHAPES[shape][0], TinyShape(*sizes)))
+    out = shape_json(capsys, "--shape", shape, "--layers", "1", "--context", "80", "--recompute-batches", "1,2")
+    assert {"shape", "device", "steps", "tokens_per_s_batch1", "gpu_mem_gb", "copy_gbs"} <= set(out)
+    assert (out["shape"], out["device"], out["gpu_mem_gb"], out["layers"]) == (shape, "cpu", None, 1)
+    # on CPU the defaults shrink: one-block answers, cache batches 1 and 2
+    assert (out["context"], out["answer_tokens"], out["repeats"]) == (80, 32, 2)
+    assert [(s["kind"], s["batch"]) for s in out["steps"]] == [
+        ("cache", 1),
+        ("cache", 2),
+        ("recompute", 1),
+        ("recompute", 2),
+    ]
+    for s in out["steps"]:
+        assert set(s) == {"kind", "batch", "raw_ms", "engine_ms", "floor_ms", "floor_ratio", "tflops", "hbm_gbs"}
+        assert s["raw_ms"] > 0 and s["engine_ms"] > 0 and s["floor_ms"] > 0
+        assert s["floor_ratio"] == pytest.approx(s["engine_ms"] / s["floor_ms"], abs=0.01)
+        # the floor is the slower of bytes over the copy rate and FLOPs over the matmul rate
+        by_bytes = s["hbm_gbs"] * s["engine_ms"] / out["copy_gbs"]
+        by_flops = s["tflops"] * s["engine_ms"] / out["matmul_tflops"]
+        assert s["floor_ms"] == pytest.approx(max(by_bytes, by_flops), rel=0.05)
+    cache1, recompute1 = out["steps"][0], out["steps"][2]
+    # a cache step feeds one block, a recompute step the whole context
+    assert cache1["tflops"] * cache1["engine_ms"] < recompute1["tflops"] * recompute1["engine_ms"]
+    assert all(v > 0 for v in out["tokens_per_s_batch1"].values())
+    assert set(out["tokens_per_s_batch1"]) == {"dual_cache", "recompute_every_step"}
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--answer-tokens", "40"], "multiple of the block"),
+        (["--context", "32", "--answer-tokens", "32"], "larger than --answer-tokens"),
+        (["--layers", "40"], "choose 1..32"),
+        (["--cache-batches", "0,2"], "positive batch sizes"),
+    ],
+)
+def test_bad_shape_flags_are_clear_usage_errors(capsys, flags, message):
+    from dilaserve.bench.engine import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--shape", "llada-8b", *flags])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
