@@ -133,6 +133,19 @@ class Deadlines:
         return np.maximum(time_left * work[k] - work_slo[k], 0.0) / self.window
 
 
+def _row_breakpoints(accuracy: np.ndarray, load: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """:func:`_breakpoints` row by row: ``(n, pairs)``, NaN where a pair cannot change the
+    row's choice."""
+    t = accuracy.shape[0]
+    cols = []
+    for i in range(t):
+        for j in range(i + 1, t):
+            dw = load[:, j] - load[:, i]
+            use = ok[:, i] & ok[:, j] & (dw > 0) & (accuracy[j] > accuracy[i])
+            cols.append(np.where(use, (accuracy[j] - accuracy[i]) / np.where(use, dw, 1.0), np.nan))
+    return np.stack(cols, axis=1) if cols else np.zeros((load.shape[0], 0))
+
+
 def _choice_at(accuracy: np.ndarray, load: np.ndarray, ok: np.ndarray, price: np.ndarray) -> np.ndarray:
     """:func:`_choice` with a price per row (``(n,)``)."""
     value = np.where(ok, accuracy[None, :] - price[:, None] * load, -np.inf)
@@ -170,21 +183,26 @@ def deadline_caps(
         if not over.any():
             break
         # The earliest deadline over: the smallest extra price on the requests due by it at
-        # which it fits. Demand falls as the price rises, and past the prefix's highest
+        # which it fits. Demand falls as the price rises, and at the prefix's highest
         # breakpoint every row is at its cheapest, which fits: bisect between.
         k = int(np.argmax(over))
         prefix = order[: k + 1]
-        sub_load, sub_ok = load[prefix], ok[prefix]
-        points = _breakpoints(accuracy, sub_load, sub_ok)
-        lo, hi = 0.0, float(points[-1]) if len(points) else 0.0
-        for _ in range(60):
-            mid = 0.5 * (lo + hi)
-            if sub_load[np.arange(k + 1), _choice_at(accuracy, sub_load, sub_ok, price[prefix] + mid)].sum() <= room[k]:
-                hi = mid
+        sub_load, sub_ok, base = load[prefix], ok[prefix], price[prefix]
+        rows = np.arange(k + 1)
+        # Every extra price at which a row of the prefix changes its choice: its own
+        # breakpoints less the price it already pays.
+        extra = _row_breakpoints(accuracy, sub_load, sub_ok) - base[:, None]
+        extra = np.unique(extra[np.isfinite(extra) & (extra > 0)])
+        lo, hi_i = 0, len(extra) - 1
+        while lo < hi_i:
+            mid = (lo + hi_i) // 2
+            if sub_load[rows, _choice_at(accuracy, sub_load, sub_ok, base + extra[mid])].sum() <= room[k]:
+                hi_i = mid
             else:
-                lo = mid
-        trial = _choice_at(accuracy, sub_load, sub_ok, price[prefix] + hi)
-        if sub_load[np.arange(k + 1), trial].sum() > room[k]:
+                lo = mid + 1
+        hi = float(extra[hi_i]) if len(extra) else 0.0
+        trial = _choice_at(accuracy, sub_load, sub_ok, base + hi)
+        if sub_load[rows, trial].sum() > room[k]:
             skip[k] = True  # no price fits it (ties at the cheapest): leave it
             continue
         price[prefix] += hi
