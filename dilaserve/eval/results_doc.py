@@ -13,7 +13,9 @@ Two kinds of result are read:
 * a ``frontier --hindsight`` run: the frontier table (best static point of the whole grid,
   dilaserve, dilaserve without reconfiguration, the margin, and where dilaserve ran);
 * an ``ablation`` run: each variant's goodput against the policy it takes one piece from;
-* any run started from a named cluster (``--static-tp``): each policy per load phase on it.
+* any run started from a named cluster (``--static-tp``): each policy per load phase on it;
+* a ``max-rate`` run: the highest rate dilaserve holds at the target attainment against the
+  best static policy's, with the goodput of each there and the ratio.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def _tau(name: str) -> str:
 def single_slo_rows(docs: dict[str, dict]) -> list[str]:
     rows = []
     for name, doc in docs.items():
-        pol = doc["output"]["policies"]
+        pol = doc["output"].get("policies", {})  # a max-rate run has none
         if "dilaserve" not in pol or "fixed@0.9" not in pol or "best_static" in doc["output"]:
             continue
         fixed, f_g = _best(pol, "")
@@ -85,7 +87,7 @@ def frontier_rows(docs: dict[str, dict]) -> list[str]:
     rows = []
     for name, doc in docs.items():
         out = doc["output"]
-        if "best_static" not in out:
+        if "margin" not in out:  # not a frontier run (a max-rate run also names a best static point)
             continue
         points = Counter(label for _, label in out.get("dilaserve_tunings", []))
         ran = ", ".join(f"{label} x{n}" for label, n in points.most_common(3)) or "adaptive (no tuning)"
@@ -118,7 +120,7 @@ def load_control_rows(docs: dict[str, dict]) -> list[str]:
     attainment of each (the paper's measure of this ablation) and their difference."""
     rows = []
     for name, doc in docs.items():
-        pol = doc["output"]["policies"]
+        pol = doc["output"].get("policies", {})  # a max-rate run has none
         if " ablation " not in f" {doc['command']} " or "dilaserve-paper-no-load-control" not in pol:
             continue
         words = doc["command"].split()
@@ -142,7 +144,7 @@ def phase_rows(docs: dict[str, dict]) -> list[str]:
     rows = []
     for name, doc in docs.items():
         out = doc["output"]
-        if "best_static" not in out:
+        if "margin" not in out:  # not a frontier run (a max-rate run also names a best static point)
             continue
         static = _static_points(out)
         cells = []
@@ -178,6 +180,42 @@ def layout_rows(docs: dict[str, dict]) -> list[str]:
         for policy, v in doc["output"]["policies"].items():
             cells = [f"`{layout}`", policy, _pct(v["goodput"]), _pct(v["goodput_low"]), _pct(v["goodput_high"])]
             rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return rows
+
+
+#: Flags of a recorded command that say which workload it ran (beside the setting's own).
+WORKLOAD_FLAGS = ("--settings", "--workload", "--lengths", "--slo-tiers", "--phase-s", "--dynamics", "--trace")
+
+
+def _workload(command: str) -> str:
+    """The workload flags of ``command`` as written (``one SLO`` where it names no tiers)."""
+    words = command.split()
+    flags = [f"{w} {words[i + 1]}" for i, w in enumerate(words[:-1]) if w in WORKLOAD_FLAGS]
+    if "--slo-tiers" not in words:
+        flags.append("one SLO")
+    return ", ".join(f"`{f}`" if f != "one SLO" else f for f in flags)
+
+
+def max_rate_rows(docs: dict[str, dict]) -> list[str]:
+    """Per ``max-rate`` run: the highest rate dilaserve holds at the target attainment and
+    its goodput there, against the static policy that holds the highest rate, and the ratio."""
+    rows = []
+    for name, doc in docs.items():
+        out = doc["output"]
+        if "rates" not in out or "ratio" not in out:
+            continue
+        d, s = out["dilaserve"], out["best_static"]
+        cells = [
+            _workload(doc["command"]),
+            f"{100 * out['target']:.0f}%",
+            f"{d['rate']:.1f}",
+            "–" if d["goodput"] is None else _pct(d["goodput"]),
+            s["policy"],
+            f"{s['rate']:.1f}",
+            "–" if s.get("goodput") is None else _pct(s["goodput"]),
+            "–" if out["ratio"] is None else f"{out['ratio']:.2f}x",
+        ]
+        rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
     return rows
 
 
@@ -251,6 +289,24 @@ def render(docs: dict[str, dict]) -> str:
                 "",
             ]
             if layout_rows(docs)
+            else []
+        ),
+        *(
+            [
+                "## Capacity at an SLO",
+                "",
+                "`max-rate`: the highest rate of the workload's busiest phase (req/s) each policy holds at the",
+                "target SLO attainment, judged on that phase's requests, found by a bracketed search; goodput",
+                "over the same requests at that rate. The best static point is the static policy of the run's",
+                "`--policies` (see its command) that holds the highest rate; the ratio is dilaserve's rate over its.",
+                "",
+                "| run | workload | target | dilaserve (req/s) | its goodput | best static point | its rate (req/s) "
+                "| its goodput | ratio |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+                *max_rate_rows(docs),
+                "",
+            ]
+            if max_rate_rows(docs)
             else []
         ),
         *(

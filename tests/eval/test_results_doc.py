@@ -43,7 +43,7 @@ def test_every_number_in_a_row_is_found_in_the_run_it_names():
         doc = docs[name]
         known = _numbers(doc["output"])
         out = doc["output"]
-        pol = out["policies"]
+        pol = out.get("policies", {})  # a max-rate run has none
         # Margins are differences of two printed shares.
         shares = sorted({round(100 * v["goodput"], 6) for v in pol.values()})
         shares += sorted({round(100 * v["slo_attainment"], 6) for v in pol.values() if "slo_attainment" in v})
@@ -51,6 +51,8 @@ def test_every_number_in_a_row_is_found_in_the_run_it_names():
         if "margin" in out:
             margins.add(round(100 * out["margin"], 1))
         cells = row.split("|")[2:]
+        if "ratio" in out and out["ratio"] is not None:  # a max-rate row ends with its ratio, e.g. 1.25x
+            assert cells[-2].strip() == f"{out['ratio']:.2f}x", row
         for cell in cells:
             for num in re.findall(r"[-+]?\d+\.\d+", cell.split("(")[0] if "x" not in cell else ""):
                 value = float(num)
@@ -93,3 +95,25 @@ def test_a_run_on_a_named_cluster_gets_its_phases_per_policy():
     }
     rows = [row for row in render(docs).splitlines() if row.startswith("| `mixed`")]
     assert rows == ["| `mixed` | `4,4,4,2+1+1` | dilaserve-no-reconfig | 57.0 | 79.0 | 51.0 |"]
+
+
+def test_a_max_rate_run_gets_a_capacity_row_and_no_other():
+    out = {
+        "target": 0.9,
+        "rates": {"dilaserve": 61.25, "fixed@0.8+admission": 49.0},
+        "best_static": {"policy": "fixed@0.8+admission", "rate": 49.0, "goodput": 0.912},
+        "dilaserve": {"rate": 61.25, "goodput": 0.904},
+        "ratio": 61.25 / 49.0,
+    }
+    command = "python -m dilaserve.eval max-rate --quick --settings paper --slo-tiers default --json"
+    text = render({"cap": {"command": command, "output": out}})
+    rows = [row for row in text.splitlines() if row.startswith("| `cap`")]
+    assert rows == [
+        "| `cap` | `--settings paper`, `--slo-tiers default` | 90% | 61.2 | 90.4 | fixed@0.8+admission | 49.0 "
+        "| 91.2 | 1.25x |"
+    ]
+    assert "## Capacity at an SLO" in text and "No complete `frontier --hindsight` run" in text
+    # A static policy that holds no rate leaves the ratio open.
+    none = {**out, "best_static": {"policy": "fixed@0.9", "rate": 0.0, "goodput": None}, "ratio": None}
+    row = next(r for r in render({"cap": {"command": "x", "output": none}}).splitlines() if r.startswith("| `cap`"))
+    assert row.endswith("| one SLO | 90% | 61.2 | 90.4 | fixed@0.9 | 0.0 | – | – |")
