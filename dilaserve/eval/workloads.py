@@ -13,6 +13,7 @@ from __future__ import annotations
 from dilaserve.eval.context import TRACE_LOW_LOAD, EvalContext
 from dilaserve.sim.arrivals import PhaseSpec, poisson_workload, shape_trace
 from dilaserve.sim.lengths import GSM8K_OUTPUT_TOKENS, GSM8K_PROMPT_TOKENS
+from dilaserve.sim.scenarios import named_workload
 from dilaserve.sim.setting import ClusterSetting
 from dilaserve.sim.slo import DEFAULT_SLO_SCALE, parse_slo_tiers, with_slo_tiers, workload_slo
 from dilaserve.sim.workload import Workload
@@ -36,13 +37,19 @@ def trace_workload(
     """The trace (with the setting's lengths, or ``--lengths``) shaped into a low-load then
     a high-load phase, ``phase_s`` each (default 1 h, 75 s in quick runs), at
     ``TRACE_LOW_LOAD`` and ``high_load`` (default: the setting's, or ``--high-load``) x the
-    nominal capacity for those lengths."""
+    nominal capacity for those lengths; with ``--workload``, that workload's phases
+    (:mod:`dilaserve.sim.scenarios`)."""
     tr = ctx.trace_for(setting)
     cap = ctx.capacity(setting, tr.prompt_tokens, tr.output_tokens)
     dur = phase_s or ctx.options.phase_s or (75.0 if ctx.options.quick else 3600.0)
     low, high = TRACE_LOW_LOAD * cap, (high_load or ctx.high_load_of(setting)) * cap
-    wl = shape_trace(tr, [PhaseSpec("low", dur, low), PhaseSpec("high", dur, high)], name="trace")
-    if ctx.options.slo_tiers is None:
+    phases = [PhaseSpec("low", dur, low), PhaseSpec("high", dur, high)]
+    if ctx.options.workload is not None:  # its own rate curve and phase lengths
+        named = named_workload(ctx.options.workload)
+        # Its peak is its own unless --high-load names one (callers' default loads are not).
+        phases = named.phases(tr, cap, ctx.options.quick, phase_s or ctx.options.phase_s, ctx.options.high_load)
+    wl = shape_trace(tr, phases, name="trace")
+    if ctx.options.tiers_text is None:
         return wl
     table = ctx.slo_law_of(setting).table
     fixed = setting.control.fixed_threshold
