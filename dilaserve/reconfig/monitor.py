@@ -13,7 +13,7 @@ from dilaserve.reconfig.config import MonitorConfig
 class RequestClass:
     """One class of stage 1: its arrival rate (with the safety margin) and typical shape."""
 
-    key: tuple[int, int]  # (input bucket, output bucket)
+    key: tuple[int, ...]  # (input bucket, output bucket), and the SLO tier's priority when split by tier
     rate: float  # requests per second
     prompt_tokens: float
     output_tokens: float
@@ -27,20 +27,30 @@ class RequestClass:
 class WorkloadMonitor:
     def __init__(self, config: MonitorConfig = MonitorConfig()):
         self.config = config
-        self._seen: deque[tuple[float, int, int, float]] = deque()
+        self._seen: deque[tuple[float, int, int, float, int]] = deque()
 
-    def observe(self, now: float, prompt_tokens: int, output_tokens: int, slo_s: float) -> None:
-        self._seen.append((now, prompt_tokens, output_tokens, slo_s))
+    def observe(self, now: float, prompt_tokens: int, output_tokens: int, slo_s: float, priority: int = 0) -> None:
+        self._seen.append((now, prompt_tokens, output_tokens, slo_s, priority))
 
-    def classes(self, now: float) -> list[RequestClass]:
-        """Classes with arrivals inside the window, sorted by key."""
-        cfg = self.config
-        while self._seen and self._seen[0][0] < now - cfg.window_s:
+    def arrivals(self, now: float) -> list[float]:
+        """Arrival times inside the window, oldest first."""
+        self._expire(now)
+        return [t for t, *_ in self._seen]
+
+    def _expire(self, now: float) -> None:
+        while self._seen and self._seen[0][0] < now - self.config.window_s:
             self._seen.popleft()
-        groups: dict[tuple[int, int], list[tuple[int, int, float]]] = {}
-        for _, p, o, slo in self._seen:
+
+    def classes(self, now: float, by_tier: bool = False) -> list[RequestClass]:
+        """Classes with arrivals inside the window, sorted by key. ``by_tier``: each SLO tier
+        (request priority) apart, so a tight tier's SLO is not every request's of its size
+        (a class plans for the tightest SLO it holds)."""
+        cfg = self.config
+        self._expire(now)
+        groups: dict[tuple[int, ...], list[tuple[int, int, float]]] = {}
+        for _, p, o, slo, prio in self._seen:
             key = (bisect.bisect_right(cfg.input_edges, p), bisect.bisect_right(cfg.output_edges, o))
-            groups.setdefault(key, []).append((p, o, slo))
+            groups.setdefault((*key, prio) if by_tier else key, []).append((p, o, slo))
         window = min(cfg.window_s, max(now - self._seen[0][0], 1.0)) if self._seen else cfg.window_s
         out = []
         for key in sorted(groups):

@@ -36,6 +36,13 @@ class ReconfigPlan:
     reason: str
     #: Seconds from the plan's start until its last launch is ready: drains, then launches.
     transition_s: float = 0.0
+    #: Seconds the plan is expected to hold, over which its transition must pay back (None:
+    #: ``ReconfigConfig.lifetime_s``); a plan made ahead holds until the forecast rate
+    #: outgrows it (:func:`~dilaserve.reconfig.forecast.holding_time_s`).
+    hold_s: float | None = None
+    #: The most arrivals per second the plan must face while it holds (a plan made ahead:
+    #: the forecast's; None: the rate the starting layout carries, ``Reconfigurator.peak_rps``).
+    peak_rps: float | None = None
 
     @property
     def stops(self) -> tuple[str, ...]:

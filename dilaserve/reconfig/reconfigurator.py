@@ -19,6 +19,7 @@ from dilaserve.control.request import TrackedRequest
 from dilaserve.control.step_law import step_split
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConfig
+from dilaserve.reconfig.forecast import forecast_rate, holding_time_s, out_of_reach
 from dilaserve.reconfig.monitor import RequestClass, WorkloadMonitor
 from dilaserve.reconfig.plan import ReconfigPlan, all_tp1_node_counts, build_plan, node_counts_of
 from dilaserve.reconfig.stage1 import (
@@ -60,7 +61,7 @@ class Reconfigurator:
         return max(self.cluster.max_batch_tokens[d] for d in self.degrees) if self.degrees else 0
 
     def observe(self, req: TrackedRequest, now: float) -> None:
-        self.monitor.observe(now, req.state.prompt_len, req.state.gen_length, req.slo)
+        self.monitor.observe(now, req.state.prompt_len, req.state.gen_length, req.slo, req.priority)
 
     def problem(self, classes: Sequence[RequestClass]) -> CapacityProblem:
         thresholds = tuple(sorted(self.config.tokens_per_step))
@@ -194,6 +195,70 @@ class Reconfigurator:
             len(plan.stops),
         )
         return plan
+
+    def needs_reach(self, now: float, home: Sequence[InstanceSpec]) -> bool:
+        """Whether a tier of the recent arrivals is out of reach of ``home``'s TP degrees
+        (its SLO below the fastest a request of it runs alone there, at the lowest threshold)
+        but within reach of a degree the cluster may run: the layout must change with the
+        load, and plans are made ahead (:meth:`propose_ahead`)."""
+        classes = self.monitor.classes(now, by_tier=True)
+        if not classes or not self.degrees:
+            return False
+        pb = self.problem(classes)
+        unreached = out_of_reach(pb, sorted({s.tp for s in home} & set(self.degrees)))
+        return bool(unreached) and len(out_of_reach(pb, self.degrees)) < len(unreached)
+
+    def forecast(self, now: float) -> tuple[float, float]:
+        """(the arrival rate now, the forecast mean rate over a plan's lifetime), from a line
+        through the monitor window's arrival counts (:func:`forecast_rate`)."""
+        arrivals, window = self.monitor.arrivals(now), self.monitor.config.window_s
+        return forecast_rate(arrivals, now, window, 0.0), forecast_rate(arrivals, now, window, self.config.lifetime_s)
+
+    def propose_ahead(
+        self, now: float, existing: Sequence[InstanceSpec], home: Sequence[InstanceSpec]
+    ) -> ReconfigPlan | None:
+        """A plan for the coming interval, or None to keep the cluster. Stage 1 plans each
+        SLO tier apart for the most the forecast rate reaches within the plan's lifetime; a
+        plan's expected hold is the time until the forecast outgrows what it carries at the
+        lowest threshold, and its gain over that hold must repay its transition (the
+        scheduler's replay then judges it at the forecast's peak). Where stage 1 finds no
+        plan, the way back to ``home``."""
+        classes = self.monitor.classes(now, by_tier=True)
+        if not classes or not self.degrees:
+            return None
+        rate_now, ahead = self.forecast(now)
+        lifetime = self.config.lifetime_s
+        peak = max(rate_now, 2 * ahead - rate_now)  # the line's end: the most the lifetime sees
+        observed = sum(k.rate for k in classes) / (1 + self.monitor.config.safety_margin)
+        scale = peak / observed if observed > 0 else 1.0
+        pb = self.problem([replace(k, rate=k.rate * max(scale, 1e-9)) for k in classes])
+        current_counts = dict(Counter(e.tp for e in existing))
+        target = self._stage1(pb, "forecast")
+        if target is None:
+            plan = self.plan_home(now, existing, home)
+            return None if plan is None else replace(plan, peak_rps=peak, reason="ahead: no plan carries the forecast")
+        counts = {d: n for d, n in target.counts.items() if n}
+        if counts == current_counts:
+            return None
+        current = self._stage1(replace(pb, fixed_counts=current_counts), "current cluster") if existing else None
+        if current is not None and target.objective < current.objective * (1 + self.config.min_improvement):
+            return None
+        if capacity_rps(pb, counts) < pb.total_rate * (1 + self.config.capacity_headroom):
+            return None
+        hold = holding_time_s(rate_now, ahead, lifetime, capacity_rps(pb, counts))
+        plan = self.plan_to(
+            list(target.node_counts),
+            existing,
+            target.batch,
+            target.objective,
+            current.objective if current else None,
+            f"ahead: {peak:.1f} req/s forecast",
+        )
+        transition = (self._drain_s(pb) if plan.stops else 0.0) + self.config.launch_time_s
+        log.info("reconfig at %.1fs: ahead %s -> %s, holds %.0fs of %.0fs", now, current_counts, counts, hold, lifetime)
+        if hold <= transition:
+            return None
+        return replace(plan, transition_s=transition, hold_s=hold, peak_rps=peak)
 
     def transition_cost_s(self, pb: CapacityProblem, plan: ReconfigPlan, existing: Sequence[InstanceSpec]) -> float:
         """Cluster-seconds of capacity ``plan`` takes offline: each stopped instance's share of

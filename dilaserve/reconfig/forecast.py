@@ -1,0 +1,68 @@
+"""What a plan made now must face: the rate of the coming interval, how long a layout holds
+it, and which SLO tiers a layout cannot serve at all (docs/architecture.md, "Planning
+ahead").
+
+A plan made for the load just seen is wrong as soon as the load moves, so a plan's inputs
+are the forecast of the next interval's rate (a line through the window's arrival counts,
+carried forward) and the time the plan will hold before that forecast outgrows it. The
+reach check says where planning ahead is needed at all: a tier whose SLO is below the
+fastest a request of it can run alone on the layout's TP degrees, at the lowest threshold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from dilaserve.reconfig.stage1 import CapacityProblem
+
+
+def forecast_rate(arrivals: Sequence[float], now: float, window_s: float, horizon_s: float, bins: int = 6) -> float:
+    """The mean arrival rate (requests/s) over ``[now, now + horizon_s]``: a least-squares
+    line through the arrival counts of ``bins`` equal stretches of the last ``window_s``,
+    carried forward, never below zero. With under two bins' worth of arrivals it is the
+    window's mean rate."""
+    if window_s <= 0 or horizon_s < 0 or bins < 2:
+        raise ValueError(f"window_s={window_s} must be positive, horizon_s={horizon_s} >= 0 and bins={bins} >= 2")
+    t = np.asarray(arrivals, dtype=np.float64)
+    t = t[(t > now - window_s) & (t <= now)]
+    edges = np.linspace(now - window_s, now, bins + 1)
+    width = window_s / bins
+    counts = np.histogram(t, bins=edges)[0] / width
+    if len(t) < 2 * bins:
+        return len(t) / window_s
+    mids = (edges[:-1] + edges[1:]) / 2 - now
+    slope, level = np.polyfit(mids, counts, 1)
+    return max(float(level + slope * horizon_s / 2), 0.0)
+
+
+def holding_time_s(rate_now: float, rate_ahead: float, horizon_s: float, carried_rps: float) -> float:
+    """Seconds until a rate moving linearly from ``rate_now`` (the mean of the next
+    ``horizon_s`` being ``rate_ahead``) outgrows ``carried_rps``: ``horizon_s`` where it
+    never does within it, 0 where it already has."""
+    if rate_now > carried_rps:
+        return 0.0
+    slope = 2 * (rate_ahead - rate_now) / horizon_s if horizon_s > 0 else 0.0
+    if slope <= 0:
+        return horizon_s
+    return min(horizon_s, (carried_rps - rate_now) / slope)
+
+
+def fastest_alone_s(pb: CapacityProblem, tp: int) -> np.ndarray:
+    """Per class, the seconds of a request alone on a TP-``tp`` instance with every step at
+    the lowest threshold (stage 1's step prices at batch 1)."""
+    steps = np.array([k.output_tokens for k in pb.classes]) / max(pb.tokens_per_step)
+    rec = np.minimum(pb.recompute_steps(), steps)
+    lc, lr = pb.step_costs(tp, 1)
+    return rec * lr + (steps - rec) * lc
+
+
+def out_of_reach(pb: CapacityProblem, degrees: Sequence[int]) -> list[int]:
+    """Indices of the classes whose SLO no instance of ``degrees`` meets, even alone at the
+    lowest threshold."""
+    if not degrees:
+        return list(range(len(pb.classes)))
+    best = np.min([fastest_alone_s(pb, d) for d in degrees], axis=0)
+    slo = np.array([k.slo_s for k in pb.classes])
+    return [int(k) for k in np.flatnonzero(best > slo)]

@@ -1,0 +1,110 @@
+"""Planning ahead: the rate forecast, how long a layout holds it, the reach check that turns
+planning ahead on, and the plans it makes (a tier only TP-4 can serve at low load, TP-1's
+throughput at the peak)."""
+
+import pytest
+
+from dilaserve.control.step_law import StepLaw, step_split
+from dilaserve.engine.state import StepKind
+from dilaserve.profile.analytic import analytic_profile
+from dilaserve.reconfig import ClusterConfig, MonitorConfig, ReconfigConfig, Reconfigurator, WorkloadMonitor
+from dilaserve.reconfig.forecast import forecast_rate, holding_time_s, out_of_reach
+from dilaserve.reconfig.plan import static_layout
+from dilaserve.reconfig.stage1 import capacity_rps
+
+H100 = analytic_profile("llada-8b", "h100", (1, 2, 4))
+LAW = StepLaw.from_tokens_per_step({0.5: 6.0, 0.7: 5.0, 0.9: 4.0}, 32)
+CLUSTER = ClusterConfig(nodes=4, gpus_per_node=4)
+PROMPT, GEN = 150, 256
+
+
+def _even(rate_at, start: float, end: float) -> list[float]:
+    """Arrival times from ``start`` to ``end`` at the rate ``rate_at(t)`` (deterministic)."""
+    out, t = [], start
+    while t < end:
+        out.append(t)
+        t += 1.0 / rate_at(t)
+    return out
+
+
+def test_forecast_carries_the_trend_forward():
+    flat = _even(lambda t: 10.0, 0.0, 60.0)
+    assert forecast_rate(flat, 60.0, 60.0, 60.0) == pytest.approx(10.0, rel=0.05)
+    rising = _even(lambda t: 5.0 + t / 6.0, 0.0, 60.0)  # 5/s to 15/s over the window
+    # Mean of the next 60 s on the same line: 15 + 10 / 2 = 20/s; now about 15/s.
+    assert forecast_rate(rising, 60.0, 60.0, 60.0) == pytest.approx(20.0, rel=0.1)
+    assert forecast_rate(rising, 60.0, 60.0, 0.0) == pytest.approx(15.0, rel=0.1)
+    falling = _even(lambda t: 15.0 - t / 6.0, 0.0, 60.0)
+    assert forecast_rate(falling, 60.0, 60.0, 600.0) == 0.0  # never below zero
+    assert forecast_rate([1.0, 2.0], 60.0, 60.0, 60.0) == pytest.approx(2 / 60)  # too few: the mean
+    with pytest.raises(ValueError, match="bins"):
+        forecast_rate(flat, 60.0, 60.0, 60.0, bins=1)
+
+
+def test_holding_time_is_when_the_forecast_outgrows_the_layout():
+    assert holding_time_s(10.0, 10.0, 300.0, 20.0) == 300.0  # flat: holds the whole lifetime
+    assert holding_time_s(10.0, 5.0, 300.0, 20.0) == 300.0  # falling
+    # Rising from 10/s with a mean of 15/s over 300 s: 10 + t / 30 reaches 20/s at 300 s, 15/s at 150 s.
+    assert holding_time_s(10.0, 15.0, 300.0, 15.0) == pytest.approx(150.0)
+    assert holding_time_s(25.0, 25.0, 300.0, 20.0) == 0.0  # already outgrown
+
+
+def _reconfigurator() -> Reconfigurator:
+    return Reconfigurator(
+        CLUSTER, H100, ReconfigConfig(interval_s=60.0).with_step_law(LAW), WorkloadMonitor(MonitorConfig(window_s=60.0))
+    )
+
+
+#: Seconds of a request alone on TP-1 at 0.9 (T = 4 tokens per step): its tier SLOs' unit.
+ALONE_09 = float(
+    step_split(GEN / 4.0, PROMPT, GEN, 32).seconds(H100.curve(1, StepKind.CACHE), H100.curve(1, StepKind.RECOMPUTE))
+)
+
+
+def _observe(rec: Reconfigurator, interactive_scale: float, rate_at, start: float = 0.0, end: float = 60.0):
+    """A third of the arrivals interactive (priority 1) at ``interactive_scale`` x
+    ``ALONE_09``, the rest standard at 5x."""
+    for i, t in enumerate(_even(rate_at, start, end)):
+        tight = i % 3 == 0
+        rec.monitor.observe(t, PROMPT, GEN, (interactive_scale if tight else 5.0) * ALONE_09, 1 if tight else 0)
+
+
+def test_reach_check_finds_a_tier_only_a_faster_degree_serves():
+    rec = _reconfigurator()
+    _observe(rec, 0.55, lambda t: 6.0)
+    home = static_layout(CLUSTER, 1)
+    pb = rec.problem(rec.monitor.classes(60.0, by_tier=True))
+    assert out_of_reach(pb, [1]) == [1]  # the interactive class (priority 1 sorts last)
+    assert out_of_reach(pb, [1, 2, 4]) == []
+    assert rec.needs_reach(60.0, home)
+    assert not rec.needs_reach(60.0, static_layout(CLUSTER, 4))  # TP-4 reaches it already
+    # A tier TP-1 reaches at the lowest threshold: no planning ahead.
+    loose = _reconfigurator()
+    _observe(loose, 2.0, lambda t: 6.0)
+    assert not loose.needs_reach(60.0, home)
+
+
+def test_plan_ahead_buys_tp4_at_low_load_and_refuses_it_before_a_rise():
+    rec = _reconfigurator()
+    _observe(rec, 0.55, lambda t: 6.0)
+    home = static_layout(CLUSTER, 1)
+    plan = rec.propose_ahead(60.0, home, home)
+    assert plan is not None and plan.counts.get(4, 0) >= 1
+    assert plan.hold_s == pytest.approx(rec.config.lifetime_s) and plan.peak_rps == pytest.approx(6.0, rel=0.1)
+    # The same load rising steeply towards what only TP-1 carries: the plan would not hold.
+    steep = _reconfigurator()
+    top = capacity_rps(steep.problem(rec.monitor.classes(60.0, by_tier=True)), {1: 16})  # all TP-1's most
+    _observe(steep, 0.55, lambda t: 6.0 + (top / 2 - 6.0) * t / 60.0)
+    ahead = steep.propose_ahead(60.0, home, home)
+    assert ahead is None or ahead.counts.get(4, 0) < plan.counts[4]
+
+
+def test_monitor_splits_classes_by_tier_only_when_asked():
+    mon = WorkloadMonitor(MonitorConfig(window_s=60.0))
+    for i in range(30):
+        mon.observe(float(i), PROMPT, GEN, 1.0 if i % 2 else 10.0, i % 2)
+    merged, split = mon.classes(30.0), mon.classes(30.0, by_tier=True)
+    assert len(merged) == 1 and merged[0].slo_s == 1.0  # the tightest SLO of the class
+    assert [k.key[-1] for k in split] == [0, 1] and [k.slo_s for k in split] == [10.0, 1.0]
+    assert sum(k.rate for k in split) == pytest.approx(merged[0].rate)
+    assert mon.arrivals(30.0) == [float(i) for i in range(30)]
