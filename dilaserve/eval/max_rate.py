@@ -171,7 +171,7 @@ class _Inline:
         f.set_result(fn(*args))
         return f
 
-    def shutdown(self) -> None:
+    def shutdown(self, **_) -> None:
         pass
 
 
@@ -212,7 +212,7 @@ def search_rates(ctx: EvalContext, setting: ClusterSetting, policies: Sequence[s
                 searches[name].observe(p.load, p.attainment)
                 submit(name)
     finally:
-        pool.shutdown()
+        pool.shutdown(cancel_futures=True)  # on an error, the probes not started are dropped
     return {name: probes[names[0]] for names in groups.values() for name in names}
 
 

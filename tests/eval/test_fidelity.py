@@ -75,3 +75,23 @@ def test_published_tokens_per_step_reads_the_law_folder(tmp_path):
         assert v["law"] == pytest.approx(v["published"], rel=0.1)
         assert v["within_tolerance"] == (abs(v["relative_error"]) <= 0.03)
         assert v["rollouts"] == pytest.approx(v["law"], rel=0.1)
+
+
+def test_the_trace_runs_the_static_frontier_and_names_its_best_point(tmp_path):
+    from dilaserve.artifacts import EMBEDDED_LAW
+    from dilaserve.eval.fidelity import STATIC_POINTS, LawRun, frontier_fact
+    from tests.eval.builders import TinyContext
+
+    run = LawRun(TinyContext(EvalOptions(quick=True, phase_s=3.0, out=tmp_path)), EMBEDDED_LAW)
+    t = run.trace()
+    assert set(STATIC_POINTS) <= set(t) and {"infaas", "llumnix", "dilaserve"} <= set(t)
+    assert t["fixed@0.9"] is t["infaas"]  # the same run, made once
+    best = run.best_static()
+    assert t[best].goodput == max(t[p].goodput for p in STATIC_POINTS)
+    fact = frontier_fact(run)
+    assert fact.startswith(best) and f"{t[best].goodput:.1%}" in fact
+    # The reason for the frontier row names each law's best point.
+    name = "Table 4: attainment gain over the best static point"
+    facts = {"frontier": {"embedded": fact, "published": "fixed@0.5+admission, attainment 95.0%"}}
+    why = with_why(Claim(name, 21.1, 0.5, 1.0, "pp"), facts).why
+    assert fact in why and "fixed@0.5+admission" in why
