@@ -49,20 +49,27 @@ def holding_time_s(rate_now: float, rate_ahead: float, horizon_s: float, carried
     return min(horizon_s, (carried_rps - rate_now) / slope)
 
 
-def fastest_alone_s(pb: CapacityProblem, tp: int) -> np.ndarray:
+def fastest_alone_s(pb: CapacityProblem, tp: int, threshold: float | None = None) -> np.ndarray:
     """Per class, the seconds of a request alone on a TP-``tp`` instance with every step at
-    the lowest threshold (stage 1's step prices at batch 1)."""
-    steps = np.array([k.output_tokens for k in pb.classes]) / max(pb.tokens_per_step)
+    ``threshold`` (stage 1's step prices at batch 1). None: the lowest candidate; a
+    threshold between candidates takes the next one up (fewer tokens per step)."""
+    if threshold is None:
+        per_step = max(pb.tokens_per_step)
+    else:
+        above = [t for t, _ in sorted(zip(pb.thresholds, pb.tokens_per_step)) if t >= threshold - 1e-9]
+        per_step = dict(zip(pb.thresholds, pb.tokens_per_step))[above[0]] if above else min(pb.tokens_per_step)
+    steps = np.array([k.output_tokens for k in pb.classes]) / per_step
     rec = np.minimum(pb.recompute_steps(), steps)
     lc, lr = pb.step_costs(tp, 1)
     return rec * lr + (steps - rec) * lc
 
 
-def out_of_reach(pb: CapacityProblem, degrees: Sequence[int]) -> list[int]:
-    """Indices of the classes whose SLO no instance of ``degrees`` meets, even alone at the
-    lowest threshold."""
+def out_of_reach(pb: CapacityProblem, degrees: Sequence[int], threshold: float | None = None) -> list[int]:
+    """Indices of the classes whose SLO no instance of ``degrees`` meets, even alone at
+    ``threshold`` (None: the lowest candidate; the controller's lowest allowed one, its
+    quality budget's, where it has one)."""
     if not degrees:
         return list(range(len(pb.classes)))
-    best = np.min([fastest_alone_s(pb, d) for d in degrees], axis=0)
+    best = np.min([fastest_alone_s(pb, d, threshold) for d in degrees], axis=0)
     slo = np.array([k.slo_s for k in pb.classes])
     return [int(k) for k in np.flatnonzero(best > slo)]

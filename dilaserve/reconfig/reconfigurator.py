@@ -196,17 +196,18 @@ class Reconfigurator:
         )
         return plan
 
-    def needs_reach(self, now: float, home: Sequence[InstanceSpec]) -> bool:
+    def needs_reach(self, now: float, home: Sequence[InstanceSpec], lowest: float | None = None) -> bool:
         """Whether a tier of the recent arrivals is out of reach of ``home``'s TP degrees
-        (its SLO below the fastest a request of it runs alone there, at the lowest threshold)
-        but within reach of a degree the cluster may run: the layout must change with the
-        load, and plans are made ahead (:meth:`propose_ahead`)."""
+        (its SLO below the fastest a request of it runs alone there, at ``lowest``, the
+        lowest threshold the controller may run; None: the lowest candidate) but within
+        reach of a degree the cluster may run: the layout must change with the load, and
+        plans are made ahead (:meth:`propose_ahead`)."""
         classes = self.monitor.classes(now, by_tier=True)
         if not classes or not self.degrees:
             return False
         pb = self.problem(classes)
-        unreached = out_of_reach(pb, sorted({s.tp for s in home} & set(self.degrees)))
-        return bool(unreached) and len(out_of_reach(pb, self.degrees)) < len(unreached)
+        unreached = out_of_reach(pb, sorted({s.tp for s in home} & set(self.degrees)), lowest)
+        return bool(unreached) and len(out_of_reach(pb, self.degrees, lowest)) < len(unreached)
 
     def forecast(self, now: float) -> tuple[float, float]:
         """(the arrival rate now, the forecast mean rate over a plan's lifetime), from a line

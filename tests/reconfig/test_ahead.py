@@ -7,8 +7,15 @@ import pytest
 from dilaserve.control.step_law import StepLaw, step_split
 from dilaserve.engine.state import StepKind
 from dilaserve.profile.analytic import analytic_profile
-from dilaserve.reconfig import ClusterConfig, MonitorConfig, ReconfigConfig, Reconfigurator, WorkloadMonitor
-from dilaserve.reconfig.forecast import forecast_rate, holding_time_s, out_of_reach
+from dilaserve.reconfig import (
+    ClusterConfig,
+    MonitorConfig,
+    ReconfigConfig,
+    Reconfigurator,
+    RequestClass,
+    WorkloadMonitor,
+)
+from dilaserve.reconfig.forecast import fastest_alone_s, forecast_rate, holding_time_s, out_of_reach
 from dilaserve.reconfig.plan import static_layout
 from dilaserve.reconfig.stage1 import capacity_rps
 
@@ -108,3 +115,19 @@ def test_monitor_splits_classes_by_tier_only_when_asked():
     assert [k.key[-1] for k in split] == [0, 1] and [k.slo_s for k in split] == [10.0, 1.0]
     assert sum(k.rate for k in split) == pytest.approx(merged[0].rate)
     assert mon.arrivals(30.0) == [float(i) for i in range(30)]
+
+
+def test_reach_is_judged_at_the_lowest_threshold_the_controller_may_run():
+    """A tier TP-1 reaches only at 0.5 is out of its reach where the quality budget stops the
+    controller at 0.7."""
+    probe = _reconfigurator().problem(
+        [RequestClass((0, 1), 1.0, float(PROMPT), float(GEN), ALONE_09)]  # SLO: alone at 0.9
+    )
+    at_05, at_07 = (float(fastest_alone_s(probe, 1, t)[0]) / ALONE_09 for t in (0.5, 0.7))
+    assert at_05 < at_07 < 1.0
+    assert float(fastest_alone_s(probe, 1, 0.6)[0]) == pytest.approx(at_07 * ALONE_09)  # the next one up
+    rec = _reconfigurator()
+    _observe(rec, (at_05 + at_07) / 2, lambda t: 6.0)
+    home = static_layout(CLUSTER, 1)
+    assert not rec.needs_reach(60.0, home)
+    assert rec.needs_reach(60.0, home, lowest=0.7)
