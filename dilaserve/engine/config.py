@@ -31,7 +31,9 @@ class EngineConfig:
             request still decodes, recomputing every step.
         context_granule: a cache step attends over its requests' longest context rounded up
             to a multiple of this (at most ``slot_tokens``), so that few static shapes serve
-            every step.
+            every step. None: 128 tokens where steps are captured (each shape is a graph to
+            capture and keep), the step's block length where they run eagerly (attention over
+            padding costs compute there, and shapes cost nothing).
         cuda_graphs: on CUDA, replay cache steps from graphs captured per (batch bucket,
             context, fed length); ignored elsewhere. Off: every step runs eagerly.
     """
@@ -40,7 +42,7 @@ class EngineConfig:
     activation_reserve_bytes: int = 8 << 30
     kv_cache_bytes: int = 4 << 30
     slot_tokens: int | None = None
-    context_granule: int = 128
+    context_granule: int | None = None
     cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
@@ -57,7 +59,7 @@ class EngineConfig:
                 f"slot_tokens {self.slot_tokens} must be positive: pass the longest prompt + gen_length to "
                 "serve with the cache, e.g. 2048 (--kv-slot-tokens 2048)"
             )
-        if self.context_granule < 1:
+        if self.context_granule is not None and self.context_granule < 1:
             raise ValueError(f"context_granule {self.context_granule} must be positive, e.g. 128")
 
 

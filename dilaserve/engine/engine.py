@@ -104,6 +104,9 @@ def check_threshold(threshold: float) -> str | None:
     return None
 
 
+#: Context granule of captured cache steps unless the config names one (EngineConfig.context_granule).
+CAPTURED_GRANULE = 128
+
 #: Most of a recompute pass that may be padding before its batch is split.
 MAX_PADDING = 0.25
 
@@ -407,7 +410,8 @@ class DenoisingEngine:
         finished block too; its fresh K/V, exact because nothing it attends to is masked or
         later, are written into the request's slot, which then holds it."""
         pool, runner = self.pool, self._runner
-        plan = cache_step.plan(states, pool, self.config.context_granule)
+        granule = self.config.context_granule or (CAPTURED_GRANULE if runner.capture else states[0].block_length)
+        plan = cache_step.plan(states, pool, granule)
         x = cache_step.build_inputs(states, logit_rows, pool, self.lm, plan)
         if plan.window:
             logits = runner.run(x, window=True)
