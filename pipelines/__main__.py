@@ -166,12 +166,26 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+#: The instance settings ``python -m pipelines`` starts a Dagster home with: default storage in
+#: the folder, no telemetry, and no "Join the community" pop-up over the first page a local
+#: user opens (the UI's onboarding, "nux").
+INSTANCE_SETTINGS = "telemetry:\n  enabled: false\nnux:\n  enabled: false\n"
+
+
+def write_instance_settings(home: Path) -> None:
+    """Write :data:`INSTANCE_SETTINGS` to ``home/dagster.yaml`` when it is missing or empty (a
+    file someone wrote is theirs, and is left as it is)."""
+    path = home / "dagster.yaml"
+    if not path.exists() or not path.read_text().strip():
+        path.write_text(INSTANCE_SETTINGS)
+
+
 def main(argv: list[str]) -> None:
     args = command(argv)
     home = dagster_home(argv)
     os.environ["DAGSTER_HOME"] = str(home)
     home.mkdir(parents=True, exist_ok=True)
-    (home / "dagster.yaml").touch()  # an empty file: default storage in this folder, no warning
+    write_instance_settings(home)
     os.chdir(REPO_ROOT)
     cmd = [sys.executable, *interpreter_flags(argv), "-m", "dagster", *args]
     if args[0] == "dev":

@@ -1,17 +1,22 @@
-"""Asset metadata as the Dagster UI shows it: numbers rounded for reading, plots as images,
-a chart on the asset page itself, paths short enough to leave the copy icon in the table.
+"""Asset metadata as the Dagster UI shows it: numbers rounded for reading, plots in place on
+the asset page, a chart of the plot's numbers beside them, paths short enough to leave the
+copy icon in the table.
 
-Dagster renders a ``MetadataValue.md`` body in place on the asset page only when it is
-shorter than :data:`INLINE_MD_LIMIT` characters (its UI's rule); a longer one, any PNG
-inlined as a data URI, sits behind a "[Show Markdown]" link that opens a pop-up. So each
-plot comes twice: ``chart``, the plot's numbers as a small bar chart in a markdown table,
-which the asset page shows at once, and ``plot``, the full PNG one click away.
+Dagster's asset page renders a ``MetadataValue.md`` body in place only when it is shorter
+than :data:`INLINE_MD_LIMIT` characters (its UI's rule, ``MetadataEntry.tsx``); anything
+longer, a PNG inlined as a data URI included, sits behind a "[Show Markdown]" link that opens
+a pop-up. So :func:`plot` keeps the markdown short: it copies the PNG into the instance's
+compute-log folder, which the Dagster webserver serves at ``/logs/<folder>/<name>/png``, and
+links the image from there. An instance without a local compute-log folder (an ephemeral one,
+in tests) gets the PNG as a data URI, one click away.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,9 +35,30 @@ def _round_tree(value: Any) -> Any:
 
 
 def image(path: Path, alt: str = "plot") -> dg.MetadataValue:
-    """The PNG at ``path``, shown on the asset page."""
+    """The PNG at ``path`` as a data URI: the asset page shows it behind a link (too long to
+    show in place)."""
     data = base64.b64encode(Path(path).read_bytes()).decode()
     return dg.MetadataValue.md(f"![{alt}](data:image/png;base64,{data})")
+
+
+#: The compute-log subfolder the plots are copied to (the webserver serves it under ``/logs/``).
+PLOT_FOLDER = "dilaserve-plots"
+
+
+def plot(instance: dg.DagsterInstance, path: Path, alt: str = "plot") -> dg.MetadataValue:
+    """The PNG at ``path``, shown in place on the asset page of ``instance``'s webserver: a
+    copy under the instance's compute-log folder, named by its content (a new plot is a new
+    address, never a stale cached image), linked in markdown short enough to render inline.
+    Falls back to :func:`image` when the instance keeps no local compute logs."""
+    local = getattr(instance.compute_log_manager, "get_captured_local_path", None)
+    if local is None:
+        return image(path, alt)
+    data = Path(path).read_bytes()
+    name = f"{Path(path).stem}-{hashlib.sha256(data).hexdigest()[:12]}"
+    target = Path(local([PLOT_FOLDER, name], "png"))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, target)
+    return dg.MetadataValue.md(f"![{alt}](/logs/{PLOT_FOLDER}/{name}/png)")
 
 
 #: Below this many characters Dagster's asset page shows a markdown value in place.

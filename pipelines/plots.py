@@ -17,32 +17,43 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: 
 from dilaserve.engine.state import StepKind  # noqa: E402
 from dilaserve.profile.types import LatencyProfile  # noqa: E402
 
+#: Inches of width a plot may take: at 110 dpi it fits the value column of Dagster's asset
+#: page (about 720 px in a 1400 px window) without sideways scrolling.
+PAGE_WIDTH_IN = 6.5
+
 
 def predictor_error_plot(by_decile: pl.DataFrame, by_threshold: pl.DataFrame, path: Path) -> Path:
-    """Relative error by progress decile and by threshold, one line/bar group per predictor."""
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    """Relative error (%) by progress decile above relative error by threshold, one line or
+    bar per predictor."""
+    fig, (a, b) = plt.subplots(2, 1, figsize=(PAGE_WIDTH_IN, 6.4))
     names = by_decile["predictor"].unique(maintain_order=True).to_list()
     for name in names:
         d = by_decile.filter(pl.col("predictor") == name)
-        a.plot(d["decile"] * 10 + 5, d["rel_err"], marker="o", label=name)
-    a.set(xlabel="progress through the request's steps (%)", ylabel="mean relative error", title="by progress decile")
+        a.plot(d["decile"] * 10 + 5, 100 * d["rel_err"], marker="o", label=name)
+    a.set(
+        xlabel="progress through the request's steps (%)", ylabel="mean relative error (%)", title="by progress decile"
+    )
     thr = sorted(by_threshold["threshold"].unique().to_list())
     width = 0.8 / max(len(names), 1)
     for i, name in enumerate(names):
         d = by_threshold.filter(pl.col("predictor") == name).sort("threshold")
-        b.bar([k + i * width for k in range(len(thr))], d["rel_err"], width, label=name)
+        b.bar([k + i * width for k in range(len(thr))], 100 * d["rel_err"], width, label=name)
     b.set_xticks([k + width * (len(names) - 1) / 2 for k in range(len(thr))], [f"{t:g}" for t in thr])
-    b.set(xlabel="threshold", ylabel="mean relative error", title="by threshold")
-    a.legend()
+    b.set(xlabel="threshold", ylabel="mean relative error (%)", title="by threshold")
+    for ax in (a, b):
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    # beside the panel, not over its lines
+    a.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return _save(fig, path)
 
 
 def latency_profile_plot(profiles: Mapping[str, LatencyProfile], path: Path) -> Path:
-    """Step latency vs tokens: one column per profile, recompute steps above cache steps,
-    one line per TP degree."""
-    fig, axes = plt.subplots(2, len(profiles), figsize=(3.6 * len(profiles) + 1, 6.5), squeeze=False)
-    for col, (name, prof) in enumerate(profiles.items()):
-        for row, kind in enumerate((StepKind.RECOMPUTE, StepKind.CACHE)):
+    """Step latency vs tokens: one row per profile, its recompute steps beside its cache
+    steps, one line per TP degree (a page wide, however many profiles)."""
+    fig, axes = plt.subplots(len(profiles), 2, figsize=(PAGE_WIDTH_IN, 2.9 * len(profiles) + 0.3), squeeze=False)
+    for row, (name, prof) in enumerate(profiles.items()):
+        for col, kind in enumerate((StepKind.RECOMPUTE, StepKind.CACHE)):
             ax = axes[row][col]
             for tp in prof.tp_degrees:
                 c = prof.curve(tp, kind)
@@ -51,7 +62,8 @@ def latency_profile_plot(profiles: Mapping[str, LatencyProfile], path: Path) -> 
             plain_log_ticks(ax)
             if col == 0:
                 ax.set_ylabel("step latency (ms)")
-    axes[0][0].legend()
+            ax.grid(alpha=0.3, which="both")
+    axes[0][0].legend(fontsize=8)
     return _save(fig, path)
 
 

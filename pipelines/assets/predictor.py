@@ -9,7 +9,7 @@ from pydantic import Field
 from dilaserve.artifacts import ArtifactPaths
 from dilaserve.predict.evaluate import evaluate
 from dilaserve.predict.lgbm import TuningConfig, train_predictor
-from pipelines.metadata import chart, image, short_path, tidy
+from pipelines.metadata import chart, plot, short_path, tidy
 from pipelines.plots import predictor_error_plot
 from pipelines.resources import ArtifactsResource
 
@@ -63,22 +63,23 @@ def train_and_save(
     paths.predictor_evaluation.write_text(
         json.dumps({**ev.to_dict(), "test_requests": trained.test_requests, "trials": trained.trials}, indent=1)
     )
-    plot = predictor_error_plot(ev.by_decile, ev.by_threshold, paths.predictor_dir / "error_by_decile.png")
+    png = predictor_error_plot(ev.by_decile, ev.by_threshold, paths.predictor_dir / "error_by_decile.png")
     summary = {name: {m: ev.metric(name, m) for m in ("mae", "rel_err")} for name in ("lightgbm", "oneshot")}
     context.add_output_metadata(
         tidy(
             {
                 "mae": summary["lightgbm"]["mae"],
-                "rel_err": summary["lightgbm"]["rel_err"],
+                # percent, as the notebooks show it (the evaluation file keeps the fraction)
+                "rel_err (%)": 100 * summary["lightgbm"]["rel_err"],
                 "mae_oneshot": summary["oneshot"]["mae"],
-                "rel_err_oneshot": summary["oneshot"]["rel_err"],
+                "rel_err_oneshot (%)": 100 * summary["oneshot"]["rel_err"],
                 "trees": trained.predictor.booster.num_trees(),
                 "trials": trained.n_trials_run,
                 "best_params": dg.MetadataValue.json(trained.best_params),
                 "folder": short_path(paths.predictor_dir),
                 "chart": decile_chart(ev.by_decile),
-                "plot": image(plot, "remaining-step error by progress and by threshold"),
-                "plot_path": short_path(plot),
+                "plot": plot(context.instance, png, "remaining-step error by progress and by threshold"),
+                "plot_path": short_path(png),
             }
         )
     )
@@ -108,8 +109,8 @@ def beats_oneshot(paths: ArtifactPaths) -> dg.AssetCheckResult:
         passed=passed,
         metadata=tidy(
             {
-                "rel_err": ours["rel_err"],
-                "rel_err_oneshot": base["rel_err"],
+                "rel_err (%)": 100 * ours["rel_err"],
+                "rel_err_oneshot (%)": 100 * base["rel_err"],
                 "mae": ours["mae"],
                 "mae_oneshot": base["mae"],
                 "rel_err_ratio": ours["rel_err"] / base["rel_err"] if base["rel_err"] else float("nan"),

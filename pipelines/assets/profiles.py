@@ -10,7 +10,7 @@ from dilaserve.engine.state import StepKind
 from dilaserve.model.checkpoint import family_of
 from dilaserve.profile.analytic import EAGER_H200, GPUS, MODELS, ROOFLINE, analytic_profile
 from dilaserve.profile.measure import MeasureConfig, measure_profile
-from pipelines.metadata import chart, image, short_path, tidy
+from pipelines.metadata import chart, plot, short_path, tidy
 from pipelines.plots import latency_profile_plot
 from pipelines.resources import ArtifactsResource, ModelResource
 
@@ -73,15 +73,15 @@ def measured_profile(
     path = artifacts.paths().measured_profile
     path.parent.mkdir(parents=True, exist_ok=True)
     prof.save(path)
-    plot = latency_profile_plot({"measured": prof}, path.with_suffix(".png"))
+    png = latency_profile_plot({"measured": prof}, path.with_suffix(".png"))
     n = max(config.recompute_tokens)
     context.add_output_metadata(
         tidy(
             {
                 "path": short_path(path),
                 "chart": latency_chart(prof),
-                "plot": image(plot, "measured step latency"),
-                "plot_path": short_path(plot),
+                "plot": plot(context.instance, png, "measured step latency"),
+                "plot_path": short_path(png),
                 **{f"tp{d}_recompute_ms_at_{n}": prof.latency(d, n) * 1e3 for d in prof.tp_degrees},
             }
         )
@@ -92,7 +92,7 @@ def measured_profile(
 def latency_chart(prof) -> dg.MetadataValue:
     """Recompute-step latency (ms) at each measured token count, one column per TP degree."""
     tokens = prof.curve(prof.tp_degrees[0], StepKind.RECOMPUTE).tokens
-    rows = [(f"{n:,}", [prof.latency(d, n, StepKind.RECOMPUTE) * 1e3 for d in prof.tp_degrees]) for n in tokens]
+    rows = [(f"{int(n):,}", [prof.latency(d, n, StepKind.RECOMPUTE) * 1e3 for d in prof.tp_degrees]) for n in tokens]
     return chart(rows, [f"TP-{d}" for d in prof.tp_degrees], "tokens (recompute)", unit=" ms")
 
 
@@ -126,7 +126,7 @@ def analytic_profiles(
                 prof = analytic_profile(m, g, config.tp_degrees, eager=True)
                 prof.save(paths.analytic_profile(prof.name))
                 profiles[prof.name] = prof
-    plot = latency_profile_plot(profiles, paths.profiles_dir / "analytic" / "analytic.png")
+    png = latency_profile_plot(profiles, paths.profiles_dir / "analytic" / "analytic.png")
     n = ROOFLINE.calibration_tokens
     ratios = {name: {f"tp{d}": p.latency(d, n) / p.latency(1, n) for d in p.tp_degrees} for name, p in profiles.items()}
     context.add_output_metadata(
@@ -138,8 +138,8 @@ def analytic_profiles(
                     [f"TP-{d}" for d in config.tp_degrees],
                     f"step latency vs TP-1 at {n} tokens",
                 ),
-                "plot": image(plot, "analytic step latency"),
-                "plot_path": short_path(plot),
+                "plot": plot(context.instance, png, "analytic step latency"),
+                "plot_path": short_path(png),
                 "latency_vs_tp1_at_calibration": ratios,
             }
         )

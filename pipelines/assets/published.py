@@ -107,7 +107,7 @@ def published_tokens_per_step_match(artifacts: ArtifactsResource) -> dg.AssetChe
     err = {f"{t:g}": got[t] / PUBLISHED_TOKENS_PER_STEP[t] - 1 for t in got if t in PUBLISHED_TOKENS_PER_STEP}
     return dg.AssetCheckResult(
         passed=bool(err) and all(abs(e) <= TOLERANCE for e in err.values()),
-        metadata=tidy({"relative_error": dg.MetadataValue.json(err)}),
+        metadata=tidy({"relative_error (%)": dg.MetadataValue.json({t: 100 * e for t, e in err.items()})}),
     )
 
 

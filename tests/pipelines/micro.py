@@ -29,8 +29,11 @@ MICRO_RUN_CONFIG = {
 }
 
 
-def materialize_micro(folder: Path, checkpoint: Path = DEFAULT_CHECKPOINT) -> dg.ExecuteInProcessResult:
-    """Materialise every asset (and run every check) into ``folder``."""
+def materialize_micro(
+    folder: Path, checkpoint: Path = DEFAULT_CHECKPOINT, instance: dg.DagsterInstance | None = None
+) -> dg.ExecuteInProcessResult:
+    """Materialise every asset (and run every check) into ``folder``, recorded in ``instance``
+    (an ephemeral one by default)."""
     return dg.materialize(
         [*ASSETS, *CHECKS],
         run_config=MICRO_RUN_CONFIG,
@@ -39,5 +42,5 @@ def materialize_micro(folder: Path, checkpoint: Path = DEFAULT_CHECKPOINT) -> dg
             "artifacts": ArtifactsResource(root=str(folder / "artifacts")),
             "io_manager": dg.FilesystemIOManager(base_dir=str(folder / "storage")),
         },
-        instance=dg.DagsterInstance.ephemeral(),
+        instance=instance or dg.DagsterInstance.ephemeral(),
     )

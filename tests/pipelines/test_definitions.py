@@ -99,3 +99,17 @@ def test_a_law_with_its_own_checkpoint_is_a_configured_run_of_the_same_assets(mo
     assert dagster_home(["materialize", "--law", BLOCK_LAW]).name == BLOCK_LAW
     with pytest.raises(SystemExit, match="no checkpoint of its own"):
         command(["materialize", "--law", "llada-8b-published"])
+
+
+def test_a_new_dagster_home_has_no_telemetry_and_no_community_pop_up(tmp_path):
+    import dagster as dg
+
+    from pipelines.__main__ import write_instance_settings
+
+    write_instance_settings(tmp_path)
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        assert not instance.nux_enabled and not instance.telemetry_enabled
+    # A dagster.yaml someone wrote is left as it is.
+    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: true\n")
+    write_instance_settings(tmp_path)
+    assert (tmp_path / "dagster.yaml").read_text() == "telemetry:\n  enabled: true\n"

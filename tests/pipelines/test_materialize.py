@@ -1,5 +1,12 @@
 """The whole graph on a micro configuration, into a temp folder."""
 
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -15,8 +22,18 @@ pytestmark = pytest.mark.integration  # materialises the Dagster graph
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
+    """The micro graph, recorded in a Dagster home of its own (as ``python -m pipelines``
+    keeps one), so that its asset pages can be opened."""
+    import dagster as dg
+
+    from pipelines.__main__ import write_instance_settings
+
     folder = tmp_path_factory.mktemp("pipeline")
-    result = materialize_micro(folder)
+    home = folder / "dagster_home"
+    home.mkdir()
+    write_instance_settings(home)
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        result = materialize_micro(folder, instance=instance)
     return result, folder / "artifacts"
 
 
@@ -97,9 +114,16 @@ def test_asset_pages_show_plots_as_images_and_rounded_numbers(built):
     }
     from pipelines.metadata import INLINE_MD_LIMIT
 
+    _, root = built
+    home = root.parent / "dagster_home"
     for asset in ("step_predictor", "measured_profile", "analytic_profiles"):
+        # The plot is short markdown linking the PNG the webserver serves from the instance's
+        # compute-log folder: the asset page shows it in place.
         plot = metadata[asset]["plot"]
-        assert isinstance(plot, dg.MarkdownMetadataValue) and "](data:image/png;base64," in plot.value, asset
+        assert isinstance(plot, dg.MarkdownMetadataValue) and len(plot.value) < INLINE_MD_LIMIT, asset
+        link = re.fullmatch(r"!\[[^]]+\]\(/logs/dilaserve-plots/([\w.-]+)/png\)", plot.value)
+        assert link, plot.value
+        assert (home / "storage" / "dilaserve-plots" / f"{link.group(1)}.png").read_bytes()[:4] == b"\x89PNG"
         # The chart is short enough for the asset page to show it in place, not behind a link.
         chart = metadata[asset]["chart"]
         assert isinstance(chart, dg.MarkdownMetadataValue) and len(chart.value) < INLINE_MD_LIMIT, asset
@@ -123,3 +147,25 @@ def test_asset_pages_show_plots_as_images_and_rounded_numbers(built):
         for f in floats(getattr(v, "value", getattr(v, "data", None)))
     ]
     assert shown and all(f == float(f"{f:.4g}") for _, f in shown), [s for s in shown if s[1] != float(f"{s[1]:.4g}")]
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Chromium (apt-get install -y chromium)")
+def test_the_step_predictor_page_shows_its_plot_in_a_real_browser(built, tmp_path):
+    # The Dagster webserver on the micro run's home, its asset page opened in headless
+    # Chromium as a first visit: the plot has loaded with no click, and no pop-up covers it.
+    _, root = built
+    shot = tmp_path / "step_predictor.png"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "dagster_screenshot.py"
+    home = root.parent / "dagster_home"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--home", str(home), "--out", str(shot)],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["plot_shown"] and not seen["nux_dialog"], seen
+    width, height = seen["plot_size"]
+    assert 400 <= width <= 760 and height > 200, seen  # the page's width, no sideways scroll
+    assert shot.read_bytes()[:4] == b"\x89PNG"
