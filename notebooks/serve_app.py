@@ -14,9 +14,9 @@ def _():
 
     from dilaserve.engine import DEFAULT_CHECKPOINT
     from dilaserve.schedule.policies import policies
-    from dilaserve.serve import app_logic, client, launcher
+    from dilaserve.serve import app_burst, app_logic, client, launcher
 
-    return DEFAULT_CHECKPOINT, app_logic, client, launcher, mo, os, plt, policies, weakref
+    return DEFAULT_CHECKPOINT, app_burst, app_logic, client, launcher, mo, os, plt, policies, weakref
 
 
 @app.cell
@@ -32,12 +32,14 @@ def _(mo):
 
     One prompt alone, with a generous SLO, runs every step at the top threshold: the controller
     has no reason to act. **Send a burst** (at the bottom) sends several example prompts at once
-    with an SLO a few times one request's latency alone: the controller then lowers thresholds
-    step by step to finish them in time, and refuses a request it cannot finish, saying why.
+    with an SLO of the slowest one's latency alone, and a few "tight" ones with a tenth of their
+    own: the controller then lowers thresholds step by step to finish them in time, and refuses
+    the requests it cannot finish, saying why.
 
     Open it with `marimo run notebooks/serve_app.py`. Headless:
-    `python notebooks/serve_app.py --start --prompt="list : c a f b" --burst=12` starts the
-    server, sends the prompt and a burst of 12, prints the answers and stops the server on exit.
+    `python notebooks/serve_app.py --start --prompt="list : c a f b" --burst` starts the
+    server, sends the prompt and the default burst, prints the answers and stops the server on
+    exit (`--burst=N`: a burst of N prompts).
     """)
     return
 
@@ -50,11 +52,11 @@ def _(mo, os):
     #   --artifacts=DIR            pipeline artifacts the server loads (predictor, profiles)
     #   --reconfig-interval-s=N    seconds between reconfiguration ticks (0: off)
     #   --port=N                   the server's port (0: any free port)
-    #   --burst=N                  send a burst of N example prompts once the server is up
+    #   --burst[=N]                send the default burst (of N example prompts) once the server is up
     args = mo.cli_args()
     autostart = "start" in args
     headless_prompt = args.get("prompt")
-    headless_burst = int(args.get("burst", 0))
+    headless_burst = args.get("burst")
     artifacts_dir = str(args.get("artifacts") or os.environ.get("DILASERVE_ARTIFACTS") or "data/artifacts")
     default_reconfig_s = float(args.get("reconfig-interval-s", 60))
     default_port = int(args.get("port", 0))
@@ -73,7 +75,8 @@ def _(autostart, default_port, default_reconfig_s, mo, policies):
     toggle = mo.ui.button(
         value=autostart, on_click=lambda running: not running, label="start / stop the server", kind="success"
     )
-    mo.hstack([policy, reconfig_s, port, toggle], justify="start")
+    # wrap: on a narrow page the button goes to the next line whole, not clipped on two
+    mo.hstack([policy, reconfig_s, port, toggle], justify="start", align="end", wrap=True)
     return policy, port, reconfig_s, toggle
 
 
@@ -121,11 +124,8 @@ def _(app_logic, artifacts_dir, launcher, mo, policy, port, reconfig_s, toggle, 
             # daemon: a headless run exits without waiting; the handle's finalizer then stops the server
             mo.Thread(target=_stop_when_invalidated, args=(weakref.ref(server),), daemon=True).start()
             print(f"server pid {server.pid} healthy at {server.url}", flush=True)
-    return server, start_error
-
-
-@app.cell
-def _(mo, server, start_error):
+    # The status is this cell's own output, so the spinner replaces it while the server
+    # starts (a cell of its own would keep showing "stopped" under the spinner).
     if start_error:
         print(start_error, flush=True)
         _status = mo.callout(mo.md(f"**The server did not start.**\n\n```\n{start_error}\n```"), kind="danger")
@@ -136,7 +136,7 @@ def _(mo, server, start_error):
             mo.md(f"Serving at `{server.url}` (pid {server.pid}); log: `{server.log_path}`"), kind="success"
         )
     _status
-    return
+    return server, start_error
 
 
 @app.cell
@@ -182,15 +182,15 @@ def _(app_logic, client, mo, refresh, server):
 
 
 @app.cell
-def _(DEFAULT_CHECKPOINT, app_logic, headless_burst, headless_prompt):
+def _(DEFAULT_CHECKPOINT, app_burst, app_logic, headless_burst, headless_prompt):
     # Never re-runs: the outbox remembers what was sent, so a server restart (which re-runs
     # the cells below) does not send the last prompt again.
     outbox = app_logic.Outbox()
     if headless_prompt:
         outbox.submit(app_logic.PromptRequest(str(headless_prompt), slo_ms=20_000, max_tokens=64))
     burst_outbox = app_logic.Outbox()
-    if headless_burst:
-        burst_outbox.submit(app_logic.BurstRequest(headless_burst, 2.0))
+    if headless_burst is not None:
+        burst_outbox.submit(app_burst.headless_burst(headless_burst))
     examples = app_logic.example_prompts(per_task=2)
     vocabulary = app_logic.checkpoint_vocabulary(DEFAULT_CHECKPOINT)
     return burst_outbox, examples, outbox, vocabulary
@@ -239,6 +239,7 @@ def _(app_logic, candidates, example, examples, mo, outbox):
         )
         .form(
             submit_button_label="Send",
+            bordered=False,
             on_change=lambda value: outbox.submit(
                 app_logic.PromptRequest.from_form(value, example=example.value) if value else None
             ),
@@ -339,24 +340,32 @@ def _(app_logic, examples, exchange, mo, plt, server, vocabulary):
 
 
 @app.cell
-def _(app_logic, burst_outbox, mo):
+def _(app_burst, burst_outbox, mo):
+    _d = app_burst.DEFAULT_BURST
     burst_form = (
         mo.md("""
     **Send a burst**: example prompts at once, each with an SLO of a multiple of the slowest
-    one's latency alone (each is first sent alone, with nothing else running, to measure it)
+    one's latency alone (each is first sent alone, with nothing else running, to measure it);
+    the tight ones ask for a tenth of their own latency alone
 
-    {n} {slo_factor}
+    {n} {slo_factor} {tight}
     """)
         .batch(
-            n=mo.ui.slider(2, 16, value=12, show_value=True, label="prompts"),
+            n=mo.ui.slider(2, 16, value=_d.n, show_value=True, label="prompts"),
             slo_factor=mo.ui.slider(
-                0.5, 6.0, step=0.5, value=2.0, show_value=True, label="SLO (x the slowest latency alone)"
+                0.5, 6.0, step=0.25, value=_d.slo_factor, show_value=True, label="SLO (x the slowest latency alone)"
             ),
+            tight=mo.ui.slider(0, 8, value=_d.tight, show_value=True, label="tight requests"),
         )
         .form(
             submit_button_label="Send the burst",
+            bordered=False,
             on_change=lambda value: burst_outbox.submit(
-                app_logic.BurstRequest(int(value["n"]), float(value["slo_factor"])) if value else None
+                app_burst.BurstRequest(
+                    int(value["n"]), float(value["slo_factor"]), min(int(value["tight"]), int(value["n"]))
+                )
+                if value
+                else None
             ),
         )
     )
@@ -365,11 +374,15 @@ def _(app_logic, burst_outbox, mo):
 
 
 @app.cell
-def _(app_logic, mo, plt):
+def _(app_burst, app_logic, mo, plt):
     def burst_view(burst):
         """The burst as it stands: a sentence, every request's thresholds per step next to
-        its steps alone and in the burst, and the table (admitted, or refused and why)."""
-        _fig, (_a1, _a2) = plt.subplots(1, 2, figsize=(11, 3.2), gridspec_kw={"width_ratios": [3, 2]})
+        its steps alone and in the burst, the table (admitted, or refused and why) and the
+        refusals' reasons in full."""
+        _n = len(burst.entries)
+        _colours = plt.get_cmap("tab20" if _n > 10 else "tab10")
+        _colour = lambda e: _colours(e.index % _colours.N)  # noqa: E731
+        _fig, (_a1, _a2) = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw={"width_ratios": [3, 2]})
         _longest = 1
         for _e in burst.entries:
             if _e.reply is not None and _e.reply.thresholds:
@@ -381,7 +394,8 @@ def _(app_logic, mo, plt):
                     where="mid",
                     marker="o",
                     markersize=3,
-                    alpha=0.8 if _e.lowered else 0.35,
+                    color=_colour(_e),
+                    alpha=0.9 if _e.lowered else 0.35,
                     linewidth=2 if _e.lowered else 1,
                     label=f"#{_e.index + 1}" if _e.lowered else None,
                 )
@@ -395,23 +409,37 @@ def _(app_logic, mo, plt):
             title="threshold of each step (bold: lowered by the controller)",
         )
         if any(_e.lowered for _e in burst.entries):
-            _a1.legend(title="request", fontsize=7, ncol=2, loc="lower left")
+            # beside the panel, never over its lines
+            _a1.legend(title="request", fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         _a1.grid(alpha=0.3)
         _x = [_e.index + 1 for _e in burst.entries]
         _a2.bar([x - 0.2 for x in _x], [_e.alone.steps for _e in burst.entries], 0.4, color="lightgrey", label="alone")
         _done = [_e for _e in burst.entries if _e.reply is not None]
-        _a2.bar([_e.index + 1 + 0.2 for _e in _done], [_e.reply.steps for _e in _done], 0.4, label="in the burst")
+        _a2.bar(
+            [_e.index + 1 + 0.2 for _e in _done],
+            [_e.reply.steps for _e in _done],
+            0.4,
+            color=[_colour(_e) for _e in _done],
+            label="in the burst",
+        )
         for _e in burst.entries:
             if _e.outcome == "refused":
                 _a2.text(_e.index + 1 + 0.2, 0.3, "refused", rotation=90, ha="center", va="bottom", fontsize=7)
         _a2.set(xlabel="request", ylabel="denoising steps", xticks=_x, title="steps alone and in the burst")
-        _a2.legend(fontsize=7, loc="upper right")
+        _a2.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.1), ncol=2, frameon=False)
         _fig.tight_layout()
+        _rows = app_burst.burst_rows(burst)
+        _refused = [
+            f"- **#{_e.index + 1}** (SLO {_e.slo_ms:.0f} ms): {_e.reason}"
+            for _e in burst.entries
+            if _e.outcome == "refused"
+        ]
         return mo.vstack(
             [
-                mo.md(app_logic.burst_summary(burst)),
+                mo.md(app_burst.burst_summary(burst)),
                 _fig,
-                mo.ui.table(app_logic.burst_rows(burst), selection=None, page_size=16, label="the burst's requests"),
+                mo.md(app_burst.burst_table(_rows)),
+                mo.md("**Refused, in the server's words:**\n\n" + "\n".join(_refused)) if _refused else mo.md(""),
             ]
         )
 
@@ -419,7 +447,7 @@ def _(app_logic, mo, plt):
 
 
 @app.cell
-def _(app_logic, burst_form, burst_outbox, burst_view, client, mo, server):
+def _(app_burst, app_logic, burst_form, burst_outbox, burst_view, client, mo, server):
     burst_form  # a submission re-runs this cell; the form's on_change has queued it
     _request = burst_outbox.take()
     if _request is not None and server is None:
@@ -431,14 +459,14 @@ def _(app_logic, burst_form, burst_outbox, burst_view, client, mo, server):
         mo.output.replace(mo.md(f"_Sending each of the {_request.n} prompts alone first, to measure them..._"))
         _burst = None
         try:
-            for _burst in app_logic.run_burst(server.url, _request, _send):
+            for _burst in app_burst.run_burst(server.url, _request, _send):
                 mo.output.replace(burst_view(_burst))  # live: each answer or refusal as it comes back
         except Exception as e:  # the server stopped mid-burst, or refused a prompt sent alone
             mo.output.replace(mo.callout(mo.md(f"**The burst did not run:** {e}"), kind="danger"))
         else:
             burst_outbox.record(_burst)
-            print(f"burst: {app_logic.burst_summary(_burst)}", flush=True)
-            for _row in app_logic.burst_rows(_burst):
+            print(f"burst: {app_burst.burst_summary(_burst)}", flush=True)
+            for _row in app_burst.burst_rows(_burst):
                 print(f"burst request {_row}", flush=True)
     elif burst_outbox.last is not None:
         mo.output.replace(burst_view(burst_outbox.last))

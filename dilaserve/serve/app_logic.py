@@ -11,21 +11,19 @@ notebook so that tests can drive it without a browser.
   prompt is one of the examples, and an empty answer or a word the model's vocabulary lacks
   is said in words;
 - the live metrics are rounded, and the SLO attainment reads the same in the card and the
-  table: a dash until a request has finished, then a percentage;
-- a burst sends several example prompts at once with an SLO a few times one request's
-  latency alone, so that the controller has to act: each request comes back admitted (with
-  the threshold of every step) or refused (with the server's reason).
+  table: a dash until a request has finished, then a percentage.
+
+The burst (several prompts at once, so that the controller has to act) is
+:mod:`dilaserve.serve.app_burst`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dilaserve.serve.client import Completion
@@ -306,161 +304,3 @@ def port_choice(value: float | int | None) -> int | None:
     if port and not 1024 <= port <= 65535:
         raise ValueError(f"port {port} is outside 1024-65535; pick one there, or 0 for any free port")
     return port or None
-
-
-# ---------------------------------------------------------------- the burst
-@dataclass(frozen=True)
-class BurstRequest:
-    """One submission of the burst form: ``n`` example prompts at once, each with an SLO of
-    ``slo_factor`` x the slowest one's latency when sent alone."""
-
-    n: int
-    slo_factor: float
-
-    def __post_init__(self) -> None:
-        if self.n < 1:
-            raise ValueError(f"a burst needs at least one prompt, got n={self.n}")
-        if self.slo_factor <= 0:
-            raise ValueError(f"slo_factor must be positive (a multiple of the latency alone), got {self.slo_factor}")
-
-
-@dataclass(frozen=True)
-class BurstEntry:
-    """One request of a burst: its example, what it did alone, and how the burst treated it."""
-
-    index: int
-    inst: TaskInstance
-    alone: Completion
-    slo_ms: float
-    #: "in flight", then "admitted" (it was served: ``reply``) or "refused" (``reason``).
-    outcome: str = "in flight"
-    reply: Completion | None = None
-    reason: str | None = None
-
-    @property
-    def lowered(self) -> bool:
-        """Whether the controller took a step below the request's first threshold."""
-        t = self.reply.thresholds if self.reply is not None else []
-        return bool(t) and min(t) < t[0]
-
-
-@dataclass(frozen=True)
-class Burst:
-    """A burst: its SLO, how it was derived, and every request's entry."""
-
-    slo_ms: float
-    alone_ms: float
-    slo_factor: float
-    entries: tuple[BurstEntry, ...]
-
-    @property
-    def done(self) -> bool:
-        return all(e.outcome != "in flight" for e in self.entries)
-
-    def count(self, outcome: str) -> int:
-        return sum(e.outcome == outcome for e in self.entries)
-
-
-def burst_examples(n: int, seed: int = 0) -> list[TaskInstance]:
-    """``n`` example prompts, the tasks taking turns (arith, list, pairs, arith, ...)."""
-    per_task = math.ceil(n / len(TASKS))
-    by_task = [task_suite(per_task, seed=seed)[i * per_task : (i + 1) * per_task] for i in range(len(TASKS))]
-    return [by_task[i % len(TASKS)][i // len(TASKS)] for i in range(n)]
-
-
-#: The SLO of a request sent alone: long enough that the controller keeps the top threshold.
-ALONE_SLO_MS = 60_000.0
-
-
-def _refusal(error: Exception) -> str:
-    """The server's reason from a client error (``HTTP 429: request refused: WHY; retry ...``)."""
-    msg = str(error)
-    msg = re.sub(r"^HTTP \d+: (request refused: )?", "", msg)
-    return msg.split("; retry after")[0]
-
-
-def run_burst(
-    url: str, request: BurstRequest, send: Callable[[str, PromptRequest], Completion], seed: int = 0
-) -> Iterator[Burst]:
-    """Send a burst and yield its state after every change: first each example alone, one
-    after another (its steps and latency with nothing else running, at the SLO
-    :data:`ALONE_SLO_MS`); then all of them at once, each with the SLO ``slo_factor`` x the
-    slowest latency alone. Yields the burst with every request in flight, then once per
-    answer or refusal, the last one with none in flight.
-    """
-    insts = burst_examples(request.n, seed)
-    alone = [send(url, PromptRequest(i.prompt, ALONE_SLO_MS, i.gen_length, example=i.prompt)) for i in insts]
-    alone_ms = max(a.latency_ms for a in alone)
-    slo_ms = round(request.slo_factor * alone_ms, 1)
-    entries = [BurstEntry(k, i, a, slo_ms) for k, (i, a) in enumerate(zip(insts, alone))]
-    burst = Burst(slo_ms, alone_ms, request.slo_factor, tuple(entries))
-    yield burst
-    with ThreadPoolExecutor(len(insts)) as pool:
-        futures = {
-            pool.submit(send, url, PromptRequest(i.prompt, slo_ms, i.gen_length, example=i.prompt)): k
-            for k, i in enumerate(insts)
-        }
-        for future in as_completed(futures):
-            k = futures[future]
-            try:
-                entries[k] = replace(entries[k], outcome="admitted", reply=future.result())
-            except Exception as e:  # a 429 (the SLO cannot be met under this load) or any other refusal
-                entries[k] = replace(entries[k], outcome="refused", reason=_refusal(e))
-            burst = replace(burst, entries=tuple(entries))
-            yield burst
-
-
-def threshold_text(thresholds: list[float]) -> str:
-    """A request's thresholds in a table cell: the first, and how low the controller took it
-    on how many steps ("0.9 -> 0.7 on 5 of 14 steps"), or the first alone when it never moved."""
-    if not thresholds:
-        return NO_DATA
-    first, low = thresholds[0], min(thresholds)
-    if low >= first:
-        return f"{first:g} on all {len(thresholds)} steps"
-    below = sum(t < first for t in thresholds)
-    return f"{first:g} \u2192 {low:g} on {below} of {len(thresholds)} steps"
-
-
-def burst_rows(burst: Burst) -> list[dict]:
-    """The burst as a table: one row per request, admitted or refused with the reason."""
-    rows = []
-    for e in burst.entries:
-        r = e.reply
-        verdict = TASKS[e.inst.task].verdict(e.inst, r.text) if r is not None else None
-        if e.outcome == "admitted":
-            detail = "met its SLO" if r.slo_met else f"missed its SLO by {r.latency_ms - e.slo_ms:.0f} ms"
-        else:
-            detail = e.reason or "waiting for the server"
-        rows.append(
-            {
-                "#": e.index + 1,
-                "prompt": e.inst.prompt,
-                "outcome": e.outcome,
-                "reason": detail,
-                "steps alone": e.alone.steps,
-                "steps in the burst": r.steps if r is not None else NO_DATA,
-                "threshold": threshold_text(r.thresholds) if r is not None else NO_DATA,
-                "latency (ms)": f"{r.latency_ms:.0f}" if r is not None else NO_DATA,
-                "answer": NO_DATA if verdict is None else "correct" if verdict.correct else "wrong",
-            }
-        )
-    return rows
-
-
-def burst_summary(burst: Burst) -> str:
-    """One sentence on the burst: its SLO, what came back, and whether thresholds moved."""
-    lowered = sum(e.lowered for e in burst.entries)
-    admitted, refused = burst.count("admitted"), burst.count("refused")
-    met = sum(1 for e in burst.entries if e.reply is not None and e.reply.slo_met)
-    waiting = len(burst.entries) - admitted - refused
-    head = (
-        f"{len(burst.entries)} prompts at once, each with an SLO of {burst.slo_ms:.0f} ms "
-        f"({burst.slo_factor:g} x the slowest one alone, {burst.alone_ms:.0f} ms)"
-    )
-    if waiting:
-        return f"{head}: {admitted} admitted, {refused} refused, {waiting} in flight."
-    return (
-        f"{head}: **{admitted} admitted** ({met} met the SLO), **{refused} refused**; "
-        f"the controller lowered the threshold of {lowered} of the admitted requests below their first step's."
-    )

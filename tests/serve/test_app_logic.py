@@ -1,7 +1,7 @@
 """The serving app's logic (``dilaserve.serve.app_logic``) against a real server over loopback:
 the floor bound by the server's candidates, one note on how an answer ended, one send per
 submission (none on a restart), the form kept across a restart, the empty-answer text, the live
-metrics as the cards show them, and a burst that makes the controller lower thresholds."""
+metrics as the cards show them. The burst's tests are in tests/notebooks/test_serve_burst.py."""
 
 import re
 
@@ -186,46 +186,8 @@ def test_the_form_keeps_what_was_sent_across_a_restart():
     assert (switched["slo_ms"], switched["min_threshold"], switched["priority"]) == (900, 0.9, 3)
 
 
-def test_threshold_cells():
-    assert app_logic.threshold_text([0.9, 0.9, 0.7, 0.8]) == "0.9 \u2192 0.7 on 2 of 4 steps"
-    assert app_logic.threshold_text([0.9, 0.9]) == "0.9 on all 2 steps" and app_logic.threshold_text([]) == "\u2013"
-
-
 def test_the_port_field():
     assert app_logic.port_choice(0) is None and app_logic.port_choice(None) is None
     assert app_logic.port_choice(8123) == 8123
     with pytest.raises(ValueError, match="0 for any free port"):
         app_logic.port_choice(80)
-
-
-def test_a_burst_makes_the_controller_lower_thresholds(server):
-    # Last in this module: the burst loads both instances.
-    # Twelve prompts at once with an SLO of twice the slowest one's latency alone: measured on
-    # this server, the controller lowers thresholds for several of them (README, serving app).
-    # How far the controller lowers depends on how loaded the machine is while the burst runs
-    # (the SLO follows the latency alone measured just before): a burst at 2x that lowers none
-    # is followed by one at 1.5x, and the assertions hold for the last burst sent.
-    for factor in (2.0, 1.5):
-        states = list(app_logic.run_burst(server.url, app_logic.BurstRequest(12, factor), send(server)))
-        if any(e.lowered for e in states[-1].entries):
-            break
-    first, last = states[0], states[-1]
-    assert len(states) == 13 and all(e.outcome == "in flight" for e in first.entries) and last.done
-    # The view is live: each later state has one more request answered or refused.
-    assert [s.count("admitted") + s.count("refused") for s in states] == list(range(13))
-    alone = [e.alone for e in last.entries]
-    assert last.alone_ms == max(a.latency_ms for a in alone)
-    assert last.slo_ms == pytest.approx(factor * last.alone_ms, 0.01)
-    assert all(a.slo_met and set(a.thresholds) == {max(server.cfg.thresholds)} for a in alone)  # alone: the top
-    assert any(e.lowered for e in last.entries), app_logic.burst_rows(last)
-    rows = app_logic.burst_rows(last)
-    assert len(rows) == 12 and {r["outcome"] for r in rows} <= {"admitted", "refused"}
-    assert all(r["reason"] for r in rows)
-    assert "lowered the threshold" in app_logic.burst_summary(last)
-    lowered = next(e for e in last.entries if e.lowered)
-    assert "\u2192" in rows[lowered.index]["threshold"]
-    # An SLO far below one request's latency alone: the server refuses, and says why.
-    tight = list(app_logic.run_burst(server.url, app_logic.BurstRequest(3, 0.05), send(server)))[-1]
-    refused = [e for e in tight.entries if e.outcome == "refused"]
-    assert refused and all("SLO" in e.reason and "HTTP" not in e.reason for e in refused), app_logic.burst_rows(tight)
-    assert {r["outcome"] for r in app_logic.burst_rows(tight)} <= {"admitted", "refused"}
