@@ -41,20 +41,36 @@ class PlanDriver:
             log.info("reconfiguration tick at %.1fs skipped: the previous plan is still executing", self.now)
             return
         existing = self.pool.active_specs()
-        plan = self.reconfigurator.propose(self.now, existing)
-        if plan is not None and (self.tuner is None or self._replay_pays(existing, plan)):
-            self.executor = self._executor(plan)  # advanced at the end of this event
-            self.observer.on_plan(plan)
+        plan = self.reconfigurator.tick(self.now, existing, self._home or existing, self._lowest_threshold())
+        if plan is None:
+            return
+        if self.tuner is None:
+            self._start_plan(plan)
+        else:
+            self._check_plan(existing, plan)
 
-    def _replay_pays(self, existing: list[InstanceSpec], plan) -> bool:
-        """The tuner's replay of the last window says ``plan``'s layout, its transition
-        counted, makes more goodput than ``existing``, and loses none when the window's
-        arrivals come at the peak rate (:meth:`Reconfigurator.peak_rps`: the operator's, or
-        the rate the starting layout was built to carry; :meth:`OperatingPointTuner.layout_pays`)."""
+    def _check_plan(self, existing: list[InstanceSpec], plan) -> None:
+        """Start ``plan`` once the tuner's replay of the last window says its layout, its
+        transition counted, makes more goodput than ``existing``, and loses none when the
+        window's arrivals come at the peak rate (:meth:`Reconfigurator.peak_rps`: the
+        operator's, or the rate the starting layout was built to carry;
+        :meth:`OperatingPointTuner.check_layout`). The verdict comes back at once in the
+        simulator and between steps in a server; by then the cluster must still be the
+        one the plan was made for, with no other plan running."""
         target = [s for s in existing if s.instance_id in set(plan.keep)] + [st.launch for st in plan.steps]
-        share = plan.transition_s / self.reconfigurator.config.lifetime_s
-        peak = self.reconfigurator.peak_rps(self.now, self._home or existing)
-        return self.tuner.layout_pays(self.now, existing, target, self.controller.point, share, peak_rate=peak)
+        share, peak = self.reconfigurator.replay_terms(self.now, plan, self._home or existing)
+        ids = [s.instance_id for s in existing]
+
+        def verdict(pays: bool) -> None:
+            idle = self.executor is None or self.executor.done
+            if pays and idle and [s.instance_id for s in self.pool.active_specs()] == ids:
+                self._start_plan(plan)
+
+        self.tuner.check_layout(self.now, existing, target, self.controller.point, verdict, share, peak_rate=peak)
+
+    def _start_plan(self, plan) -> None:
+        self.executor = self._executor(plan)  # advanced at the end of this event
+        self.observer.on_plan(plan)
 
     def _maybe_go_home(self) -> None:
         """After a tuning: back to the layout the cluster started with where the window now
@@ -66,9 +82,13 @@ class PlanDriver:
             return
         existing = self.pool.active_specs()
         plan = self.reconfigurator.plan_home(self.now, existing, self._home)
-        if plan is not None and self._replay_pays(existing, plan):
-            self.executor = self._executor(plan)  # advanced at the end of this event
-            self.observer.on_plan(plan)
+        if plan is not None:
+            self._check_plan(existing, plan)
+
+    def _lowest_threshold(self) -> float:
+        """The lowest threshold the controller may run (its quality budget's): a tier out of
+        the starting layout's reach there makes the reconfigurator plan ahead."""
+        return float(self.controller.thresholds[int(self.controller.budget_mask.argmax())])
 
     def _executor(self, plan) -> PlanExecutor:
         """An executor for ``plan`` within the reconfigurator's offline budget (one step at a

@@ -171,6 +171,7 @@ class GlobalScheduler(Placement, Moves, PlanDriver):
     # ========================================================= event handlers
     def _dispatch_event(self, ev: Event) -> None:
         self.now = max(self.now, ev.time)
+        self._collect_control()
         touched: set[int] = set()
         placed: list[TrackedRequest] = []
         if isinstance(ev, StepFinished):
@@ -196,6 +197,23 @@ class GlobalScheduler(Placement, Moves, PlanDriver):
         for s in touched:
             self._kick(s)
 
+    def _adopt_tuning(self, tune) -> None:
+        """Run the point ``tune()`` returns (None: keep the current one); after a tuning,
+        perhaps head back to the starting layout."""
+        tunings = len(self.tuner.history)
+        point = tune()
+        if point is not None:
+            self.controller.set_point(point)
+        if len(self.tuner.history) > tunings:
+            self._maybe_go_home()
+
+    def _collect_control(self) -> None:
+        """Adopt what the control worker finished since the last event (between steps, in
+        a server; the simulator's inline worker never has anything out)."""
+        if self.tuner is not None and self.tuner.pending:
+            tuner = self.tuner
+            self._adopt_tuning(lambda: tuner.collect(self.now, self.controller.point))
+
     def _on_arrival(self, req: TrackedRequest, touched: set[int], placed: list[TrackedRequest]) -> None:
         limit = self._request_limit()
         if limit is not None and req.tokens > limit:
@@ -209,12 +227,8 @@ class GlobalScheduler(Placement, Moves, PlanDriver):
             return
         if self.tuner is not None:
             self.tuner.observe(req, self.now)
-            tunings = len(self.tuner.history)
-            point = self.tuner.maybe_tune(self.now, self.pool.active_specs(), self.controller.point)
-            if point is not None:
-                self.controller.set_point(point)
-            if len(self.tuner.history) > tunings:
-                self._maybe_go_home()
+            tuner = self.tuner
+            self._adopt_tuning(lambda: tuner.maybe_tune(self.now, self.pool.active_specs(), self.controller.point))
         self.controller.prepare_arrival(req, self.now)
         if self.reconfigurator is not None:
             # Refused requests are demand too: the planner sizes the cluster for them.

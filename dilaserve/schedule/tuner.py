@@ -16,20 +16,27 @@ interval but tunes at once on a forecast that the new rate holds.
 
 The replay itself is a :class:`WindowEvaluator` that the layer above supplies (the
 simulator, or the server from its artifacts): the control plane never imports the
-simulator.
+simulator. The tuner hands its replays to a
+:class:`~dilaserve.schedule.control_worker.ControlWorker` as snapshots
+(:mod:`dilaserve.schedule.window`): at once in the simulator, in a process beside the
+step loop in a server, where a result is adopted between steps once it comes back.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.control.request import TrackedRequest
+from dilaserve.schedule.control_worker import ControlWorker, InlineWorker, candidates_within
+from dilaserve.schedule.window import LayoutJob, LayoutVerdict, PointJob, WindowArrival, WindowEvaluator
+
+__all__ = ["OperatingPointTuner", "TunerConfig", "WindowArrival", "WindowEvaluator"]
 
 log = logging.getLogger(__name__)
 
@@ -84,34 +91,6 @@ class TunerConfig:
             )
 
 
-@dataclass(frozen=True)
-class WindowArrival:
-    """What the replay needs of one recent arrival: when, how large, how urgent."""
-
-    arrival: float
-    prompt_tokens: int
-    output_tokens: int
-    slo_s: float
-    priority: int
-    min_threshold: float
-
-
-class WindowEvaluator(Protocol):
-    """Replays ``arrivals`` on a cluster of ``layout`` once per point; returns each point's
-    goodput (share of the replayed requests on time and correct). ``sample``: the share of
-    the cluster (and of the arrivals) replayed; None: the evaluator's own. ``warm``: the
-    arrivals run twice and only the second copy is scored, so the cluster starts loaded."""
-
-    def __call__(
-        self,
-        arrivals: Sequence[WindowArrival],
-        layout: Sequence[InstanceSpec],
-        points: Sequence[OperatingPoint],
-        sample: float | None = None,
-        warm: bool = False,
-    ) -> list[float]: ...
-
-
 class OperatingPointTuner:
     """Args:
     evaluate: the replay (:class:`WindowEvaluator`).
@@ -121,6 +100,8 @@ class OperatingPointTuner:
         current point with the other placement (:attr:`OperatingPoint.fit`).
     admission: the policy has SLO-aware admission, so the tuner also weighs the current
         point with admission switched the other way (:attr:`OperatingPoint.admit`).
+    worker: runs the replays (:class:`~dilaserve.schedule.control_worker.ControlWorker`);
+        None: at once, in the caller.
     """
 
     def __init__(
@@ -130,8 +111,14 @@ class OperatingPointTuner:
         config: TunerConfig = TunerConfig(),
         placement: bool = False,
         admission: bool = False,
+        worker: ControlWorker | None = None,
     ):
         self.evaluate = evaluate
+        #: runs the replays: at once by default (the simulator), beside the step loop in a server
+        self.worker = worker or InlineWorker(evaluate)
+        #: tag -> what a job in the worker was started for (adopted when its result comes back)
+        self._pending: dict[int, _Pending] = {}
+        self._tags = itertools.count()
         self.thresholds = tuple(float(t) for t in thresholds)
         self.config = config
         self.placement = placement
@@ -160,11 +147,16 @@ class OperatingPointTuner:
             self._last = now  # the first window starts with the first arrival
 
     def maybe_tune(self, now: float, layout: Sequence[InstanceSpec], current: OperatingPoint) -> OperatingPoint | None:
-        """The point to switch to, or None to keep ``current`` (also when no tuning is due)."""
+        """The point to switch to, or None to keep ``current`` (also when no tuning is due).
+
+        A due tuning goes to the worker; its point is returned once its result is back (at
+        once for an inline worker, at a later call or :meth:`collect` otherwise). A tuning
+        never queues behind another: while one runs, a due tuning is skipped, and a rise of
+        the arrival rate replaces the running one (its result is dropped)."""
         cfg = self.config
         rose = self._load_rose(now)
         if not rose and (self._last is None or now - self._last < cfg.interval_s):
-            return None
+            return self.collect(now, current)
         self._last = now
         self._trim(now)
         if rose:
@@ -179,21 +171,64 @@ class OperatingPointTuner:
             self._tuned_rate = rate  # admission is back on for this rate, tuned or not
         if len(arrivals) * cfg.sample < cfg.min_arrivals or not layout:
             return None if base == current else base
+        if self.worker.busy:
+            if not rose:
+                return self.collect(now, current)  # never a second tuning behind the first
+            self.worker.cancel()  # the running one replays a rate that is gone
+            self._pending.clear()
         self._tuned_rate = rate
-        candidates = self.candidates(base, {a.priority for a in arrivals}, now)
-        scores = self.evaluate(arrivals, layout, candidates)
+        scale = self.worker.scale
+        candidates = candidates_within(self.candidates(base, {a.priority for a in arrivals}, now), scale)
+        job = PointJob(tuple(arrivals), tuple(layout), tuple(candidates), None if scale >= 1 else cfg.sample * scale)
+        tag = next(self._tags)
+        self._pending[tag] = _Pending(now, candidates=candidates, base=base, rate=rate, rose=rose)
+        if not self.worker.submit(tag, job):
+            del self._pending[tag]  # over its CPU budget: serve on at the point there is
+        tunings = len(self.history)
+        adopted = self.collect(now, current)
+        if len(self.history) > tunings:
+            return adopted
+        return None if base == current else base  # admission is back on at once after a rise
+
+    @property
+    def pending(self) -> bool:
+        """A replay is out with the worker."""
+        return bool(self._pending)
+
+    def collect(self, now: float, current: OperatingPoint) -> OperatingPoint | None:
+        """Adopt the results the worker has finished: the point a tuning chose (None to keep
+        ``current``); a plan's verdict goes to the callback it was checked with. A result
+        that comes back later than an interval after its window is stale and dropped."""
+        chosen = None
+        for tag, result in self.worker.poll():
+            job = self._pending.pop(tag, None)
+            if job is None:
+                continue
+            if now - job.now > self.config.interval_s:
+                log.info("tuner at %.0fs: dropped the replay of %.0fs (stale)", now, job.now)
+                continue
+            if job.on_verdict is not None:
+                self._adopt_verdict(job, result)
+            else:
+                chosen = self._adopt_point(job, result)
+        if not self.worker.busy:
+            self._pending.clear()  # nothing is out: what is left was cancelled
+        return None if chosen is None or chosen == current else chosen
+
+    def _adopt_point(self, job: _Pending, scores: Sequence[float]) -> OperatingPoint:
+        candidates, base = job.candidates, job.base
         by_label = {p.label: s for p, s in zip(candidates, scores)}
         best = max(range(len(candidates)), key=lambda i: scores[i])
-        chosen = candidates[best] if scores[best] > scores[0] + cfg.min_gain else base
-        self.history.append((now, chosen.label, by_label))
+        chosen = candidates[best] if scores[best] > scores[0] + self.config.min_gain else base
+        self.history.append((job.now, chosen.label, by_label))
         log.info(
             "tuner at %.0fs%s: %s (replayed goodput %s)",
-            now,
-            f" (arrivals rose to {rate:.1f}/s)" if rose else "",
+            job.now,
+            f" (arrivals rose to {job.rate:.1f}/s)" if job.rose else "",
             chosen.label,
             by_label,
         )
-        return None if chosen == current else chosen
+        return chosen
 
     def _trim(self, now: float) -> None:
         while self._window and self._window[0].arrival < now - self.config.window_s:
@@ -244,20 +279,23 @@ class OperatingPointTuner:
         self._trim(now)
         return list(self._window)
 
-    def layout_pays(
+    def check_layout(
         self,
         now: float,
         current: Sequence[InstanceSpec],
         target: Sequence[InstanceSpec],
         point: OperatingPoint,
+        on_verdict: Callable[[bool], None],
         transition_share: float = 0.0,
         peak_rate: float | None = None,
-    ) -> bool:
+    ) -> None:
         """Whether moving the cluster from ``current`` to ``target`` (a reconfiguration plan)
-        is worth it on the replay: the window's arrivals at ``point`` must make at least
-        ``min_gain`` more goodput on ``target``. The planner's model prices the classes at
-        their tightest SLO; the replay runs the requests themselves, tiers and all, so a plan
-        that trades the throughput of the many for the latency of a few is caught here.
+        is worth it on the replay; ``on_verdict`` is called with the answer once the worker
+        has it (at once for an inline worker; never where the worker is busy or over its
+        budget: the cluster stays as it is). The window's arrivals at ``point`` must make at
+        least ``min_gain`` more goodput on ``target``. The planner's model prices the classes
+        at their tightest SLO; the replay runs the requests themselves, tiers and all, so a
+        plan that trades the throughput of the many for the latency of a few is caught here.
 
         While the plan executes, the instances it stops are gone and those it launches not
         yet there: for ``transition_share`` of the plan's lifetime the cluster is the kept
@@ -275,41 +313,60 @@ class OperatingPointTuner:
         cfg = self.config
         arrivals = self._arrivals(now)
         if len(arrivals) < cfg.min_arrivals or not current or not target:
-            return True
-        warm = cfg.warm_plans
-        (before,) = self.evaluate(arrivals, current, [point], sample=1.0, warm=warm)
-        (after,) = self.evaluate(arrivals, target, [point], sample=1.0, warm=warm)
-        share = min(max(transition_share, 0.0), 1.0)
-        kept_ids = {s.instance_id for s in target}
-        kept = [s for s in current if s.instance_id in kept_ids]
-        if share > 0:
-            (during,) = self.evaluate(arrivals, kept, [point], sample=1.0, warm=warm) if kept else (0.0,)
-            after = share * during + (1 - share) * after
-        pays = after >= before + cfg.min_gain
-        held = True
-        if pays and peak_rate:
-            peak = _at_rate(arrivals, peak_rate)
-            if peak is not None:
-                (peak_before,) = self.evaluate(peak, current, [point], sample=1.0, warm=warm)
-                (peak_after,) = self.evaluate(peak, target, [point], sample=1.0, warm=warm)
-                held = peak_after >= peak_before - cfg.min_gain
-                log.info(
-                    "tuner at %.0fs: at the peak rate of %.1f/s the plan's layout replays at %.3f against %.3f",
-                    now,
-                    peak_rate,
-                    peak_after,
-                    peak_before,
-                )
-        pays = pays and held
-        self.plan_checks.append((now, before, after, pays))
+            on_verdict(True)
+            return
+        job = LayoutJob(
+            tuple(arrivals),
+            tuple(current),
+            tuple(target),
+            point,
+            transition_share,
+            cfg.min_gain,
+            cfg.warm_plans,
+            peak_rate,
+        )
+        tag = next(self._tags)
+        self._pending[tag] = _Pending(now, on_verdict=on_verdict, rate=peak_rate)
+        if self.worker.busy or not self.worker.submit(tag, job):
+            del self._pending[tag]
+            log.info("tuner at %.0fs: a plan was not replayed (the control worker is busy): the cluster stays", now)
+            return
+        self.collect(now, point)
+
+    def layout_pays(
+        self,
+        now: float,
+        current: Sequence[InstanceSpec],
+        target: Sequence[InstanceSpec],
+        point: OperatingPoint,
+        transition_share: float = 0.0,
+        peak_rate: float | None = None,
+    ) -> bool:
+        """:meth:`check_layout`'s verdict at once (False where it is not back yet)."""
+        verdicts: list[bool] = []
+        self.check_layout(now, current, target, point, verdicts.append, transition_share, peak_rate)
+        return bool(verdicts and verdicts[0])
+
+    def _adopt_verdict(self, job: _Pending, verdict: LayoutVerdict) -> None:
+        if verdict.peak is not None:
+            log.info(
+                "tuner at %.0fs: at the peak rate of %.1f/s the plan's layout replays at %.3f against %.3f",
+                job.now,
+                job.rate,
+                verdict.peak[1],
+                verdict.peak[0],
+            )
+        self.plan_checks.append((job.now, verdict.before, verdict.after, verdict.pays))
         log.info(
             "tuner at %.0fs: a plan's layout replays at %.3f against %.3f now: %s",
-            now,
-            after,
-            before,
-            "applied" if pays else ("kept the cluster" if held else "kept the cluster (it loses at the peak rate)"),
+            job.now,
+            verdict.after,
+            verdict.before,
+            "applied"
+            if verdict.pays
+            else ("kept the cluster" if verdict.held else "kept the cluster (it loses at the peak rate)"),
         )
-        return pays
+        job.on_verdict(verdict.pays)
 
     def candidates(
         self, current: OperatingPoint, priorities: set[int], now: float = float("inf")
@@ -338,14 +395,15 @@ class OperatingPointTuner:
         return unique
 
 
-def _at_rate(arrivals: Sequence[WindowArrival], rate: float) -> list[WindowArrival] | None:
-    """``arrivals`` compressed in time, towards the last, to ``rate`` per second; None where
-    they already come at least that fast (or span no time)."""
-    if len(arrivals) < 2:
-        return None
-    end = arrivals[-1].arrival
-    span = end - arrivals[0].arrival
-    if span <= 0 or len(arrivals) / span >= rate:
-        return None
-    scale = len(arrivals) / span / rate
-    return [replace(a, arrival=end - (end - a.arrival) * scale) for a in arrivals]
+@dataclass
+class _Pending:
+    """What a job out with the worker was started for: a tuning (its candidates, the
+    point it keeps unless one beats it, the rate it replays) or a plan's check (the
+    callback its verdict goes to, the peak rate)."""
+
+    now: float
+    candidates: list[OperatingPoint] = field(default_factory=list)
+    base: OperatingPoint | None = None
+    rate: float | None = None
+    rose: bool = False
+    on_verdict: Callable[[bool], None] | None = None

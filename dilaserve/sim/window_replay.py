@@ -25,7 +25,7 @@ import polars as pl
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.schedule.policies import SchedulerPolicy
-from dilaserve.schedule.tuner import WindowArrival
+from dilaserve.schedule.window import WindowArrival
 from dilaserve.sim.metrics import good
 from dilaserve.sim.progress import ReplayProgress
 from dilaserve.sim.run import BaseSimulator, SimConfig

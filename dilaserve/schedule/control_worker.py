@@ -1,0 +1,297 @@
+"""Control beside the step loop, within a CPU budget (docs/architecture.md, "Control beside
+the step loop").
+
+The tuner's replays are pure functions of a snapshot: a :class:`ReplayJob` holds the
+window's arrivals, the layout and what to replay on it, and nothing live, so it can run
+anywhere. A :class:`ControlWorker` runs the jobs:
+
+- :class:`InlineWorker` runs a job at once, in the caller. The simulator uses it: simulated
+  time stands still while a replay runs, so its results are those of a synchronous call
+  (latency 0) and recorded results do not move.
+- :class:`ProcessWorker` runs jobs in a child process, so the step loop never waits on a
+  replay (a replay is pure Python: in a thread it would hold the GIL the steps need). Its
+  results are collected between steps (:meth:`ControlWorker.poll`). It keeps a CPU budget:
+  after a job that used ``c`` CPU-seconds the next starts no sooner than ``c / cpu_share``
+  seconds later; a job that runs past ``job_limit_s`` is cancelled, and the jobs after it
+  replay a smaller share (:attr:`ControlWorker.scale`). While no job may start, the server
+  serves at the point it has.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import queue
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dilaserve.control.operating_point import OperatingPoint
+from dilaserve.schedule.window import WindowEvaluator
+
+log = logging.getLogger(__name__)
+
+
+class ReplayJob(Protocol):
+    """A snapshot the worker replays: ``run`` calls the evaluator and returns a picklable
+    result (it must not touch anything live)."""
+
+    def run(self, evaluate: WindowEvaluator) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ControlStats:
+    """What the control plane's worker did (the bench and the server report it).
+
+    Attributes:
+        jobs: jobs finished.
+        cpu_s: CPU seconds the finished jobs used.
+        longest_job_s: the longest job's wall seconds.
+        dropped: jobs given up: cancelled past their limit, replaced by a newer job, or
+            finished after a newer one made them stale.
+        skipped: jobs not started because the CPU budget had not refilled or a job was
+            running.
+        scale: the share of the configured sample the next job replays.
+    """
+
+    jobs: int = 0
+    cpu_s: float = 0.0
+    longest_job_s: float = 0.0
+    dropped: int = 0
+    skipped: int = 0
+    scale: float = 1.0
+
+
+class ControlWorker:
+    """Runs replay jobs for the control plane; one job at a time, never a queue of them.
+
+    :meth:`submit` starts a job under a tag and says whether it started; :meth:`poll`
+    returns ``(tag, result)`` for each job finished since the last poll. ``scale`` is the
+    share of its configured sample and candidates the next job should replay (1.0 until
+    the CPU budget forces less)."""
+
+    scale: float = 1.0
+
+    @property
+    def busy(self) -> bool:
+        return False
+
+    def submit(self, tag: object, job: ReplayJob) -> bool:
+        raise NotImplementedError
+
+    def poll(self) -> list[tuple[object, Any]]:
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """Give up the running job (a newer one replaces it); its result is never returned."""
+
+    def stats(self) -> ControlStats:
+        return ControlStats()
+
+    def close(self) -> None:
+        """Stop the worker (a server shutting down)."""
+
+
+class InlineWorker(ControlWorker):
+    """Runs each job at once in the caller: latency 0 (the simulator)."""
+
+    def __init__(self, evaluate: WindowEvaluator):
+        self.evaluate = evaluate
+        self._done: list[tuple[object, Any]] = []
+        self._jobs = 0
+
+    def submit(self, tag: object, job: ReplayJob) -> bool:
+        self._done.append((tag, job.run(self.evaluate)))
+        self._jobs += 1
+        return True
+
+    def poll(self) -> list[tuple[object, Any]]:
+        done, self._done = self._done, []
+        return done
+
+    def stats(self) -> ControlStats:
+        return ControlStats(jobs=self._jobs)
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """The control plane's CPU budget (serving).
+
+    Attributes:
+        cpu_share: the share of one core the replays may use over time (e.g. 0.05): after
+            a job that used ``c`` CPU-seconds the next starts no sooner than ``c /
+            cpu_share`` seconds later.
+        job_limit_s: a job still running after this many wall seconds is cancelled, and
+            the next replays half the share the last one did.
+        min_scale: the smallest share of the configured sample a job is shrunk to.
+    """
+
+    cpu_share: float = 0.05
+    job_limit_s: float = 20.0
+    min_scale: float = 0.125
+
+    def __post_init__(self) -> None:
+        if not 0 < self.cpu_share <= 1:
+            raise ValueError(
+                f"control cpu_share={self.cpu_share} must lie in (0, 1]: the share of one core the "
+                "tuner's replays may use, e.g. 0.05 (--control-cpu-share)"
+            )
+        if self.job_limit_s <= 0 or not 0 < self.min_scale <= 1:
+            raise ValueError(
+                f"control job_limit_s={self.job_limit_s} must be positive seconds and "
+                f"min_scale={self.min_scale} must lie in (0, 1]"
+            )
+
+
+def _serve_jobs(evaluate: WindowEvaluator, jobs, results) -> None:
+    """The child process: run each job received and send back ``(tag, result, cpu_s)``."""
+    while True:
+        item = jobs.get()
+        if item is None:
+            return
+        tag, job = item
+        c0 = time.process_time()
+        try:
+            result = job.run(evaluate)
+        except Exception as exc:  # a failed replay must not kill the worker: the tuning is skipped
+            log.exception("control worker: a replay job failed")
+            result = exc
+        results.put((tag, result, time.process_time() - c0))
+
+
+@dataclass
+class _Running:
+    tag: object
+    started: float
+
+
+class ProcessWorker(ControlWorker):
+    """Runs jobs in a child process under a CPU budget (:class:`BudgetConfig`).
+
+    ``make_evaluator`` is called in the child (it must be picklable, e.g. a module-level
+    function or a partial of one) to build the replay once; jobs then travel as data.
+    ``clock``: wall seconds (``time.monotonic``; tests pass their own).
+    """
+
+    def __init__(
+        self,
+        make_evaluator: Callable[[], WindowEvaluator],
+        budget: BudgetConfig = BudgetConfig(),
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.make_evaluator = make_evaluator
+        self.budget = budget
+        self.clock = clock
+        self.scale = 1.0
+        self._ctx = mp.get_context("spawn")  # no fork of a server's threads
+        self._proc = None
+        self._jobs = self._results = None
+        self._running: _Running | None = None
+        self._next_start = -float("inf")
+        self._stats = _Counters()
+        self._start_child()
+
+    # ------------------------------------------------------------ child
+    def _start_child(self) -> None:
+        self._jobs, self._results = self._ctx.Queue(), self._ctx.Queue()
+        self._proc = self._ctx.Process(
+            target=_child_main, args=(self.make_evaluator, self._jobs, self._results), daemon=True
+        )
+        self._proc.start()
+
+    def _restart_child(self) -> None:
+        """Kill the child (its job is given up) and start a fresh one."""
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(timeout=5)
+        self._start_child()
+
+    # ------------------------------------------------------------ ControlWorker
+    @property
+    def busy(self) -> bool:
+        return self._running is not None
+
+    def submit(self, tag: object, job: ReplayJob) -> bool:
+        now = self.clock()
+        if self._running is not None or now < self._next_start:
+            self._stats.skipped += 1
+            return False
+        self._jobs.put((tag, job))
+        self._running = _Running(tag, now)
+        return True
+
+    def cancel(self) -> None:
+        if self._running is None:
+            return
+        self._running = None
+        self._stats.dropped += 1
+        self._restart_child()
+
+    def poll(self) -> list[tuple[object, Any]]:
+        out = []
+        while True:
+            try:
+                tag, result, cpu_s = self._results.get_nowait()
+            except queue.Empty:
+                break
+            running, self._running = self._running, None
+            if running is None or running.tag != tag:
+                self._stats.dropped += 1  # cancelled before it came back
+                continue
+            now = self.clock()
+            self._stats.record(cpu_s, now - running.started)
+            self._next_start = now + cpu_s / self.budget.cpu_share
+            if not isinstance(result, Exception):
+                out.append((tag, result))
+        if self._running is not None and self.clock() - self._running.started > self.budget.job_limit_s:
+            log.warning(
+                "control worker: a replay ran past %.0f s and was cancelled; the next replays %.0f%% of the sample",
+                self.budget.job_limit_s,
+                100 * max(self.scale / 2, self.budget.min_scale),
+            )
+            self.scale = max(self.scale / 2, self.budget.min_scale)
+            self.cancel()
+        return out
+
+    def stats(self) -> ControlStats:
+        return self._stats.frozen(self.scale)
+
+    def close(self) -> None:
+        if self._proc is None:
+            return
+        try:
+            self._jobs.put(None)
+            self._proc.join(timeout=2)
+        finally:
+            if self._proc.is_alive():
+                self._proc.kill()
+            self._proc = None
+
+
+def _child_main(make_evaluator: Callable[[], WindowEvaluator], jobs, results) -> None:
+    _serve_jobs(make_evaluator(), jobs, results)
+
+
+@dataclass
+class _Counters:
+    jobs: int = 0
+    cpu_s: float = 0.0
+    longest_job_s: float = 0.0
+    dropped: int = 0
+    skipped: int = 0
+
+    def record(self, cpu_s: float, wall_s: float) -> None:
+        self.jobs += 1
+        self.cpu_s += cpu_s
+        self.longest_job_s = max(self.longest_job_s, wall_s)
+
+    def frozen(self, scale: float) -> ControlStats:
+        return ControlStats(self.jobs, self.cpu_s, self.longest_job_s, self.dropped, self.skipped, scale)
+
+
+def candidates_within(points: Sequence[OperatingPoint], scale: float) -> list[OperatingPoint]:
+    """The first ``scale`` share of ``points`` (at least the current point and one other):
+    a worker over its budget replays fewer candidates, the current point always first."""
+    keep = max(2, round(len(points) * scale))
+    return list(points[:keep])
