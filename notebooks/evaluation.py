@@ -12,12 +12,12 @@ def _():
     import marimo as mo
     import matplotlib.pyplot as plt
     import polars as pl
-    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     from dilaserve.artifacts import MissingArtifactError
+    from dilaserve.eval import plots
     from dilaserve.eval.context import SETTINGS, EvalContext, EvalOptions
     from dilaserve.eval.experiments import EXPERIMENTS
-    from dilaserve.eval.report import write
+    from dilaserve.eval.report import adaptive_in, write
     from dilaserve.eval.saved_runs import find_runs, preferred
     from dilaserve.sim.traces import TraceFormatError
     from dilaserve.utils.display import rounded_frame
@@ -26,16 +26,16 @@ def _():
         EXPERIMENTS,
         EvalContext,
         EvalOptions,
-        FuncFormatter,
         MissingArtifactError,
-        NullFormatter,
         Path,
         SETTINGS,
         TraceFormatError,
+        adaptive_in,
         find_runs,
         math,
         mo,
         pl,
+        plots,
         plt,
         preferred,
         rounded_frame,
@@ -53,9 +53,11 @@ def _(mo):
     answered in time and correctly) per policy. Pick a run an earlier `python -m dilaserve.eval`
     wrote under `results/` (a full run, the one the README reports, is shown first), or run a
     quick experiment from here (it needs the pipeline's artifacts; it goes to `results/quick/`
-    and leaves full runs alone). A quick `trace` simulates four loads for every policy: about
-    5 minutes on 2 idle cores, 20 on a loaded machine; while it runs, the page shows each
-    policy run as it finishes and the simulated seconds of the one in progress.
+    and leaves full runs alone). A quick `trace` simulates every policy at each of four loads,
+    one policy run after another; while it runs, the page shows each policy run as it finishes,
+    the seconds each has taken so far on this machine, and the simulated seconds of the one in
+    progress. The run stops when the page's session ends (its tab closed) or when you start
+    another.
 
     Open with `marimo edit notebooks/evaluation.py`; headless:
     `python notebooks/evaluation.py --results=DIR --experiment=trace`
@@ -96,10 +98,15 @@ def _(EXPERIMENTS, SETTINGS, default_experiment, mo):
 
 @app.cell
 def _(mo):
-    def with_progress(title, fn):
+    class QuickRunStopped(Exception):
+        """The page that started a quick run went away (or ran the cell again): it stopped."""
+
+    def with_progress(title, fn, cancelled=lambda: False):
         """``fn()`` under a spinner that says how far the simulation is: the policy runs done
-        (the lines ``python -m dilaserve.eval`` prints to stderr as each one finishes) and the
-        simulated seconds of the one in progress, read from its event loop once a second."""
+        (the lines ``python -m dilaserve.eval`` prints to stderr as each one finishes), their
+        pace so far, and the simulated seconds of the one in progress, read from its event
+        loop once a second. When ``cancelled()`` turns true, or the cell is interrupted or run
+        again, the simulation in progress stops and :class:`QuickRunStopped` is raised."""
         import contextlib
         import io
         import sys
@@ -107,12 +114,16 @@ def _(mo):
 
         from dilaserve.sim.loop import EventLoop
 
-        seen = {"loop": None, "until": None, "done": [], "over": False}
+        seen = {"loop": None, "until": None, "done": [], "over": False, "stop": False}
         _run = EventLoop.run
 
         def _watched_run(loop, until=None):
+            if seen["stop"]:
+                raise QuickRunStopped()
             seen["loop"], seen["until"] = loop, until
-            return _run(loop, until)
+            _run(loop, until)
+            if seen["stop"]:  # stopped half-way: its numbers would be wrong, and nobody reads them
+                raise QuickRunStopped()
 
         class _Lines(io.TextIOBase):
             def write(self, text):
@@ -122,12 +133,19 @@ def _(mo):
         with mo.status.spinner(title=title) as spinner:
 
             def _poll():
+                thread = mo.current_thread()
                 t0 = time.monotonic()
                 while not seen["over"]:
                     loop, until = seen["loop"], seen["until"]
+                    if (thread.should_exit or cancelled()) and loop is not None:
+                        seen["stop"] = True
+                        loop.stop()
+                    n, elapsed = len(seen["done"]), time.monotonic() - t0
+                    # The pace is measured, not promised: the machine's load sets it.
+                    pace = f", {elapsed / n:.0f} s each so far" if n else ""
                     clock = f"; this one at {loop.now:,.0f} of {until:,.0f} simulated s" if loop and until else ""
                     spinner.update(
-                        title=f"{title}: {len(seen['done'])} policy runs done{clock} ({time.monotonic() - t0:.0f} s)",
+                        title=f"{title}: {n} policy runs done in {elapsed:.0f} s{pace}{clock}",
                         subtitle=seen["done"][-1] if seen["done"] else None,
                     )
                     time.sleep(1.0)
@@ -143,7 +161,15 @@ def _(mo):
                 seen["over"] = True
                 poller.join(timeout=2)
 
-    return (with_progress,)
+    return QuickRunStopped, with_progress
+
+
+@app.cell
+def _(mo):
+    # Bumped when a quick run started from the page has written its results: the list of
+    # runs below looks again.
+    get_quick_runs, set_quick_runs = mo.state(0)
+    return get_quick_runs, set_quick_runs
 
 
 @app.cell
@@ -152,36 +178,64 @@ def _(
     EvalContext,
     EvalOptions,
     MissingArtifactError,
+    QuickRunStopped,
     TraceFormatError,
     experiment,
     mo,
     quick_dir,
     run,
     run_on_load,
+    set_quick_runs,
     settings,
     with_progress,
     write,
 ):
-    # Runs only on a click (or --run): a quick experiment still takes minutes.
-    run_message = None
-    if run.value or run_on_load:
-        _ctx = EvalContext(EvalOptions(quick=True, settings=tuple(settings.value) or ("paper",), out=quick_dir))
+    import weakref
+
+    class QuickRun:
+        """A quick run started from the page. The run holds only a weak reference to it: when
+        the page's session ends, the kernel drops its globals, this handle with them, and the
+        simulation stops (it does not go on for minutes for nobody)."""
+
+    def _quick(cancelled=lambda: False):
+        ctx = EvalContext(EvalOptions(quick=True, settings=tuple(settings.value) or ("paper",), out=quick_dir))
         try:
             with_progress(
                 f"Running {experiment.value} (quick) on the simulator",
-                lambda: write(EXPERIMENTS[experiment.value](_ctx), _ctx),
+                lambda: write(EXPERIMENTS[experiment.value](ctx), ctx),
+                cancelled,
             )
-            run_message = mo.callout(mo.md(f"Ran `{experiment.value}` (quick) into `{quick_dir}`."), kind="success")
+            return mo.callout(mo.md(f"Ran `{experiment.value}` (quick) into `{quick_dir}`."), kind="success")
         except (MissingArtifactError, TraceFormatError) as e:
             print(f"error: {e}")
-            run_message = mo.callout(mo.md(f"**The run needs pipeline artifacts.**\n\n```\n{e}\n```"), kind="danger")
+            return mo.callout(mo.md(f"**The run needs pipeline artifacts.**\n\n```\n{e}\n```"), kind="danger")
+
+    def _in_background(handle_ref):
+        thread = mo.current_thread()
+        try:
+            mo.output.replace(_quick(lambda: handle_ref() is None or thread.should_exit))
+        except QuickRunStopped:
+            return  # the page is gone, or asked again: nothing to show
+        except Exception as e:  # shown on the page, as the cell itself would show it
+            mo.output.replace(mo.callout(mo.md(f"**The quick run failed:** `{e!r}`"), kind="danger"))
+            return
+        set_quick_runs(lambda n: n + 1)
+
+    run_message, quick_run = None, None
+    if run_on_load:
+        # Headless (--run): in this cell, so that the run is done before the page is read.
+        run_message = _quick()
+    elif run.value:
+        # In a browser: beside the kernel, so that the page stays live, and stopped with it.
+        quick_run = QuickRun()
+        mo.Thread(target=_in_background, args=(weakref.ref(quick_run),), daemon=True).start()
     run_message
-    return (run_message,)
+    return quick_run, run_message
 
 
 @app.cell
-def _(default_experiment, find_runs, mo, preferred, quick_dir, results_dir, run_message):
-    run_message  # look again after a run
+def _(default_experiment, find_runs, get_quick_runs, mo, preferred, quick_dir, results_dir, run_message):
+    run_message, get_quick_runs()  # look again after a run
     saved = find_runs(results_dir)
     _first = preferred(saved, default_experiment)
     if _first is None:
@@ -288,36 +342,46 @@ def _(mo, summary):
 
 
 @app.cell
-def _(axis_label, math, metric, mo, pl, plt, policy_filter, summary):
+def _(adaptive_in, axis_label, math, metric, mo, pl, plots, plt, policy_filter, summary):
     shown = summary.filter(pl.col("policy").is_in(policy_filter.value))
     mo.stop(shown.is_empty(), mo.md("_Pick at least one policy._"))
     _col = metric.value
     _scale = 100.0 if metric.selected_key.endswith("(%)") else 1.0
     _settings = shown["setting"].unique(maintain_order=True).to_list()
-    _fig, _axes = plt.subplots(1, len(_settings), figsize=(5.5 * len(_settings), 3.6), squeeze=False)
-    for _ax, _setting in zip(_axes[0], _settings):
+    _adaptive = adaptive_in(shown)
+    _panels = []
+    for _setting in _settings:
         _sub = shown.filter(pl.col("setting") == _setting)
         _xs = {x for x in _sub["x"] if x is not None and not math.isnan(x)} if "x" in _sub.columns else set()
         if len(_xs) <= 1:
-            # One run per policy (one load): bars, not points on a one-value axis.
-            _vals = (_scale * _sub[_col].fill_null(float("nan"))).to_list()
-            _ax.bar(_sub["policy"].to_list(), _vals, color="tab:blue", label=metric.selected_key)
-            _ax.bar_label(_ax.containers[0], fmt="%.1f" if _scale > 1 else "%.2f", fontsize=7)
-            _ax.tick_params(axis="x", rotation=30)
-            if _xs:
-                _ax.set_xlabel(f"policy ({axis_label(_sub['experiment'][0])} {next(iter(_xs)):g})")
-            _ax.tick_params(axis="x", rotation=30)
+            # One run per policy (one load): a bar per policy, sorted, dilaserve and the best
+            # static policy in colour; as tall as the policies need (a hindsight run has 20+).
+            _vals = dict(zip(_sub["policy"], (_scale * _sub[_col].fill_null(float("nan"))).to_list()))
+            _fig, _ax = plt.subplots(figsize=(7.5, 0.26 * len(_vals) + 1.3))
+            plots.policy_bars(
+                _ax,
+                _vals,
+                _adaptive,
+                plots.best_static(_vals, _adaptive),
+                metric.selected_key,
+                fmt="%.1f" if _scale > 1 else "%.2f",
+            )
+            _where = f" ({axis_label(_sub['experiment'][0])} {next(iter(_xs)):g})" if _xs else ""
+            _ax.set_title(f"{_setting}{_where}: dilaserve in red, the best static policy in green")
         else:
-            # A sweep (rate or SLO scale): one line per policy over the swept value.
-            for _p in _sub["policy"].unique(maintain_order=True):
+            # A sweep (rate or SLO scale): one line per policy over the swept value, the
+            # legend beside the panel.
+            _fig, _ax = plt.subplots(figsize=(7.5, 3.8))
+            for _i, _p in enumerate(_sub["policy"].unique(maintain_order=True)):
                 _s = _sub.filter(pl.col("policy") == _p).sort("x")
-                _ax.plot(_s["x"], _scale * _s[_col], marker="o", label=_p)
-            _ax.set_xlabel(axis_label(_sub["experiment"][0] if "experiment" in _sub.columns else ""))
-            _ax.legend(fontsize=7)
-        _ax.set(title=_setting, ylabel=metric.selected_key)
-        _ax.grid(alpha=0.3)
-    _fig.tight_layout()
-    _fig
+                _ax.plot(_s["x"], _scale * _s[_col], marker="o", ms=4, label=_p, **plots.line_style(_p, _i))
+            _ax.set(xlabel=axis_label(_sub["experiment"][0] if "experiment" in _sub.columns else ""))
+            _ax.set(title=_setting, ylabel=metric.selected_key)
+            _ax.grid(alpha=0.3)
+            plots.legend_beside(_ax)
+        _fig.tight_layout()
+        _panels.append(_fig)
+    mo.vstack(_panels)
     return (shown,)
 
 
@@ -357,22 +421,27 @@ def _(axis_label, mo, pl, rounded_frame, shown):
 
 
 @app.cell
-def _(FuncFormatter, NullFormatter, mo, pl, plt, policy_filter, requests):
+def _(mo, pl, plots, plt, policy_filter, requests):
     # Where each policy's requests land against the SLO: latency / SLO, finished requests only.
     mo.stop(requests is None or not {"status", "latency_s", "deadline_s", "arrival_s"} <= set(requests.columns))
     _done = requests.filter((pl.col("status") == "finished") & pl.col("policy").is_in(policy_filter.value))
     mo.stop(_done.is_empty())
-    _fig, _ax = plt.subplots(figsize=(6.5, 3.5))
-    for _key, _g in _done.group_by("setting", "policy", maintain_order=True):
+    _fig, _ax = plt.subplots(figsize=(9.5, 4.0))
+    _several = _done["setting"].n_unique() > 1
+    for _i, ((_setting, _policy), _g) in enumerate(_done.group_by("setting", "policy", maintain_order=True)):
         _ratio = (_g["latency_s"] / (_g["deadline_s"] - _g["arrival_s"])).sort().to_numpy()
-        _ax.plot(_ratio, [(i + 1) / len(_ratio) for i in range(len(_ratio))], label=" / ".join(_key))
+        _ax.plot(
+            _ratio,
+            [(i + 1) / len(_ratio) for i in range(len(_ratio))],
+            label=f"{_setting} / {_policy}" if _several else _policy,
+            **plots.line_style(_policy, _i),
+        )
     _ax.axvline(1.0, color="k", ls="--", lw=0.8)
     _ax.set(xscale="log", xlabel="latency / SLO", ylabel="share of requests", title="latency relative to the SLO")
     # Plain tick labels (0.1, 1, 10), not 10^-1: easier to read, and no mathtext to typeset.
-    _ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
-    _ax.xaxis.set_minor_formatter(NullFormatter())
+    plots.plain_log_axis(_ax.xaxis)
     _ax.grid(alpha=0.3)
-    _ax.legend(fontsize=7)
+    plots.legend_beside(_ax)  # beside the lines, a colour per policy however many
     _fig.tight_layout()
     _fig
     return
@@ -384,12 +453,14 @@ def _(folder, mo):
     _pngs = sorted(folder.glob("*.png"))
     _summary = (folder / "summary.md").read_text() if (folder / "summary.md").exists() else ""
 
-    def _width(png):
-        # At its own size (a page's width at most): stretched, a small plot reads blurred.
+    def _shown(png):
+        # At its own size, never shrunk (shrunk, a wide figure's 8 pt text is 5 px high): a
+        # figure wider than the page scrolls sideways inside its own box.
         from PIL import Image
 
         with Image.open(png) as im:
-            return min(im.width, 900)
+            width = im.width
+        return mo.Html(f'<div style="overflow-x: auto">{mo.image(src=png, width=width).text}</div>')
 
     # One after the other, each under its file name (a tab bar hides all but one, and its
     # labels do not show on an exported page).
@@ -397,7 +468,7 @@ def _(folder, mo):
         [
             mo.md("## The report as written"),
             mo.md(_summary),
-            *[mo.vstack([mo.md(f"**`{p.name}`**"), mo.image(src=p, width=_width(p))]) for p in _pngs],
+            *[mo.vstack([mo.md(f"**`{p.name}`**"), _shown(p)]) for p in _pngs],
         ]
     )
     return

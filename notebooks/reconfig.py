@@ -335,7 +335,13 @@ def _(class_latency, mo, np, plan, plt, problem, rounded_rows):
                 + ", ".join(f"{lab} **{t:.2f}**" for lab, t in zip(_labels, _mean))
                 + ". Below 0.9 the class trades accuracy for the capacity the load needs."
             ),
-            mo.ui.table(rounded_rows(_table, 3), selection=None, format_mapping=_formats),
+            mo.ui.table(
+                rounded_rows(_table, 3),
+                selection=None,
+                format_mapping=_formats,
+                # numbers to the right, names to the left, in both tables of the page
+                text_justify_columns={k: "right" if k in _formats else "left" for k in _table[0]},
+            ),
         ]
     )
     return
@@ -347,10 +353,16 @@ def _(load_and_capacity, mo, plan, plt, problem):
     _lc = load_and_capacity(problem, plan)
     _ds = sorted(_lc)
     _fig, _ax = plt.subplots(figsize=(6, 3))
-    _ax.bar([f"TP-{d}" for d in _ds], [_lc[d][1] for d in _ds], color="lightgrey", label="capacity")
-    _ax.bar([f"TP-{d}" for d in _ds], [_lc[d][0] for d in _ds], width=0.5, color="tab:blue", label="arrival load")
+    # Side by side, each bar with its value: a load drawn over its capacity would hide it.
+    _x = range(len(_ds))
+    _cap = _ax.bar([i - 0.2 for i in _x], [_lc[d][1] for d in _ds], 0.4, color="lightgrey", label="capacity")
+    _load = _ax.bar([i + 0.2 for i in _x], [_lc[d][0] for d in _ds], 0.4, color="tab:blue", label="arrival load")
+    for _bars in (_cap, _load):
+        _ax.bar_label(_bars, fmt="%.1f", fontsize=8, padding=2)
+    _ax.set_xticks(list(_x), [f"TP-{d}" for d in _ds])
+    _ax.margins(y=0.15)
     _ax.set(ylabel="instance-seconds / s", title="capacity vs load per TP degree")
-    _ax.legend(fontsize=8)
+    _ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     _fig.tight_layout()
     _fig
     return
@@ -469,7 +481,14 @@ def _(adopted, cluster, existing, migration, mo, plt, verdict):
             mo.callout(mo.md(verdict), kind="success" if adopted else "neutral"),
             mo.md(_summary),
             (
-                mo.ui.table(_rows, selection=None, page_size=min(len(_rows), 50))
+                mo.ui.table(
+                    _rows,
+                    selection=None,
+                    page_size=min(len(_rows), 50),
+                    text_justify_columns={
+                        k: "right" if isinstance(v, (int, float)) else "left" for k, v in _rows[0].items()
+                    },
+                )
                 if _rows
                 else mo.md("_Nothing to launch: the current cluster is the plan._")
             )

@@ -16,6 +16,7 @@ def _():
     from dilaserve import artifacts
     from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
     from dilaserve.engine import DEFAULT_CHECKPOINT, DenoisingEngine
+    from dilaserve.serve.app_logic import step_axis
     from dilaserve.tasks import TASKS, task_suite
     from dilaserve.utils.display import rounded_rows
 
@@ -31,6 +32,7 @@ def _():
         pl,
         plt,
         rounded_rows,
+        step_axis,
         task_suite,
     )
 
@@ -294,7 +296,7 @@ def _(mo, state):
 
 
 @app.cell
-def _(answer, engine, mo, plt, snapshots, state, step, verdict):
+def _(answer, engine, mo, plt, snapshots, state, step, step_axis, verdict):
     _now, _before = snapshots[step.value], snapshots[max(step.value - 1, 0)]
     _tokens = engine.tokenizer.convert_ids_to_tokens(_now.tolist())
     _cells = []
@@ -312,10 +314,9 @@ def _(answer, engine, mo, plt, snapshots, state, step, verdict):
     _ax.bar(range(1, state.steps_done + 1), state.tokens_per_step, color="tab:blue")
     if step.value:
         _ax.bar([step.value], [state.tokens_per_step[step.value - 1]], color="tab:red")
-    _ax.set(
-        xlabel="step", ylabel="tokens committed", title="tokens committed per step", xlim=(0.5, state.steps_done + 0.5)
-    )
-    _ax.xaxis.get_major_locator().set_params(integer=True)
+    # whole steps, also for a replay of one step (a locator alone would label 0.6 to 1.4)
+    _xlim, _xticks = step_axis(state.steps_done)
+    _ax.set(xlabel="step", ylabel="tokens committed", title="tokens committed per step", xlim=_xlim, xticks=_xticks)
     _ax.yaxis.get_major_locator().set_params(integer=True)
     _fig.tight_layout()
     mo.vstack(
