@@ -32,9 +32,9 @@ def _(mo):
 
     One prompt alone, with a generous SLO, runs every step at the top threshold: the controller
     has no reason to act. **Send a burst** (at the bottom) sends several example prompts at once
-    with an SLO of the slowest one's latency alone, and a few "tight" ones with a tenth of their
-    own: the controller then lowers thresholds step by step to finish them in time, and refuses
-    the requests it cannot finish, saying why.
+    with an SLO below the slowest one's latency alone, and a few "tight" ones with a tenth of
+    their own: the controller then lowers thresholds step by step to finish them in time, and
+    refuses the requests it cannot finish, saying why.
 
     Open it with `marimo run notebooks/serve_app.py`. Headless:
     `python notebooks/serve_app.py --start --prompt="list : c a f b" --burst` starts the
@@ -353,7 +353,7 @@ def _(app_burst, burst_outbox, mo):
         .batch(
             n=mo.ui.slider(2, 16, value=_d.n, show_value=True, label="prompts"),
             slo_factor=mo.ui.slider(
-                0.5, 6.0, step=0.25, value=_d.slo_factor, show_value=True, label="SLO (x the slowest latency alone)"
+                0.5, 6.0, step=0.1, value=_d.slo_factor, show_value=True, label="SLO (x the slowest latency alone)"
             ),
             tight=mo.ui.slider(0, 8, value=_d.tight, show_value=True, label="tight requests"),
         )

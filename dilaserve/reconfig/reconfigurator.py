@@ -137,11 +137,18 @@ class Reconfigurator:
         if target is None:
             node_counts = all_tp1_node_counts(self.cluster, self.degrees)
             counts = dict(Counter(d for nc in node_counts for d, n in nc.items() for _ in range(n)))
+            if counts == current_counts:
+                # Nothing to change (an idle all-TP-1 cluster whose window holds an SLO no layout
+                # meets): a line per tick, not a warning.
+                log.info(
+                    "reconfig at %.1fs: stage 1 infeasible or unsolved; keeping the all TP-%d cluster",
+                    now,
+                    min(self.degrees),
+                )
+                return None
             log.warning(
                 "reconfig at %.1fs: stage 1 infeasible or unsolved; falling back to all TP-%d", now, min(self.degrees)
             )
-            if counts == current_counts:
-                return None
             if existing and capacity_rps(pb, counts) <= current_rps:
                 log.info(
                     "reconfig at %.1fs: the fallback %s carries no more than the running %s; keeping the cluster",

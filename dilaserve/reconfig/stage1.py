@@ -284,7 +284,7 @@ def solve_capacity(
     prob.setObjective(model.quality)
     res = solve(prob, time_limit_s)
     if not res.has_solution:
-        log.warning("stage 1: %s (%s, %.2fs)", res.status, res.solver, res.seconds)
+        log.info("stage 1: %s (%s, %.2fs)", res.status, res.solver, res.seconds)  # the caller says what follows
         return None
     plan = _read_plan(pb, model, res)
     if pb.slack_weight > 0 and not isinstance(model.slack, (int, float)):

@@ -167,3 +167,21 @@ def test_long_prompt_one_block_answers_keep_the_all_tp1_cluster():
     for i in range(int(rate * 60)):
         rec.monitor.observe(i / rate, 2000, 32, 5 * alone)
     assert rec.propose(60.0, tp1(4)) is None
+
+
+def test_an_slo_no_layout_meets_warns_only_when_the_fallback_changes_the_cluster(caplog):
+    """A window holding a request whose SLO no layout meets makes stage 1 infeasible. On the
+    all-TP-1 cluster the fallback changes nothing: one INFO line per tick, no warning; from a
+    TP-2 cluster the fallback acts, and says so."""
+    rec = reconfigurator(ClusterConfig(nodes=1, gpus_per_node=2, tp_degrees=(1, 2)))
+    for i in range(5):
+        rec.monitor.observe(float(i), 1000, 256, 0.001)
+    with caplog.at_level(logging.INFO, logger="dilaserve.reconfig"):
+        assert rec.propose(10.0, tp1(2)) is None
+    assert "stage 1 infeasible" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="dilaserve.reconfig"):
+        plan = rec.propose(10.0, [InstanceSpec("t2", 2, 0, (0, 1), 65536)])
+    assert plan is not None and plan.counts == {1: 2}
+    assert [r.levelno for r in caplog.records if "falling back" in r.getMessage()] == [logging.WARNING]
