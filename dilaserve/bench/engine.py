@@ -266,6 +266,12 @@ def main(argv=None) -> int:
     )
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     p.add_argument(
+        "--ray",
+        action="store_true",
+        help="also measure ray_step_overhead_ms at batch 1 and 32 (starts a local Ray cluster; "
+        "dilaserve/bench/engine_ray.py says how)",
+    )
+    p.add_argument(
         "--gen-length",
         type=int,
         default=None,
@@ -354,6 +360,12 @@ def main(argv=None) -> int:
     # meaningless for block diffusion (the module docstring says why)
     canvas = accuracy_by_canvas(engine, suite) if suite and not engine.lm.block_causal else None
     by_blocks, blocks_decoded = step_ms_by_answer_blocks(engine, size.answers_per_length, repeats)
+    ray = {"ray_step_overhead_ms": None, "ray_transport_ms": None, "ray_first_step_overhead_ms": None}
+    if args.ray:
+        from .engine_ray import ray_step_overhead
+
+        ray_work = {str(n): ([x.prompt for x in longest_instances(n)], [BLOCK_LENGTH * 4] * n) for n in (1, 32)}
+        ray = ray_step_overhead(engine, args.checkpoint, ray_work)
     result = {
         "family": family,
         "tokens_per_s": {k: round(v, 1) for k, v in tps.items()},
@@ -386,6 +398,8 @@ def main(argv=None) -> int:
             {k: {t: round(a, 4) for t, a in v["by_task"].items()} for k, v in canvas.items()} if canvas else None
         ),
         "step_ms_by_answer_blocks": by_blocks,
+        # null without --ray
+        **ray,
         "answer_blocks_decoded": blocks_decoded,
         "block_causal": engine.lm.block_causal,
         "suite_size": len(suite),

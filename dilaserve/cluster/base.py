@@ -53,6 +53,9 @@ class StepFinished:
     #: Seconds the step took on the instance (wall clock on a real one, the latency
     #: profile's on a simulated one); None where the backend does not measure it.
     duration_s: float | None = None
+    #: Seconds of the engine's step itself on a remote instance (the rest of ``duration_s``
+    #: is transport and bookkeeping); None where the backend does not measure it apart.
+    compute_s: float | None = None
     #: ``(request_id, error)`` for each request the instance refused to step; its state
     #: comes back unchanged, so it is retried, never lost (a bad threshold is a control-plane bug).
     errors: tuple[tuple[str, str], ...] = ()

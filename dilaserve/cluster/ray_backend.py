@@ -319,7 +319,12 @@ class RayBackend(Backend):
             inst.held.pop(rid, None)
         self._emit(
             StepFinished(
-                self.clock(), inst.spec.instance_id, tuple(states), duration_s=duration, errors=tuple(reply.errors)
+                self.clock(),
+                inst.spec.instance_id,
+                tuple(states),
+                duration_s=duration,
+                compute_s=reply.engine_s,
+                errors=tuple(reply.errors),
             )
         )
 

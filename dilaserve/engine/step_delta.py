@@ -4,7 +4,7 @@ A remote instance (``RayBackend``'s workers) keeps the state of every request it
 :class:`HeldStates`. The driver sends a request's whole state (``RequestState.to_bytes``)
 only when the instance does not hold it as the driver knows it: a request new there, moved
 there, or out of step. Otherwise a step carries its id and threshold alone. The instance
-answers with what each step changed, a :class:`StepCommit`: the positions and tokens it
+answers with what each step changed (:class:`StepReply`): the positions and tokens it
 committed, the step's kind and its confidence statistics. The driver replays them with
 :meth:`RequestState.apply_step`, the bookkeeping the engine itself ran, so the two copies
 stay equal. Both sides compute a :func:`sync_key` after the step: where they differ, the
@@ -25,56 +25,50 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .state import RequestState, StepKind
+from .state import N_CONF_STATS, RequestState, StepKind
 
 #: ``(request_id, error)`` of a request an instance refused to step.
 StepError = tuple[str, str]
 
 
-def sync_key(state: RequestState) -> tuple:
+_KEY_FIELDS = ("steps_done", "block_index", "unmasked_in_block", "block_cached", "append_pending", "finished")
+
+
+def sync_key(state: RequestState) -> tuple[int, ...]:
     """What must agree between the driver's and the instance's copy of a request after a
     step (the canvas is covered by the counters: commits only fill the current block)."""
-    return (
-        state.steps_done,
-        state.block_index,
-        state.unmasked_in_block,
-        state.block_cached,
-        state.append_pending,
-        state.finished,
-    )
+    return tuple(int(getattr(state, f)) for f in _KEY_FIELDS)
 
 
-@dataclass(frozen=True)
-class StepCommit:
-    """What one step did to one request, enough for the driver to replay it."""
-
-    request_id: str
-    #: response positions committed, and the tokens committed there
-    positions: np.ndarray
-    tokens: np.ndarray
-    threshold: float
-    kind: StepKind
-    #: confidence statistics of the step (``RequestState.conf_stats``)
-    conf_stats: np.ndarray
-    #: :func:`sync_key` of the instance's copy after the step
-    key: tuple
-
-    def replay(self, state: RequestState) -> bool:
-        """Apply the step to the driver's copy; whether both copies now agree."""
-        state.apply_step(self.positions, self.tokens, self.threshold, self.kind, self.conf_stats)
-        return sync_key(state) == self.key
+#: ``StepReply.outcome`` codes: the request did not change, it stepped once (a recompute or
+#: a cache step), or it changed some other way and ``StepReply.states`` carries it whole.
+UNCHANGED, RECOMPUTED, CACHED, WHOLE = 0, 1, 2, 3
+_KIND_CODE = {StepKind.RECOMPUTE: RECOMPUTED, StepKind.CACHE: CACHED}
+_CODE_KIND = {v: k for k, v in _KIND_CODE.items()}
 
 
 @dataclass(frozen=True)
 class StepReply:
-    """An instance's answer to one step, one outcome per request in the order sent.
+    """An instance's answer to one step, one row per request in the order sent, in columns
+    (a few numpy arrays pickle in microseconds where one object per request took a
+    millisecond at batch 32).
 
-    An outcome is a :class:`StepCommit` (the request stepped once), None (it did not change:
-    the instance refused it, see ``errors``) or the whole state as bytes (it changed in some
-    other way, which the driver adopts as it is).
+    A request's ``outcome`` says what happened to it: UNCHANGED (the instance refused it, see
+    ``errors``), RECOMPUTED or CACHED (it stepped once: its commits are its slice of
+    ``positions`` / ``tokens``, ``counts`` long, with its threshold and confidence statistics),
+    or WHOLE (it changed in some other way; ``states`` holds it as bytes).
     """
 
-    outcomes: tuple[StepCommit | bytes | None, ...]
+    outcome: np.ndarray  # (n,) int8
+    counts: np.ndarray  # (n,) int64: commits per request
+    positions: np.ndarray  # (sum(counts),) response positions committed, request after request
+    tokens: np.ndarray  # (sum(counts),) the tokens committed there
+    thresholds: np.ndarray  # (n,) float64
+    conf_stats: np.ndarray  # (n, N_CONF_STATS) float64
+    #: :func:`sync_key` of each instance copy after the step, (n, 6) int64
+    keys: np.ndarray
+    #: row -> whole state (``RequestState.to_bytes``) of the WHOLE rows
+    states: dict[int, bytes]
     errors: tuple[StepError, ...]
     #: wall seconds of the engine's step on the instance (the rest of a round trip is transport)
     engine_s: float
@@ -130,35 +124,63 @@ class HeldStates:
         ]
         by_id = dict(zip(request_ids, thresholds))
         states = [self._states[rid] for rid in held]
-        before = {st.request_id: (sync_key(st), st.steps_done) for st in states}
+        before = [(sync_key(st), st.steps_done) for st in states]
         for st in states:
             st.last_commit = None
         t0 = time.perf_counter()
         results = engine.step(states, [by_id[rid] for rid in held]) if states else []
         engine_s = time.perf_counter() - t0
-        outcomes: dict[str, StepCommit | bytes | None] = {rid: None for rid in request_ids}
-        for st, res in zip(states, results):
+        n = len(request_ids)
+        row = {rid: i for i, rid in enumerate(request_ids)}
+        outcome = np.zeros(n, dtype=np.int8)
+        counts = np.zeros(n, dtype=np.int64)
+        thr = np.zeros(n)
+        conf = np.zeros((n, N_CONF_STATS))
+        keys = np.zeros((n, len(_KEY_FIELDS)), dtype=np.int64)
+        positions, tokens, whole = [], [], {}
+        for st, res, (key, steps) in zip(states, results, before):
+            i = row[st.request_id]
             if res.error:
                 errors.append((st.request_id, str(res.error)))
-            key, steps = before[st.request_id]
-            if st.last_commit is not None and st.steps_done == steps + 1:
-                outcomes[st.request_id] = StepCommit(st.request_id, *st.last_commit, key=sync_key(st))
+            commit = st.last_commit
+            if commit is not None and st.steps_done == steps + 1:
+                pos, tok, thr[i], kind, conf[i] = commit
+                outcome[i], counts[i] = _KIND_CODE[kind], pos.size
+                positions.append(pos)
+                tokens.append(tok)
             elif sync_key(st) != key:
-                outcomes[st.request_id] = st.to_bytes()
+                outcome[i], whole[i] = WHOLE, st.to_bytes()
+            keys[i] = sync_key(st)
             if st.finished:
                 self._states.pop(st.request_id, None)
-        return StepReply(tuple(outcomes[rid] for rid in request_ids), tuple(errors), engine_s)
+        return StepReply(
+            outcome, counts, _cat(positions), _cat(tokens), thr, conf, keys, whole, tuple(errors), engine_s
+        )
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def adopt_reply(states: Sequence[RequestState], reply: StepReply) -> tuple[list[RequestState], list[str]]:
     """The driver's side of :meth:`HeldStates.step`: ``states`` (in the order sent) after the
     step, and the ids whose copies no longer agree (their next step must carry their state)."""
     out, diverged = [], []
-    for st, outcome in zip(states, reply.outcomes):
-        if isinstance(outcome, StepCommit):
-            if not outcome.replay(st):
+    ends = np.cumsum(reply.counts)
+    for i, st in enumerate(states):
+        code = int(reply.outcome[i])
+        if code in _CODE_KIND:
+            lo, hi = int(ends[i] - reply.counts[i]), int(ends[i])
+            st.apply_step(
+                reply.positions[lo:hi],
+                reply.tokens[lo:hi],
+                float(reply.thresholds[i]),
+                _CODE_KIND[code],
+                reply.conf_stats[i],
+            )
+            if sync_key(st) != tuple(int(v) for v in reply.keys[i]):
                 diverged.append(st.request_id)
-        elif isinstance(outcome, bytes):
-            st = RequestState.from_bytes(outcome)
+        elif code == WHOLE:
+            st = RequestState.from_bytes(reply.states[i])
         out.append(st)
     return out, diverged

@@ -7,7 +7,7 @@ import pytest
 
 from dilaserve.cluster.nodes import NodeMap, live_nodes
 from dilaserve.engine import DenoisingEngine
-from dilaserve.engine.step_delta import HeldStates, StepCommit, adopt_reply, sync_key
+from dilaserve.engine.step_delta import CACHED, RECOMPUTED, UNCHANGED, HeldStates, adopt_reply, sync_key
 from dilaserve.model.adapters import load_diffusion_lm
 
 
@@ -36,7 +36,7 @@ def test_ids_and_commits_keep_the_drivers_copy_equal_to_a_local_decode(two_engin
         reply = pickle.loads(
             pickle.dumps(held.step(remote, [s.request_id for s in batch], [thresholds[i] for i in active]))
         )
-        assert not reply.errors and all(isinstance(o, StepCommit) for o in reply.outcomes)
+        assert not reply.errors and set(reply.outcome.tolist()) <= {RECOMPUTED, CACHED}
         after, diverged = adopt_reply(batch, reply)
         assert diverged == [] and all(a is b for a, b in zip(after, batch))
         for st in after:
@@ -53,10 +53,10 @@ def test_a_request_not_held_is_refused_unchanged_and_a_bad_threshold_too(two_eng
     held = HeldStates()
     st = remote.new_request([5, 6, 7], 32, request_id="x")
     reply = held.step(remote, ["x"], [0.9])
-    assert reply.outcomes == (None,) and "not held" in reply.errors[0][1]
+    assert reply.outcome.tolist() == [UNCHANGED] and "not held" in reply.errors[0][1]
     held.adopt([st.to_bytes()])
     reply = held.step(remote, ["x"], [1.5])
-    assert reply.outcomes == (None,) and "outside (0, 1]" in reply.errors[0][1]
+    assert reply.outcome.tolist() == [UNCHANGED] and "outside (0, 1]" in reply.errors[0][1]
     after, diverged = adopt_reply([st], reply)
     assert after == [st] and st.steps_done == 0 and not diverged
     held.release(["x"])
