@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # One GPU check, a few minutes on one GPU. Prints one JSON line:
-#   {"device", "batch_speedup", "cache_speedup", "tokens_per_s", "embedded": {...}, "llada_tiny": {...}, "tp2": {...}}
+#   {"device", "batch_speedup", "cache_speedup", "tokens_per_s", "embedded": {...}, "llada_tiny": {...}, "tp2": {...},
+#    "shapes": {"llada-8b": {...}, "dream-7b": {...}}}
 # The top-level numbers are the tiny LLaDA-architecture model's, widened (8 x 1024, real
 # 126k vocabulary, bfloat16) so the GPU has work; "embedded" holds the same numbers for the
 # embedded default model; "tp2" compares NCCL TP-2 logits with TP-1 and times a recompute
-# step at both degrees when two GPUs exist (null otherwise).
+# step at both degrees when two GPUs exist (null otherwise). "shapes" holds the engine benchmark at
+# the published LLaDA-8B and Dream-7B shapes (random bf16 weights built on the GPU: raw and engine
+# ms per step against their floors, batch-1 tokens/s with and without the dual cache); on CPU it
+# keeps one layer and the benchmark's CPU defaults (GPU_CHECK_SHAPE_FLAGS overrides the flags).
 #
 #   scripts/gpu_check.sh                       # on a CUDA host, from the repository root
 #   GPU_CHECK_DEVICE=cpu GPU_CHECK_HIDDEN=64 scripts/gpu_check.sh   # the same path on CPU (gloo), to test the script
@@ -15,6 +19,7 @@ PY=${PYTHON:-.venv/bin/python}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 DEVICE=${GPU_CHECK_DEVICE:-cuda}
 HIDDEN=${GPU_CHECK_HIDDEN:-1024}
+if [ "$DEVICE" = cuda ]; then SHAPE_FLAGS=${GPU_CHECK_SHAPE_FLAGS:-}; else SHAPE_FLAGS=${GPU_CHECK_SHAPE_FLAGS:---layers 1}; fi
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
@@ -67,6 +72,11 @@ if __name__ == "__main__":  # the TP ranks are spawned processes that import thi
 EOF
 "$PY" "$WORK/tp2.py" "$WORK/llada" "$DEVICE" > "$WORK/tp2.json"
 
+for SHAPE in llada-8b dream-7b; do
+  # shellcheck disable=SC2086  # SHAPE_FLAGS is a list of flags
+  "$PY" -m dilaserve.bench engine --shape "$SHAPE" --device "$DEVICE" $SHAPE_FLAGS --json > "$WORK/shape-$SHAPE.json"
+done
+
 "$PY" - "$WORK" "$DEVICE" <<'EOF'
 import json, pathlib, sys
 
@@ -79,5 +89,7 @@ name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
 print(json.dumps({"device": name, **{k: llada[k] for k in keys},
                   "embedded": {k: emb[k] for k in keys},
                   "llada_tiny": {"cache_tokens_per_s": llada["cache_tokens_per_s"], "batch": llada["batch_speedup_batch"]},
-                  "tp2": json.loads((work / "tp2.json").read_text())}))
+                  "tp2": json.loads((work / "tp2.json").read_text()),
+                  "shapes": {s: json.loads((work / f"shape-{s}.json").read_text().splitlines()[-1])
+                             for s in ("llada-8b", "dream-7b")}}))
 EOF
