@@ -182,11 +182,28 @@ def frontier_hindsight(ctx: EvalContext) -> ExperimentOutput:
             f"{setting.name}: best static point in hindsight {best} "
             f"({verdict['best_static']['goodput']:.1%} goodput); dilaserve "
             f"{verdict['dilaserve']['goodput']:.1%} (margin {100 * verdict['margin']:+.1f} points), "
-            f"without reconfiguration {verdict['dilaserve-no-reconfig']['goodput']:.1%}"
+            f"without reconfiguration {verdict['dilaserve-no-reconfig']['goodput']:.1%}; "
+            f"{verdict['points_tried']} static points tried"
+            + (
+                f", the per-tier search converged in {verdict['search_passes']} passes"
+                if verdict["search_passes"]
+                else ""
+            )
         )
+        for tier, d in verdict["dilaserve"].get("tiers", {}).items():
+            b = verdict["best_static"]["tiers"][tier]
+            out.notes.append(
+                f"{setting.name}, tier {tier} ({d['requests']} requests), dilaserve against the best static point: "
+                f"attainment {d['slo_attainment']:.1%} / {b['slo_attainment']:.1%}, goodput {d['goodput']:.1%} / "
+                f"{b['goodput']:.1%}, p99 {_seconds(d['p99_latency_s'])} / {_seconds(b['p99_latency_s'])}"
+            )
         key = "" if i == 0 else f"@{setting.name}"
         out.extra.update({f"{k}{key}": v for k, v in verdict.items()})
     return out
+
+
+def _seconds(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2f} s"
 
 
 def ablation(ctx: EvalContext) -> ExperimentOutput:

@@ -61,6 +61,9 @@ def test_with_tiers_the_search_converges_and_the_verdict_breaks_each_side_down_p
         # The tiers' goodputs pool into the run's.
         total = sum(t["goodput"] * t["requests"] for t in tiers.values()) / sum(t["requests"] for t in tiers.values())
         assert total == pytest.approx(verdict[side]["goodput"])
+    # The summary says the same per tier, and how far the search went.
+    assert any("tier fast" in n and "p99" in n for n in out.notes)
+    assert any(f"{verdict['points_tried']} static points tried" in n for n in out.notes)
 
 
 class _Landscape:
