@@ -25,14 +25,14 @@ _PALETTE = [c for i, c in enumerate(plt.get_cmap("tab20").colors) if i not in (6
 _PALETTE = _PALETTE[::2] + _PALETTE[1::2]
 
 
-def _line_style(policy: str, index: int = 0) -> dict:
+def line_style(policy: str, index: int = 0) -> dict:
     """dilaserve in red and bold; every other policy a colour of its own (:data:`_PALETTE`)."""
     if policy == "dilaserve":
         return {"color": "tab:red", "lw": 2.2, "zorder": 3}
     return {"color": _PALETTE[index % len(_PALETTE)], "ls": "-" if index < len(_PALETTE) else "--", "lw": 1.2}
 
 
-def _legend(ax) -> None:
+def legend_beside(ax) -> None:
     """The legend beside the panel (right of it, inside the figure: tight_layout leaves it
     room), in two columns past fourteen entries: never over the lines it names."""
     n = len(ax.get_legend_handles_labels()[0])
@@ -112,10 +112,10 @@ def _share_vs(summary: pl.DataFrame, x: str, column: str, xlabel: str, ylabel: s
         sub = summary.filter(pl.col("setting") == setting).sort(x)
         for i, policy in enumerate(sub["policy"].unique(maintain_order=True)):
             p = sub.filter(pl.col("policy") == policy)
-            ax.plot(p[x], 100 * p[column], marker="o", ms=4, label=policy, **_line_style(policy, i))
+            ax.plot(p[x], 100 * p[column], marker="o", ms=4, label=policy, **line_style(policy, i))
         ax.set(title=setting, xlabel=xlabel, ylabel=ylabel, ylim=(-2, 102))
         ax.grid(alpha=0.3)
-        _legend(ax)
+        legend_beside(ax)
     return _save(fig, path)
 
 
@@ -162,8 +162,13 @@ def _rows_at(summary: pl.DataFrame, setting: str, x: float) -> dict[str, dict]:
 
 
 def _best_static(rows: dict[str, dict], adaptive: Sequence[str]) -> str | None:
-    static = [r for name, r in rows.items() if name not in adaptive and r["goodput"] == r["goodput"]]
-    return max(static, key=lambda r: r["goodput"])["policy"] if static else None
+    return best_static({name: r["goodput"] for name, r in rows.items()}, adaptive)
+
+
+def best_static(values: dict[str, float], adaptive: Sequence[str]) -> str | None:
+    """The static policy (not in ``adaptive``) with the largest value; None if there is none."""
+    static = {name: v for name, v in values.items() if name not in adaptive and v == v}
+    return max(static, key=static.get) if static else None
 
 
 def _colour(name: str, adaptive: Sequence[str], best: str | None) -> str:
@@ -217,11 +222,15 @@ def _frontier_scatter(ax, rows, line, adaptive, best, title) -> None:
         )
     for name in (a for a in adaptive if a in rows):
         r = rows[name]
-        marker, size = ("*", 14) if name == "dilaserve" else ("D", 7)
         colour = _colour(name, adaptive, best)
-        ax.plot(
-            r["quality"], 100 * r["slo_attainment"], marker, color=colour, ms=size, label=name, mec="black", mew=0.5
+        # dilaserve a filled star on top; the other adaptive policies hollow, so that a point
+        # they share with dilaserve still shows the star
+        style = (
+            {"marker": "*", "ms": 15, "color": colour, "zorder": 4, "mec": "black", "mew": 0.5}
+            if name == "dilaserve"
+            else {"marker": "D", "ms": 9, "mfc": "none", "mec": colour, "mew": 1.8, "zorder": 5, "ls": "none"}
         )
+        ax.plot(r["quality"], 100 * r["slo_attainment"], label=name, **style)
     ax.set(title=title, xlabel="quality", ylabel="SLO attainment (%)")
     ax.set_ylim(top=min(102.0, ax.get_ylim()[1]))
     ax.grid(alpha=0.3)
@@ -230,21 +239,30 @@ def _frontier_scatter(ax, rows, line, adaptive, best, title) -> None:
 
 
 def _goodput_bars(ax, rows, adaptive, best) -> None:
-    ranked = sorted(rows.values(), key=lambda r: -np.nan_to_num(r["goodput"], nan=-1.0))
-    names = [r["policy"] for r in ranked]
-    values = [100 * r["goodput"] for r in ranked]
+    values = {name: 100 * r["goodput"] for name, r in rows.items()}
+    policy_bars(ax, values, adaptive, best, "goodput (%: in time and correct)")
+    ax.set_title("goodput, sorted")
+
+
+def policy_bars(
+    ax, values: dict[str, float], adaptive: Sequence[str], best: str | None, xlabel: str, fmt: str = "%.1f"
+) -> None:
+    """One horizontal bar per policy, sorted (the largest on top), dilaserve and ``best`` in
+    colour and bold, each bar's value at its end: readable for twenty and more policies."""
+    names = sorted(values, key=lambda n: -np.nan_to_num(values[n], nan=-np.inf))
     ys = np.arange(len(names))
-    bars = ax.barh(ys, values, color=[_colour(n, adaptive, best) for n in names], edgecolor="dimgray", lw=0.4)
-    ax.bar_label(bars, fmt="%.1f", padding=2, fontsize=8)
+    bars = ax.barh(ys, [values[n] for n in names], color=[_colour(n, adaptive, best) for n in names])
+    for bar in bars:
+        bar.set(edgecolor="dimgray", lw=0.4)
+    ax.bar_label(bars, fmt=fmt, padding=2, fontsize=8)
     ax.set_yticks(ys, names, fontsize=8)
     for tick, name in zip(ax.get_yticklabels(), names):
         if name == "dilaserve" or name == best:
             tick.set_fontweight("bold")
-    ax.invert_yaxis()  # the best on top
-    top = max((v for v in values if v == v), default=1.0)
-    ax.set_xlim(0, max(top, 1.0) * 1.18)  # room for the value labels
-    ax.set_ylim(len(names) - 0.5, -0.5)
-    ax.set(xlabel="goodput (%: in time and correct)", title="goodput, sorted")
+    top = max((v for v in values.values() if v == v), default=1.0)
+    ax.set_xlim(0, max(top, 1e-9) * 1.18)  # room for the value labels
+    ax.set_ylim(len(names) - 0.5, -0.5)  # the first (largest) on top
+    ax.set_xlabel(xlabel)
     ax.grid(axis="x", alpha=0.3)
 
 
@@ -254,14 +272,14 @@ def latency_cdf(requests: pl.DataFrame, path: Path) -> Path:
         sub = requests.filter((pl.col("setting") == setting) & (pl.col("status") == "finished"))
         for i, policy in enumerate(sub["policy"].unique(maintain_order=True)):
             lat = np.sort(sub.filter(pl.col("policy") == policy)["latency_s"].to_numpy())
-            ax.plot(lat, np.arange(1, len(lat) + 1) / max(len(lat), 1), label=policy, **_line_style(policy, i))
+            ax.plot(lat, np.arange(1, len(lat) + 1) / max(len(lat), 1), label=policy, **line_style(policy, i))
         slo = sub["deadline_s"] - sub["arrival_s"]
         if slo.len():
             ax.axvline(float(slo.median()), color="k", ls="--", lw=0.8, label="SLO")
         ax.set(title=setting, xlabel="latency (s)", ylabel="CDF", xscale="log")
         plain_log_axis(ax.xaxis)
         ax.grid(alpha=0.3)
-        _legend(ax)
+        legend_beside(ax)
     return _save(fig, path)
 
 
@@ -272,11 +290,11 @@ def threshold_over_time(series: pl.DataFrame, phases: Sequence[tuple[str, str, f
         sub = series.filter(pl.col("setting") == setting)
         for i, policy in enumerate(sub["policy"].unique(maintain_order=True)):
             p = sub.filter(pl.col("policy") == policy).sort("time_s")
-            ax.plot(p["time_s"], p["mean_threshold"], label=policy, **_line_style(policy, i))
+            ax.plot(p["time_s"], p["mean_threshold"], label=policy, **line_style(policy, i))
         _shade(ax, setting, phases)
         ax.set(title=setting, xlabel="time (s)", ylabel="mean step threshold")
         ax.grid(alpha=0.3)
-        _legend(ax)
+        legend_beside(ax)
     return _save(fig, path)
 
 
