@@ -149,3 +149,23 @@ def test_bad_shape_flags_are_clear_usage_errors(capsys, flags, message):
     with pytest.raises(SystemExit) as exit_:
         main(["--shape", "llada-8b", *flags])
     assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300)
+def test_ray_step_overhead_steps_the_same_requests_through_ray_and_in_process(default_engine):
+    """The Ray-driven copies end equal to the in-process ones (the function raises otherwise),
+    and each overhead is reported per batch size."""
+    import ray
+
+    from dilaserve.bench.engine import longest_instances
+    from dilaserve.bench.engine_ray import ray_step_overhead
+    from dilaserve.engine import DEFAULT_CHECKPOINT
+
+    work = {str(n): ([x.prompt for x in longest_instances(n)], [64] * n) for n in (1, 3)}
+    connected = ray.is_initialized()
+    out = ray_step_overhead(default_engine, str(DEFAULT_CHECKPOINT), work, steps=3)
+    assert set(out) == {"ray_step_overhead_ms", "ray_transport_ms", "ray_first_step_overhead_ms"}
+    assert all(set(v) == {"1", "3"} for v in out.values())
+    assert out["ray_transport_ms"]["3"] > 0  # a round trip costs something beyond the step
+    assert ray.is_initialized() == connected  # it leaves Ray as it found it
