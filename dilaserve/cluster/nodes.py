@@ -11,6 +11,7 @@ cluster to the first Ray node no logical node holds, once one joins.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 
@@ -55,6 +56,7 @@ class NodeMap:
     def __init__(self, device: str):
         self.device = device
         self._bound: dict[int, str] = {}
+        self._lock = threading.Lock()  # launches resolve their nodes on worker threads
 
     def bindings(self) -> dict[int, str]:
         """Logical node -> Ray node id, as bound so far."""
@@ -66,6 +68,10 @@ class NodeMap:
         if node < 0:
             raise ValueError(f"logical node {node} is negative: nodes are numbered from 0")
         live = live_nodes(self.device, nodes)
+        with self._lock:
+            return self._bind(node, live)
+
+    def _bind(self, node: int, live: list[RayNode]) -> RayNode | None:
         by_id = {n.node_id: n for n in live}
         for k in range(node + 1):
             if self._bound.get(k) in by_id:
