@@ -201,7 +201,7 @@ def search_rates(ctx: EvalContext, setting: ClusterSetting, policies: Sequence[s
             pending[pool.submit(_probe, name, load)] = name
 
     try:
-        for name in searches:  # dilaserve first where listed first: the longest runs start first
+        for name in sorted(searches, key=is_static):  # adaptive policies first: their runs are the longest
             submit(name)
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -211,8 +211,10 @@ def search_rates(ctx: EvalContext, setting: ClusterSetting, policies: Sequence[s
                 probes[name].append(p)
                 searches[name].observe(p.load, p.attainment)
                 submit(name)
-    finally:
-        pool.shutdown(cancel_futures=True)  # on an error, the probes not started are dropped
+    except BaseException:  # an error or Ctrl-C: drop the probes not started, wait for none
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     return {name: probes[names[0]] for names in groups.values() for name in names}
 
 
