@@ -310,6 +310,11 @@ class ThresholdController:
         if self.predictions is not None:
             self.predictions.observe_finish(req)
 
+    def profile_changed(self) -> None:
+        """The profile was rescaled (step-time calibration): drop what was priced on the old one."""
+        self.capacity.forget()
+        self.cache_step.forget()
+
     def refresh(self, reqs: Sequence[TrackedRequest]) -> int:
         """Re-predict the requests whose refresh is due (one batched call)."""
         if self.predictions is None:

@@ -169,6 +169,10 @@ class CacheStepLatency:
         self.profile = profile
         self._memo: dict[tuple[int, float], float] = {}
 
+    def forget(self) -> None:
+        """Drop the memo (the profile changed)."""
+        self._memo.clear()
+
     def __call__(self, tp: int, tokens: float) -> float:
         key = (tp, tokens)
         lat = self._memo.get(key)
@@ -198,6 +202,10 @@ class CapacityModel:
         self.profile = profile
         self.grid = grid
         self._memo: dict[tuple, float] = {}
+
+    def forget(self) -> None:
+        """Drop the memo (the profile changed)."""
+        self._memo.clear()
 
     def throughput(self, tp: int, max_batch_tokens: int, split: StepSplit | None = None) -> float:
         """``split`` prices a request's steps when caching is on (None: every step a

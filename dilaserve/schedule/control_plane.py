@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from dilaserve.cluster.base import Backend
 from dilaserve.control.config import ControlConfig
 from dilaserve.control.controller import ThresholdController
+from dilaserve.control.step_time import StepTimeCalibration, scale_profile
 from dilaserve.predict.base import StepPredictor
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConfig
@@ -108,7 +109,14 @@ def build_control_plane(
     instance changes and failures.
     """
     pol = get_policy(policy)
-    controller = build_controller(pol, spec.profile, spec.control, predictor, spec.accuracy)
+    calibration = None
+    profile = spec.profile
+    if pol.learn_step_time:
+        # The controller prices on its own copy, rescaled as the machine is learned; the
+        # instances' profile (a simulation's truth) and the planner's stay as measured.
+        profile = scale_profile(spec.profile, {})
+        calibration = StepTimeCalibration(profile)
+    controller = build_controller(pol, profile, spec.control, predictor, spec.accuracy)
     reconfigurator = None
     if pol.reconfig and spec.reconfig is not None:
         reconfigurator = Reconfigurator(spec.cluster, spec.profile, spec.reconfig, WorkloadMonitor(spec.monitor))
@@ -128,6 +136,7 @@ def build_control_plane(
         reconfigurator=reconfigurator,
         tuner=tuner,
         observer=observer,
+        step_time=calibration,
     )
     backend.bind(scheduler.handle)
     return scheduler

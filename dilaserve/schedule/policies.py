@@ -69,6 +69,10 @@ class SchedulerPolicy:
     tune: move the operating point online by replaying recent arrivals against every
         static point and the adaptive one (the operating-point tuner); needs a replay from
         the layer that builds the control plane, and runs without it otherwise.
+    learn_step_time: learn each instance's step time against the profile from the steps
+        it finishes, and price admission, thresholds and capacity on the corrected
+        profile (:mod:`dilaserve.control.step_time`; not ``calibrate``, which corrects
+        the predicted step counts).
     """
 
     name: str
@@ -89,6 +93,7 @@ class SchedulerPolicy:
     refresh_every_steps: int | None = None
     fixed_threshold: float | None = None
     tune: bool = False
+    learn_step_time: bool = True
 
     def control_for(self, control: ControlConfig) -> ControlConfig:
         """``control`` with this policy's overrides applied."""
@@ -162,6 +167,8 @@ _variant(DILASERVE, "-no-tuner", tune=False)
 _variant(DILASERVE, "-no-slack-fit", dispatch="lowest_latency")
 _variant(DILASERVE, "-no-rationing", ration=False)
 _variant(DILASERVE, "-no-deadline-batching", deadline_batching=False)
+# Not an ablation row: on a machine that steps as profiled (every simulated run) it changes nothing.
+policies.add("dilaserve-no-step-time", replace(DILASERVE, name="dilaserve-no-step-time", learn_step_time=False))
 policies.add("oracle", replace(DILASERVE, name="oracle", predictor="oracle", refresh_every_steps=1, tune=False))
 
 

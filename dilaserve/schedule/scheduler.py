@@ -31,8 +31,11 @@ from dilaserve.cluster.base import (
     StepAssignment,
     StepFinished,
 )
+from dilaserve.cluster.step_cost import batch_pass_tokens
 from dilaserve.control.controller import ThresholdController
 from dilaserve.control.request import TrackedRequest
+from dilaserve.control.step_time import StepTimeCalibration
+from dilaserve.engine.state import StepKind
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.reconfig.executor import PlanExecutor
 from dilaserve.reconfig.reconfigurator import Reconfigurator
@@ -76,6 +79,8 @@ class GlobalScheduler(Placement, Moves, PlanDriver):
     reconfigurator: re-plans the cluster on reconfiguration ticks (None: a static cluster).
     tuner: moves the controller's operating point online (None: it stays where it is).
     observer: told of steps, outcomes, migrations, plans, instance changes and failures.
+    step_time: learns the instances' step time against the controller's profile, from the
+        steps they finish (None: the profile is trusted as measured).
     """
 
     def __init__(
@@ -89,6 +94,7 @@ class GlobalScheduler(Placement, Moves, PlanDriver):
         reconfigurator: Reconfigurator | None = None,
         tuner: OperatingPointTuner | None = None,
         observer: SchedulerObserver | None = None,
+        step_time: StepTimeCalibration | None = None,
     ):
         self.policy = policy
         self.backend, self.profile, self.config = backend, profile, config
@@ -100,6 +106,9 @@ class GlobalScheduler(Placement, Moves, PlanDriver):
         self.reconfigurator = reconfigurator
         self.tuner = tuner
         self.observer = observer or SchedulerObserver()
+        self.step_time = step_time
+        #: instance -> the profile's (recompute, cache) seconds for its step in flight
+        self._step_expected: dict[str, tuple[float, float]] = {}
         #: Replace instances that die (``config.replace_failed_instances``); a server that is
         #: shutting down turns it off.
         self.replace_failed = config.replace_failed_instances
@@ -253,6 +262,9 @@ class GlobalScheduler(Placement, Moves, PlanDriver):
             return
         self.pool.busy[src] = False
         touched.add(src)
+        expected = self._step_expected.pop(ev.instance_id, None)
+        if expected is not None and ev.duration_s is not None:
+            self._learn_step_time(ev.instance_id, int(self.pool.tp[src]), expected, ev.duration_s)
         stepped: list[TrackedRequest] = []
         for st in ev.states:
             req = self.requests.get(st.request_id)
@@ -290,6 +302,7 @@ class GlobalScheduler(Placement, Moves, PlanDriver):
         if slot is None:
             return
         removed = self.pool.remove(slot)
+        self._forget_steps(instance_id)
         self.observer.on_instance(instance_id, False)
         if removed:
             # Only drained instances are stopped; anything left is re-queued, never dropped.
@@ -308,6 +321,7 @@ class GlobalScheduler(Placement, Moves, PlanDriver):
             return
         planned = self.executor is not None and not self.executor.done and iid in self.executor.plan.stops
         removed = self.pool.remove(slot)
+        self._forget_steps(iid)
         log.warning("instance %s failed (%s): re-queueing its %d request(s)", iid, ev.reason, len(removed))
         self._requeue(removed)
         replacement = None
@@ -346,8 +360,25 @@ class GlobalScheduler(Placement, Moves, PlanDriver):
         if self.policy.deadline_batching and len(members) > 1:
             members = self.controller.step_members(members, int(pool.tp[slot]), self.now)
         batch = [StepAssignment(r.state, thr[r.threshold_index]) for r in members]
+        if self.step_time is not None:
+            self._step_expected[pool.ids[slot]] = self.step_time.expected(int(pool.tp[slot]), *batch_pass_tokens(batch))
         pool.busy[slot] = True
         self.backend.submit_step(pool.ids[slot], batch)
+
+    def _forget_steps(self, instance_id: str) -> None:
+        self._step_expected.pop(instance_id, None)
+        if self.step_time is not None:
+            self.step_time.forget(instance_id)
+
+    def _learn_step_time(self, instance_id: str, tp: int, expected: tuple[float, float], took_s: float) -> None:
+        if self.step_time.observe(instance_id, tp, expected, took_s):
+            self.controller.profile_changed()
+            log.info(
+                "step time on TP-%d: %.2fx the profile for recompute steps, %.2fx for cache steps",
+                tp,
+                self.step_time.factor(tp, StepKind.RECOMPUTE),
+                self.step_time.factor(tp, StepKind.CACHE),
+            )
 
     def _finish(self, req: TrackedRequest, slot: int) -> None:
         self.pool.unassign(slot, req.request_id, req.tokens)

@@ -64,6 +64,11 @@ class TunerConfig:
             on and no point that takes every arrival until a whole window has passed.
         rise_sigmas: the rise that trips it, in standard deviations of the Poisson count
             the chosen window's rate predicts for ``rise_window_s``.
+        max_backoff: after a tuning that kept the point, the next comes twice as late, up
+            to this many ``interval_s``; a switch or a rise brings it back to ``interval_s``.
+            Over a stationary stretch the replays then cost a fraction of what tuning
+            every interval does, and a rise of the load still trips a tuning at once.
+            1: every ``interval_s``.
     """
 
     interval_s: float = 60.0
@@ -74,8 +79,14 @@ class TunerConfig:
     warm_plans: bool = True
     rise_window_s: float = 5.0
     rise_sigmas: float = 3.0
+    max_backoff: float = 4.0
 
     def __post_init__(self) -> None:
+        if self.max_backoff < 1:
+            raise ValueError(
+                f"TunerConfig.max_backoff={self.max_backoff} must be >= 1 (a multiple of interval_s; 1 tunes "
+                "every interval)"
+            )
         if self.interval_s <= 0 or self.window_s <= 0:
             raise ValueError(
                 f"TunerConfig interval_s={self.interval_s} and window_s={self.window_s} must be positive seconds"
@@ -119,6 +130,8 @@ class OperatingPointTuner:
         #: tag -> what a job in the worker was started for (adopted when its result comes back)
         self._pending: dict[int, _Pending] = {}
         self._tags = itertools.count()
+        #: seconds to the next tuning: ``interval_s``, doubled after each that kept the point
+        self._interval = config.interval_s
         self.thresholds = tuple(float(t) for t in thresholds)
         self.config = config
         self.placement = placement
@@ -155,7 +168,7 @@ class OperatingPointTuner:
         the arrival rate replaces the running one (its result is dropped)."""
         cfg = self.config
         rose = self._load_rose(now)
-        if not rose and (self._last is None or now - self._last < cfg.interval_s):
+        if not rose and (self._last is None or now - self._last < self._interval):
             return self.collect(now, current)
         self._last = now
         self._trim(now)
@@ -220,6 +233,9 @@ class OperatingPointTuner:
         by_label = {p.label: s for p, s in zip(candidates, scores)}
         best = max(range(len(candidates)), key=lambda i: scores[i])
         chosen = candidates[best] if scores[best] > scores[0] + self.config.min_gain else base
+        cfg = self.config
+        kept = chosen == candidates[0] and not job.rose
+        self._interval = min(2 * self._interval, cfg.max_backoff * cfg.interval_s) if kept else cfg.interval_s
         self.history.append((job.now, chosen.label, by_label))
         log.info(
             "tuner at %.0fs%s: %s (replayed goodput %s)",

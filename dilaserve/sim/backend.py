@@ -31,6 +31,7 @@ from dilaserve.cluster.base import (
     StepAssignment,
     StepFinished,
 )
+from dilaserve.cluster.step_cost import batch_pass_tokens
 from dilaserve.engine.state import RequestState, StepKind
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.sim.loop import EventLoop
@@ -86,13 +87,7 @@ def batch_step_latency(profile: LatencyProfile, tp: int, batch: Sequence[StepAss
     together over their blocks (``LP_cache[sum of block lengths]``, a block-causal append
     feeding one block more); a batch with both pays for both passes.
     """
-    rec = cac = 0
-    for a in batch:
-        st = a.state
-        if st.use_cache and st.block_cached:
-            cac += st.block_length * (2 if st.append_pending else 1)
-        else:
-            rec += st.context_tokens
+    rec, cac = batch_pass_tokens(batch)
     lat = profile.latency(tp, rec, StepKind.RECOMPUTE) if rec else 0.0
     if cac:
         lat += profile.latency(tp, cac, StepKind.CACHE)

@@ -19,6 +19,7 @@ import polars as pl
 
 from dilaserve.cluster.base import InstanceFailed
 from dilaserve.control.request import TrackedRequest
+from dilaserve.control.step_time import KINDS, scale_profile
 from dilaserve.predict.base import OraclePredictor, StepPredictor
 from dilaserve.reconfig.plan import static_layout
 from dilaserve.schedule.config import SchedulerConfig
@@ -51,6 +52,9 @@ class SimConfig:
         much later (they count as SLO misses); guards against a stuck cluster.
     tuner: how a tuning policy's operating-point tuner replays its recent arrivals (on
         this simulator's own step law, through :class:`~dilaserve.sim.window_replay.WindowReplay`).
+    step_time_factor: the simulated instances step this many times slower than the
+        setting's profile says (a slower or shared machine than the one profiled); the
+        control plane still starts from the profile and must learn the difference.
     """
 
     backend: SimBackendConfig = field(default_factory=SimBackendConfig)
@@ -58,8 +62,14 @@ class SimConfig:
     telemetry_bin_s: float = 60.0
     drain_limit_s: float = 3600.0
     tuner: TunerConfig = field(default_factory=TunerConfig)
+    step_time_factor: float = 1.0
 
     def __post_init__(self) -> None:
+        if not self.step_time_factor > 0:
+            raise ValueError(
+                f"SimConfig.step_time_factor={self.step_time_factor} must be positive (1.0: the instances "
+                "step as profiled; 1.5: 1.5x slower, as on a loaded machine)"
+            )
         if self.reconfig_tick_s <= 0:
             raise ValueError(f"SimConfig.reconfig_tick_s={self.reconfig_tick_s} must be positive seconds")
         if self.drain_limit_s <= 0:
@@ -179,7 +189,11 @@ class BaseSimulator:
         st, cfg = self.setting, self.config
         loop = EventLoop()
         telemetry = Telemetry(cfg.telemetry_bin_s)
-        backend = SimBackend(loop, st.profile, self.progress, cfg.backend, telemetry)
+        machine = st.profile
+        if cfg.step_time_factor != 1.0:
+            f = cfg.step_time_factor
+            machine = scale_profile(st.profile, {(tp, k): f for tp in st.profile.tp_degrees for k in KINDS})
+        backend = SimBackend(loop, machine, self.progress, cfg.backend, telemetry)
         live: dict[str, tuple[WorkloadRequest, object]] = {}
         rows: list[tuple] = []
         reqs = workload.requests

@@ -116,7 +116,14 @@ class WindowReplay:
         # A request still running this long after the window's last arrival is a miss anyway.
         # The window is replayed on healthy instances: the run's scheduled failures name
         # instances at times of the run, not of the window.
-        config = replace(self.config, drain_limit_s=4 * slo + 1.0, backend=replace(self.config.backend, failures=()))
+        # It replays on the profile: how much slower the simulated machine steps is for the
+        # control plane to learn, not for its replay to know.
+        config = replace(
+            self.config,
+            drain_limit_s=4 * slo + 1.0,
+            backend=replace(self.config.backend, failures=()),
+            step_time_factor=1.0,
+        )
         base = replace(self.setting, initial_layout=tuple(part))
         out = []
         for point in points:

@@ -231,3 +231,26 @@ def test_the_rise_settings_are_validated():
         TunerConfig(window_s=10, rise_window_s=20)
     with pytest.raises(ValueError, match="rise_sigmas"):
         TunerConfig(rise_sigmas=0)
+
+
+def test_a_tuning_that_keeps_the_point_puts_the_next_off_and_a_switch_brings_it_back():
+    best = {"point": OperatingPoint.adaptive()}
+    replay = ScriptedReplay(lambda p: 0.9 if p == best["point"] else 0.5)
+    cfg = TunerConfig(interval_s=10, window_s=10, sample=1.0, min_arrivals=10, max_backoff=4)
+    tuner = OperatingPointTuner(replay, (0.7, 0.8), cfg)
+    point, tuned = OperatingPoint.adaptive(), []
+    for i in range(1500):  # 10 arrivals a second for 150 s
+        now = i / 10
+        tuner.observe(make_request(f"s{i}", arrival=now), now)
+        if now >= 75 and best["point"] != OperatingPoint.static(0.8):
+            best["point"] = OperatingPoint.static(0.8)  # the best point moves half way
+        n = len(tuner.history)
+        point = tuner.maybe_tune(now, LAYOUT, point) or point
+        if len(tuner.history) > n:
+            tuned.append(round(now))
+    # kept at 10 s: next at 30, 70 (kept: the gap doubles, up to 40 s); the switch at 110
+    # brings the interval back to 10 s
+    assert tuned[:4] == [10, 30, 70, 110] and tuned[4] == 120
+    assert point == OperatingPoint.static(0.8)
+    with pytest.raises(ValueError, match="max_backoff"):
+        TunerConfig(max_backoff=0.5)

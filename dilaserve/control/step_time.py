@@ -1,0 +1,161 @@
+"""Step-time calibration: the control plane learns how fast the machine really steps
+(docs/architecture.md, "Step-time calibration").
+
+The latency profile is measured once, on an idle machine. On a loaded, shared or slower
+machine every step takes longer than it says, and admission, thresholds and the price of
+capacity, all priced on the profile, promise what the instances cannot keep. This is not
+the predictor's calibration (:class:`~dilaserve.control.predictions.PredictionCache`
+corrects how many *steps* a request takes); it corrects how long each step takes.
+
+:class:`StepTimeCalibration` keeps, per instance and step kind, the median of the last
+steps' measured over profiled time (the median: one step stalled by a garbage collection
+or a page fault must not move it), and per TP degree the median over its instances. When
+a degree's factor moves by more than ``tolerance`` from the one in force, the control
+plane's own copy of the profile is rescaled; the simulated instances' profile (the truth
+in a simulation) is never touched.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from dilaserve.engine.state import StepKind
+from dilaserve.profile.types import LatencyProfile, StepCurve
+
+KINDS = (StepKind.RECOMPUTE, StepKind.CACHE)
+
+
+@dataclass(frozen=True)
+class StepTimeConfig:
+    """Attributes:
+    window: steps per instance and kind the median runs over.
+    min_steps: an instance's steps of a kind before its estimate counts.
+    tolerance: the profile is rescaled once a degree's factor moves by more than this
+        share from the one in force (noise within it changes nothing).
+    bounds: the factor stays within these (a wrong clock must not make a degree free or
+        unusable).
+    """
+
+    window: int = 32
+    min_steps: int = 8
+    tolerance: float = 0.05
+    bounds: tuple[float, float] = (0.5, 8.0)
+
+    def __post_init__(self) -> None:
+        if self.window < 1 or not 1 <= self.min_steps <= self.window:
+            raise ValueError(
+                f"StepTimeConfig window={self.window} and min_steps={self.min_steps}: need "
+                "1 <= min_steps <= window (e.g. 32 and 8)"
+            )
+        lo, hi = self.bounds
+        if self.tolerance < 0 or not 0 < lo <= 1 <= hi:
+            raise ValueError(
+                f"StepTimeConfig tolerance={self.tolerance} must be >= 0 and bounds={self.bounds} must hold 1 "
+                "with a positive lower end (e.g. (0.5, 8.0))"
+            )
+
+
+def scale_profile(profile: LatencyProfile, factors: dict[tuple[int, StepKind], float]) -> LatencyProfile:
+    """``profile`` with each ``(tp, kind)`` curve's latencies times its factor (1 where
+    none is given); a degree without a cache curve keeps falling back to its recompute one."""
+
+    def scaled(curves: dict[int, StepCurve], kind: StepKind) -> dict[int, StepCurve]:
+        out = {}
+        for tp, c in curves.items():
+            f = factors.get((tp, kind), 1.0)
+            out[tp] = c if f == 1.0 else StepCurve(c.tokens, tuple(v * f for v in c.latency_s))
+        return out
+
+    return LatencyProfile(
+        profile.name,
+        scaled(profile.recompute, StepKind.RECOMPUTE),
+        scaled(profile.cache, StepKind.CACHE),
+        dict(profile.meta),
+    )
+
+
+class StepTimeCalibration:
+    """Args:
+    profile: the control plane's own profile: rescaled in place as the machine is learned
+        (its measured curves are kept as the base the factors apply to).
+    config: window, warm-up, tolerance and bounds.
+    """
+
+    def __init__(self, profile: LatencyProfile, config: StepTimeConfig = StepTimeConfig()):
+        self.profile = profile
+        self.config = config
+        self.base = scale_profile(profile, {})
+        #: (instance, kind) -> log of measured over profiled time, the last ``window`` steps
+        self._ratios: dict[tuple[str, StepKind], deque[float]] = {}
+        self._tp_of: dict[str, int] = {}
+        #: steps seen per instance: the factors are refitted every ``min_steps`` of them
+        self._seen: dict[str, int] = {}
+        #: (tp, kind) -> the factor the profile is scaled by now
+        self.factors: dict[tuple[int, StepKind], float] = {}
+
+    def expected(self, tp: int, recompute_tokens: float, cache_tokens: float) -> tuple[float, float]:
+        """The measured profile's seconds for a step's recompute and cache passes."""
+        rec = self.base.latency(tp, recompute_tokens, StepKind.RECOMPUTE) if recompute_tokens else 0.0
+        cac = self.base.latency(tp, cache_tokens, StepKind.CACHE) if cache_tokens else 0.0
+        return rec, cac
+
+    def observe(self, instance_id: str, tp: int, expected: tuple[float, float], measured_s: float) -> bool:
+        """Learn from one step: ``expected`` (recompute, cache seconds the measured profile
+        gives it) against ``measured_s``. A mixed step's ratio counts for both its kinds.
+        Returns True when the profile was rescaled."""
+        total = sum(expected)
+        if total <= 0 or not measured_s > 0 or not math.isfinite(measured_s):
+            return False
+        ratio = math.log(measured_s / total)
+        self._tp_of[instance_id] = tp
+        for kind, part in zip(KINDS, expected):
+            if part > 0:
+                key = (instance_id, kind)
+                window = self._ratios.get(key)
+                if window is None:
+                    window = self._ratios[key] = deque(maxlen=self.config.window)
+                window.append(ratio)
+        seen = self._seen[instance_id] = self._seen.get(instance_id, 0) + 1
+        return seen % self.config.min_steps == 0 and self._refit(tp)
+
+    def forget(self, instance_id: str) -> None:
+        """An instance is gone: its steps no longer speak for its degree."""
+        self._tp_of.pop(instance_id, None)
+        self._seen.pop(instance_id, None)
+        for kind in KINDS:
+            self._ratios.pop((instance_id, kind), None)
+
+    def factor(self, tp: int, kind: StepKind) -> float:
+        """Measured over profiled step time on TP-``tp`` for ``kind`` (1.0 until learned)."""
+        return self.factors.get((tp, kind), 1.0)
+
+    def _estimate(self, tp: int, kind: StepKind) -> float | None:
+        cfg = self.config
+        per_instance = [
+            float(np.median(w))
+            for (iid, k), w in self._ratios.items()
+            if k == kind and self._tp_of.get(iid) == tp and len(w) >= cfg.min_steps
+        ]
+        if not per_instance:
+            return None
+        lo, hi = cfg.bounds
+        return min(max(math.exp(float(np.median(per_instance))), lo), hi)
+
+    def _refit(self, tp: int) -> bool:
+        changed = False
+        for kind in KINDS:
+            new = self._estimate(tp, kind)
+            if new is None:
+                continue
+            old = self.factor(tp, kind)
+            if abs(new / old - 1.0) > self.config.tolerance:
+                self.factors[(tp, kind)] = new
+                changed = True
+        if changed:
+            fresh = scale_profile(self.base, self.factors)
+            self.profile.recompute, self.profile.cache = fresh.recompute, fresh.cache
+        return changed

@@ -1,0 +1,67 @@
+"""Step-time calibration end to end: on instances 1.5x slower than the profile says,
+dilaserve learns the machine from its steps and keeps the promises admission makes; with
+the profile trusted as measured it admits what the slow instances cannot finish."""
+
+from dataclasses import replace
+
+import polars as pl
+import pytest
+
+from dilaserve.predict.replay import ReplayTable
+from dilaserve.schedule.policies import get_policy
+from dilaserve.sim.arrivals import PhaseSpec, shape_trace
+from dilaserve.sim.backend import SimBackendConfig
+from dilaserve.sim.capacity import nominal_capacity_rps
+from dilaserve.sim.progress import ReplayProgress
+from dilaserve.sim.simulator import SimConfig, Simulator
+from dilaserve.sim.slo import workload_slo
+from dilaserve.sim.traces import load_trace
+from tests.sim.builders import predictors, quality, small_setting, varied_dynamics
+
+LEARNS = get_policy("dilaserve-no-tuner")
+TRUSTS = replace(LEARNS, name="dilaserve-no-tuner-no-step-time", learn_step_time=False)
+
+
+def slo_met_admitted(requests: pl.DataFrame) -> float:
+    """The share of the admitted (not refused) requests that met their SLO."""
+    admitted = requests.filter(pl.col("status") != "rejected")
+    return float(admitted["met_slo"].mean())
+
+
+@pytest.fixture(scope="module")
+def slow_machine():
+    dyn = varied_dynamics()
+    table = ReplayTable(dyn)
+    setting = small_setting(dyn)
+    tr = load_trace()
+    cap = nominal_capacity_rps(setting, table, tr.prompt_tokens, tr.output_tokens, 0.9)
+    wl = shape_trace(tr, [PhaseSpec("steady", 30, 0.8 * cap)])
+    slo = workload_slo(wl, setting.profile, table, 32, 0.9, scale=3)
+
+    def run(policy, factor: float):
+        cfg = SimConfig(backend=SimBackendConfig(latency_noise=0.05, launch_time_s=1.0), step_time_factor=factor)
+        sim = Simulator(setting, ReplayProgress(table, quality(), seed=0), predictors(table), cfg)
+        return sim.run(policy, wl, slo)
+
+    return run
+
+
+def test_on_a_slower_machine_admission_keeps_its_promises_only_once_it_learns_the_step_time(slow_machine):
+    learned = slow_machine(LEARNS, 1.5).requests
+    trusted = slow_machine(TRUSTS, 1.5).requests
+    assert slo_met_admitted(learned) >= 0.9
+    assert slo_met_admitted(trusted) < slo_met_admitted(learned) - 0.02
+    # it refuses what the slow instances cannot finish, where the profile alone admits it
+    assert (learned["status"] == "rejected").sum() > (trusted["status"] == "rejected").sum()
+
+
+def test_on_the_profiled_machine_learning_changes_nothing(slow_machine):
+    learned = slow_machine(LEARNS, 1.0).requests
+    trusted = slow_machine(TRUSTS, 1.0).requests
+    assert learned["status"].to_list() == trusted["status"].to_list()
+    assert learned["met_slo"].to_list() == trusted["met_slo"].to_list()
+
+
+def test_the_factor_is_validated_with_a_fix():
+    with pytest.raises(ValueError, match="1.5x slower"):
+        SimConfig(step_time_factor=0.0)
