@@ -53,7 +53,9 @@ class HeldWorker(ControlWorker):
 def _held_tuner(**cfg):
     replay = ScriptedReplay(_best_is_08)
     worker = HeldWorker(replay)
-    config = TunerConfig(**{"interval_s": 10, "window_s": 10, "sample": 1.0, "min_arrivals": 10, "max_backoff": 1, **cfg})
+    config = TunerConfig(
+        **{"interval_s": 10, "window_s": 10, "sample": 1.0, "min_arrivals": 10, "max_backoff": 1, **cfg}
+    )
     return OperatingPointTuner(replay, (0.7, 0.8, 0.9), config, worker=worker), worker, replay
 
 
