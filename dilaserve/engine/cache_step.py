@@ -1,12 +1,15 @@
 """A cache step over the K/V pool: its static-shape inputs and its run (eager or captured).
 
-Row ``r`` of a pooled cache step is slot ``r`` of the pool: the step attends to the window
-of slots ``0 .. R`` in place, where ``R`` is the batch bucket (docs/architecture.md, "Engine
-memory layout and captured steps"). A slot in the window whose request is not in the step
-(free, or recomputing, or not scheduled) is a padding row: it is fed pad tokens, attends only
-to them and writes nothing. Slots are handed out lowest first, so the window is mostly the
-step's own requests; where it is not (more than twice the batch's bucket), the step gathers
-its requests' slots into a scratch batch instead and writes the fed K/V back.
+Row ``r`` of a pooled cache step is slot ``first + r`` of the pool: the step attends to a
+window of slots in place (docs/architecture.md, "Engine memory layout and captured steps").
+A captured step's window starts at slot 0 (a graph holds its addresses) and spans the batch
+bucket of its highest slot; an eager one spans exactly its lowest to its highest slot. A slot
+in the window whose request is not in the step (free, recomputing, or not scheduled) is a
+padding row: it is fed pad tokens, attends only to them and writes nothing. The slots in use
+are the pool's first ones, so the window is mostly the step's own requests; where it is not
+(a captured window over twice the batch's bucket, an eager one with more padding rows than
+:data:`EAGER_PADDING` allows), the step gathers its requests' slots into a scratch batch and
+writes the fed K/V back.
 
 Every check on positions happens here, on the host, before the step: the forward makes no
 host synchronisation, so the same step runs eagerly, from a CUDA graph, or compiled.
@@ -58,29 +61,41 @@ def fed_length(st: RequestState) -> int:
     return st.block_length * (2 if st.append_pending else 1)
 
 
+#: Padding rows an eager window may carry, as a share of its requests (at least one): each
+#: costs a row of compute, where a gather costs a copy of every request's K/V.
+EAGER_PADDING = 0.25
+
+
 @dataclass
 class CachePlan:
-    """Where each request of a cache step sits: row ``rows[j]`` of ``R`` rows; ``window``
-    rows are pool slots, else a gathered scratch batch of ``slots``."""
+    """Where each request of a cache step sits: row ``rows[j]`` of ``n_rows``; with ``window``
+    row ``r`` is pool slot ``first + r``, else row ``j`` of a gathered scratch batch of ``slots``."""
 
     rows: list[int]
     n_rows: int
     tokens: int
     window: bool
     slots: list[int]
+    first: int = 0
 
 
-def plan(states: list[RequestState], pool: KVPool, granule: int) -> CachePlan:
+def plan(states: list[RequestState], pool: KVPool, granule: int, captured: bool) -> CachePlan:
     """Window or gather, and the attended length: the longest context, rounded up."""
     slots = [pool.slot(s.request_id) for s in states]
     tokens = context_bucket(max(s.context_tokens for s in states), granule, pool.slot_tokens)
-    need = max(slots) + 1
-    n_rows = batch_bucket(need)
-    if n_rows > pool.capacity and not pool.ensure_capacity(n_rows):
-        n_rows = pool.capacity  # a pool smaller than the bucket: its whole size, one static shape
-    if n_rows <= 2 * batch_bucket(len(states)):
-        return CachePlan(slots, n_rows, tokens, True, slots)
-    return CachePlan(list(range(len(states))), len(states), tokens, False, slots)
+    B = len(states)
+    if captured:
+        n_rows = batch_bucket(max(slots) + 1)
+        if n_rows > pool.capacity and not pool.ensure_capacity(n_rows):
+            n_rows = pool.capacity  # a pool smaller than the bucket: its whole size, one static shape
+        if n_rows <= 2 * batch_bucket(B):
+            return CachePlan(slots, n_rows, tokens, True, slots)
+    else:
+        first = min(slots)
+        n_rows = max(slots) + 1 - first
+        if n_rows - B <= max(1, int(EAGER_PADDING * B)):
+            return CachePlan([s - first for s in slots], n_rows, tokens, True, slots, first)
+    return CachePlan(list(range(B)), B, tokens, False, slots)
 
 
 def build_inputs(

@@ -411,10 +411,10 @@ class DenoisingEngine:
         later, are written into the request's slot, which then holds it."""
         pool, runner = self.pool, self._runner
         granule = self.config.context_granule or (CAPTURED_GRANULE if runner.capture else states[0].block_length)
-        plan = cache_step.plan(states, pool, granule)
+        plan = cache_step.plan(states, pool, granule, runner.capture)
         x = cache_step.build_inputs(states, logit_rows, pool, self.lm, plan)
         if plan.window:
-            logits = runner.run(x, window=True)
+            logits = runner.run(x, plan.first)
         else:
             scratch = cache_step.gathered(pool, plan)
             logits = runner.run_over(x, [(layer[0], layer[1]) for layer in scratch])

@@ -42,12 +42,14 @@ class CacheStepRunner:
         """Graphs captured so far."""
         return len(self._graphs)
 
-    def run(self, x: CacheStepInputs, window: bool) -> torch.Tensor:
-        """Logits (R, P, V) of a step over the pool's first R slots (``window``) or, with
-        ``window`` False, over the past K/V the caller passes through :meth:`run_over`."""
-        past = self.pool.window(x.ids.shape[0], x.past_mask.shape[1])
-        if not (self.capture and window):
+    def run(self, x: CacheStepInputs, first: int) -> torch.Tensor:
+        """Logits (R, P, V) of a step over the pool's slots ``first .. first + R`` (a captured
+        step's window starts at slot 0)."""
+        past = self.pool.window(first, x.ids.shape[0], x.past_mask.shape[1])
+        if not self.capture:
             return forward(self.lm, past, x)
+        if first:
+            raise ValueError(f"a captured cache step's window starts at slot 0, not {first}")
         key = (*x.key, self.pool.kv.data_ptr())
         cap = self._graphs.get(key)
         if cap is None:

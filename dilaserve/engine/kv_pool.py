@@ -8,15 +8,14 @@ writes only the fed block's fresh K/V into it. A canvas has a known size, so a s
 pages, is the unit: a request takes one at its first recompute step and keeps it until it
 finishes, is released or migrates away.
 
-Slots are handed out lowest first, so the requests an engine decodes sit in the pool's first
-slots and a batch of them is one contiguous window of slots. On CUDA the whole pool is
-allocated up front (captured graphs hold its address); elsewhere it grows, doubling, up to
-its budget.
+The slots in use are always the first ones: a request takes the next slot, and one that
+leaves hands its slot to the request in the last one (one copy of that request's K/V, once),
+so the requests an engine decodes form one contiguous window of slots. On CUDA the whole
+pool is allocated up front (captured graphs hold its address); elsewhere it grows, doubling,
+up to its budget.
 """
 
 from __future__ import annotations
-
-import heapq
 
 import torch
 
@@ -53,9 +52,8 @@ class KVPool:
         # attention multiplies their (zero) weights with them
         self.kv = torch.zeros(layers, 2, first, kv_heads, slot_tokens, head_dim, dtype=dtype, device=device)
         self._slot: dict[str, int] = {}  # request id -> slot
+        self._owner: list[str] = []  # slot -> request id: the slots in use are 0 .. len - 1
         self._tokens: dict[str, int] = {}  # request id -> tokens of valid K/V in its slot
-        self._freed: list[int] = []  # heap of released slots below _fresh
-        self._fresh = 0  # slots >= this were never handed out
 
     @classmethod
     def for_model(cls, model: torch.nn.Module, max_context: int, config: EngineConfig) -> KVPool:
@@ -108,20 +106,18 @@ class KVPool:
         return tokens <= self.slot_tokens
 
     def reserve(self, request_id: str) -> int:
-        """The request's slot, taking the lowest free one if it has none (raises :class:`PoolFull`)."""
+        """The request's slot, taking the next free one if it has none (raises :class:`PoolFull`)."""
         if request_id in self._slot:
             return self._slot[request_id]
-        if self._freed:
-            slot = heapq.heappop(self._freed)
-        elif self._fresh < self.max_slots:
-            slot, self._fresh = self._fresh, self._fresh + 1
-        else:
+        slot = len(self._owner)
+        if slot >= self.max_slots:
             raise PoolFull(
                 f"all {self.max_slots} K/V slots are taken: let request {request_id} wait for one to free "
                 "(a finished or released request frees its slot), or raise the pool's budget "
                 "(--gpu-memory-utilization on CUDA, --kv-cache-bytes elsewhere)"
             )
         self.ensure_capacity(slot + 1)
+        self._owner.append(request_id)
         self._slot[request_id], self._tokens[request_id] = slot, 0
         return slot
 
@@ -138,10 +134,17 @@ class KVPool:
         return True
 
     def release(self, request_id: str) -> None:
+        """Free the request's slot; the request in the last slot moves into it, so the slots in
+        use stay the first ones (call between steps, never during one)."""
         slot = self._slot.pop(request_id, None)
         self._tokens.pop(request_id, None)
-        if slot is not None:
-            heapq.heappush(self._freed, slot)
+        if slot is None:
+            return
+        last = self._owner.pop()
+        if last != request_id:
+            n = self._tokens[last]
+            self.kv[:, :, slot, :, :n] = self.kv[:, :, len(self._owner), :, :n]
+            self._owner[slot], self._slot[last] = last, slot
 
     def slot(self, request_id: str) -> int | None:
         return self._slot.get(request_id)
@@ -186,10 +189,11 @@ class KVPool:
             self.kv[layer, 1, slot, :, :n] = v[row, :, :n]
         self._tokens[request_id] = n
 
-    def window(self, rows: int, tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per-layer (K, V) views of slots ``0 .. rows`` up to ``tokens``: what a pooled cache
-        step attends to and writes into."""
-        return [(layer[0, :rows, :, :tokens], layer[1, :rows, :, :tokens]) for layer in self.kv]
+    def window(self, first: int, rows: int, tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per-layer (K, V) views of slots ``first .. first + rows`` up to ``tokens``: what a
+        pooled cache step attends to and writes into."""
+        end = first + rows
+        return [(layer[0, first:end, :, :tokens], layer[1, first:end, :, :tokens]) for layer in self.kv]
 
 
 def _bytes_per_slot(layers: int, kv_heads: int, head_dim: int, tokens: int, dtype: torch.dtype) -> int:

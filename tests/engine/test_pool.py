@@ -56,12 +56,15 @@ def test_the_pool_is_sized_from_its_budget_and_says_how_to_fix_a_bad_one(lm):
         EngineConfig(slot_tokens=0)
 
 
-def test_slots_are_handed_out_lowest_first_and_grow_the_pool(lm):
+def test_the_slots_in_use_stay_the_first_ones_and_a_moved_request_keeps_its_cache(lm):
     pool = KVPool.for_model(lm.model, lm.max_context, EngineConfig(kv_cache_bytes=64 << 20))
     assert [pool.reserve(f"r{i}") for i in range(6)] == list(range(6)) and pool.capacity >= 6
-    pool.release("r1")
-    pool.release("r4")
-    assert pool.reserve("new") == 1 and pool.reserve("r0") == 0  # a holder keeps its slot
+    last = torch.randn(pool.kv[:, :, 0, :, :10].shape)
+    pool.store("r5", last)
+    pool.release("r1")  # r5 moves into slot 1, with its K/V
+    assert pool.slot("r5") == 1 and pool.reserve("new") == 5 and pool.reserve("r0") == 0
+    torch.testing.assert_close(pool.view("r5"), last, atol=0, rtol=0)
+    assert sorted(pool.slot(r) for r in pool.requests()) == list(range(6))
 
 
 def test_a_full_pool_refuses_clearly_and_its_requests_still_decode_as_alone(lm):
@@ -84,25 +87,32 @@ def test_a_full_pool_refuses_clearly_and_its_requests_still_decode_as_alone(lm):
 
 def test_a_step_over_a_window_with_padding_rows_leaves_other_slots_untouched(lm):
     engine = DenoisingEngine(lm)
-    a, b = engine.new_request(PROMPTS[0], 64), engine.new_request(PROMPTS[1], 64)
-    engine.step([a, b], [math.inf, math.inf])  # a in slot 0, b in slot 1
-    held = engine.cache_of(a.request_id)
-    engine.step([b], [math.inf])  # rows 0..1: row 0 (a's slot) is padding
-    torch.testing.assert_close(engine.cache_of(a.request_id), held, atol=0, rtol=0)
-    # and b decodes as it would alone, whoever sits beside it
-    assert _decode(engine, [b], [math.inf])[0] == _alone(lm, PROMPTS[1], 64, math.inf)
+    states = [engine.new_request(p, 64) for p in PROMPTS]
+    engine.step(states, [math.inf] * 3)  # slots 0, 1, 2
+    a, b, c = sorted(states, key=lambda s: engine.pool.slot(s.request_id))
+    held = engine.cache_of(b.request_id)
+    plan = cache_step.plan([a, c], engine.pool, 32, captured=False)
+    assert plan.window and plan.n_rows == 3 and plan.rows == [0, 2]  # b's slot is a padding row
+    captured = cache_step.plan([a, c], engine.pool, 32, captured=True)
+    assert captured.window and captured.n_rows == 4  # the bucket of slot 2: rows 1 and 3 pad
+    engine.step([a, c], [math.inf] * 2)
+    torch.testing.assert_close(engine.cache_of(b.request_id), held, atol=0, rtol=0)
+    # and they decode as they would alone, whoever sits beside them
+    got = _decode(engine, states, [math.inf] * 3)
+    assert got == [_alone(lm, p, 64, math.inf) for p in PROMPTS]
 
 
 def test_a_sparse_window_gathers_and_writes_back_as_the_window_would(lm):
     engine = DenoisingEngine(lm)
-    fillers = [engine.new_request(PROMPTS[0], 32) for _ in range(6)]
-    for f in fillers:
-        engine.reserve(f)
-    st = engine.new_request(PROMPTS[2], 64)
-    engine.step([st], [0.9])  # slot 6: a window of 8 rows for one request is too sparse
-    plan = cache_step.plan([st], engine.pool, 32)
-    assert not plan.window and plan.slots == [6]
-    assert _decode(engine, [st], [0.9])[0] == _alone(lm, PROMPTS[2], 64, 0.9)
+    a, st = engine.new_request(PROMPTS[0], 64), engine.new_request(PROMPTS[2], 64)
+    engine.step([a], [0.9])  # slot 0
+    for f in [engine.new_request(PROMPTS[1], 32) for _ in range(5)]:
+        engine.reserve(f)  # slots 1 .. 5
+    engine.step([st], [0.9])  # slot 6: a window of 7 rows for two requests is too sparse
+    plan = cache_step.plan([a, st], engine.pool, 32, captured=False)
+    assert not plan.window and plan.slots == [0, 6]
+    assert not cache_step.plan([a, st], engine.pool, 32, captured=True).window  # 8 rows for 2: gathered too
+    assert _decode(engine, [a, st], [0.9, 0.9]) == [_alone(lm, PROMPTS[0], 64, 0.9), _alone(lm, PROMPTS[2], 64, 0.9)]
 
 
 def test_the_unmask_rule_on_the_device_equals_the_numpy_rule():
@@ -138,9 +148,9 @@ def test_the_cache_step_compiles_with_fullgraph_and_gives_the_eager_logits(compi
     engine.step(states, [math.inf, math.inf])
     engine.step(states[1:], [math.inf])  # different canvases in the two slots
     rows = np.stack([np.flatnonzero(s.response[s.block_slice] == s.mask_id)[:4] for s in states])
-    plan = cache_step.plan(states, engine.pool, block)
+    plan = cache_step.plan(states, engine.pool, block, captured=True)
     x = cache_step.build_inputs(states, rows, engine.pool, engine.lm, plan)
-    past = engine.pool.window(plan.n_rows, plan.tokens)
+    past = engine.pool.window(plan.first, plan.n_rows, plan.tokens)
     before = engine.pool.kv.clone()
     want = cache_step.forward(engine.lm, past, x)
     eager_pool = engine.pool.kv.clone()
