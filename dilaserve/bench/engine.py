@@ -282,6 +282,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         p.error(f"--device {args.device}: this torch build sees no CUDA GPU; run on a GPU host or use --device cpu")
+    if engine_shape.stray_flags(args):
+        p.error(f"{', '.join(engine_shape.stray_flags(args))} apply only with --shape, e.g. --shape llada-8b")
     if args.shape:
         try:
             run = engine_shape.shape_run(args)

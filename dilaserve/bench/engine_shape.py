@@ -361,10 +361,20 @@ def add_arguments(p) -> None:
     g.add_argument("--repeats", type=int, default=None, help="timed steps per measurement (GPU default 5)")
 
 
+#: flags of this benchmark alone (argparse dest names)
+SHAPE_FLAGS = ("layers", "context", "answer_tokens", "cache_batches", "recompute_batches", "repeats")
+
+
+def stray_flags(args) -> list[str]:
+    """The shape-only flags given without ``--shape`` (as typed, e.g. ``--layers``)."""
+    if args.shape:
+        return []
+    return ["--" + k.replace("_", "-") for k in SHAPE_FLAGS if getattr(args, k) is not None]
+
+
 def shape_run(args) -> ShapeRun:
     """The :class:`ShapeRun` of parsed flags, unset ones at the device's defaults (raises
     ``ValueError`` with the fix)."""
-    names = ("context", "answer_tokens", "cache_batches", "recompute_batches", "repeats")
-    given = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    given = {k: getattr(args, k) for k in SHAPE_FLAGS[1:] if getattr(args, k) is not None}
     defaults = {} if args.device.startswith("cuda") else CPU_DEFAULTS
     return ShapeRun(args.shape, args.device, args.layers, **{**defaults, **given})

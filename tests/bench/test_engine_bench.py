@@ -151,6 +151,14 @@ def test_bad_shape_flags_are_clear_usage_errors(capsys, flags, message):
     assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_shape_flags_without_a_shape_are_a_clear_usage_error(capsys):
+    from dilaserve.bench.engine import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--quick", "--layers", "2", "--cache-batches", "1"])
+    assert exit_.value.code == 2 and "--layers, --cache-batches apply only with --shape" in capsys.readouterr().err
+
+
 @pytest.mark.integration
 @pytest.mark.timeout(300)
 def test_ray_step_overhead_steps_the_same_requests_through_ray_and_in_process(default_engine):
