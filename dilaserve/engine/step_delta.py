@@ -19,6 +19,7 @@ Numpy only: the driver imports this without torch.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -158,19 +159,32 @@ class HeldStates:
         )
 
 
+def successor(state: RequestState) -> RequestState:
+    """A copy of ``state`` for the next step to write: a step's states go to other threads
+    (the server streams from them), so a later step must never change them under a reader.
+    Costs microseconds where ``from_bytes(to_bytes())`` costs tens."""
+    new = copy.copy(state)
+    new.response = state.response.copy()
+    new.thresholds_used = list(state.thresholds_used)
+    new.tokens_per_step = list(state.tokens_per_step)
+    return new
+
+
 def _cat(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def adopt_reply(states: Sequence[RequestState], reply: StepReply) -> tuple[list[RequestState], list[str]]:
     """The driver's side of :meth:`HeldStates.step`: ``states`` (in the order sent) after the
-    step, and the ids whose copies no longer agree (their next step must carry their state)."""
+    step, as new objects where the step changed them (``states`` stay as they were), and the
+    ids whose copies no longer agree (their next step must carry their state)."""
     out, diverged = [], []
     ends = np.cumsum(reply.counts)
     for i, st in enumerate(states):
         code = int(reply.outcome[i])
         if code in _CODE_KIND:
             lo, hi = int(ends[i] - reply.counts[i]), int(ends[i])
+            st = successor(st)
             st.apply_step(
                 reply.positions[lo:hi],
                 reply.tokens[lo:hi],

@@ -67,15 +67,23 @@ class Driver:
             ev = await self.until(lambda e, i=s.instance_id: e.instance_id == i and not isinstance(e, StepFinished))
             assert isinstance(ev, InstanceReady), ev
 
-    async def step(self, instance_id: str, states) -> StepFinished | InstanceFailed:
+    async def step(self, instance_id: str, states: list) -> StepFinished | InstanceFailed:
+        """One step over ``states``; a finished step's states replace them in the list."""
         n = len(self.events)
         self.backend.submit_step(instance_id, [StepAssignment(s, 0.9) for s in states])
-        return await self.until(lambda e: e.instance_id == instance_id and e in self.events[n:])
+        ev = await self.until(lambda e: e.instance_id == instance_id and e in self.events[n:])
+        if isinstance(ev, StepFinished):
+            states[:] = ev.states
+        return ev
 
-    async def finish(self, instance_id: str, states) -> None:
+    async def finish(self, instance_id: str, states: list) -> None:
+        """Step ``states`` to the end; the finished states replace them in the list."""
+        done: dict = {}
         while active := [s for s in states if not s.finished]:
             ev = await self.step(instance_id, active)
             assert isinstance(ev, StepFinished) and not ev.errors, ev
+            done.update((s.request_id, s) for s in active)
+            states[:] = [done.get(s.request_id, s) for s in states]
 
 
 def spec(name: str, tp: int, node: int, first: int = 0) -> InstanceSpec:
@@ -139,8 +147,10 @@ def test_removing_a_node_loses_no_request(two_nodes, requests):
         assert failed.spec.node == 1
         # the driver's copies are the last finished step: they go on on the other node
         assert all(s.steps_done == 2 and not s.finished for s in on_y)
-        await d.finish("x", on_x + on_y)
-        assert all(s.finished and s.steps_done == len(s.thresholds_used) for s in on_x + on_y)
+        both = on_x + on_y
+        await d.finish("x", both)
+        assert all(s.finished and s.steps_done == len(s.thresholds_used) for s in both)
+        assert {s.request_id for s in both} == {"x-0", "x-1", "y-0", "y-1"}
         # a node that joins takes the lost node's place in the plan
         two_nodes.add_node(num_cpus=2)
         await d.launch(spec("y2", 1, 1))

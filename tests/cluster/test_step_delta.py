@@ -38,9 +38,10 @@ def test_ids_and_commits_keep_the_drivers_copy_equal_to_a_local_decode(two_engin
         )
         assert not reply.errors and set(reply.outcome.tolist()) <= {RECOMPUTED, CACHED}
         after, diverged = adopt_reply(batch, reply)
-        assert diverged == [] and all(a is b for a, b in zip(after, batch))
-        for st in after:
+        assert diverged == [] and all(a is not b and b.steps_done == a.steps_done - 1 for a, b in zip(after, batch))
+        for i, st in zip(active, after):
             known[st.request_id] = sync_key(st)
+            mine[i] = st
     for a, b in zip(ref, mine):
         assert np.array_equal(a.response, b.response) and a.steps_done == b.steps_done
         assert a.thresholds_used == b.thresholds_used and np.array_equal(a.conf_stats, b.conf_stats)
@@ -70,7 +71,8 @@ def test_a_diverged_copy_is_reported(two_engines):
     held.adopt([st.to_bytes()])
     reply = held.step(remote, ["y"], [0.9])
     st.steps_done += 3  # the driver's copy moved on some other way
-    _, diverged = adopt_reply([st], reply)
+    after, diverged = adopt_reply([st], reply)
+    assert after[0].steps_done == 4
     assert diverged == ["y"]
     remote.release("y")
 
