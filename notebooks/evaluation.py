@@ -114,16 +114,18 @@ def _(mo):
 
         from dilaserve.sim.loop import EventLoop
 
+        # Bound now: a session that ends clears the notebook's globals under a running thread.
+        stopped = QuickRunStopped
         seen = {"loop": None, "until": None, "done": [], "over": False, "stop": False}
         _run = EventLoop.run
 
         def _watched_run(loop, until=None):
             if seen["stop"]:
-                raise QuickRunStopped()
+                raise stopped()
             seen["loop"], seen["until"] = loop, until
             _run(loop, until)
             if seen["stop"]:  # stopped half-way: its numbers would be wrong, and nobody reads them
-                raise QuickRunStopped()
+                raise stopped()
 
         class _Lines(io.TextIOBase):
             def write(self, text):
@@ -198,6 +200,9 @@ def _(
         simulation stops (it does not go on for minutes for nobody)."""
 
     def _quick(cancelled=lambda: False):
+        # Bound now, not looked up when the run ends: a session that ends while the run is in
+        # progress clears the notebook's globals (and so stops the run, below).
+        errors = (MissingArtifactError, TraceFormatError)
         ctx = EvalContext(EvalOptions(quick=True, settings=tuple(settings.value) or ("paper",), out=quick_dir))
         try:
             with_progress(
@@ -206,15 +211,15 @@ def _(
                 cancelled,
             )
             return mo.callout(mo.md(f"Ran `{experiment.value}` (quick) into `{quick_dir}`."), kind="success")
-        except (MissingArtifactError, TraceFormatError) as e:
+        except errors as e:
             print(f"error: {e}")
             return mo.callout(mo.md(f"**The run needs pipeline artifacts.**\n\n```\n{e}\n```"), kind="danger")
 
-    def _in_background(handle_ref):
-        thread = mo.current_thread()
+    def _in_background(handle_ref, quick):
+        thread, stopped = mo.current_thread(), QuickRunStopped  # bound before the globals can go
         try:
-            mo.output.replace(_quick(lambda: handle_ref() is None or thread.should_exit))
-        except QuickRunStopped:
+            mo.output.replace(quick(lambda: handle_ref() is None or thread.should_exit))
+        except stopped:
             return  # the page is gone, or asked again: nothing to show
         except Exception as e:  # shown on the page, as the cell itself would show it
             mo.output.replace(mo.callout(mo.md(f"**The quick run failed:** `{e!r}`"), kind="danger"))
@@ -228,7 +233,7 @@ def _(
     elif run.value:
         # In a browser: beside the kernel, so that the page stays live, and stopped with it.
         quick_run = QuickRun()
-        mo.Thread(target=_in_background, args=(weakref.ref(quick_run),), daemon=True).start()
+        mo.Thread(target=_in_background, args=(weakref.ref(quick_run), _quick), daemon=True).start()
     run_message
     return quick_run, run_message
 
