@@ -21,12 +21,14 @@ from dilaserve.reconfig.stage1 import CapacityProblem
 def forecast_rate(arrivals: Sequence[float], now: float, window_s: float, horizon_s: float, bins: int = 6) -> float:
     """The mean arrival rate (requests/s) over ``[now, now + horizon_s]``: a least-squares
     line through the arrival counts of ``bins`` equal stretches of the last ``window_s``,
-    carried forward, never below zero. With under two bins' worth of arrivals it is the
-    window's mean rate."""
+    carried forward, never below zero. The window starts no earlier than its first arrival.
+    With under two arrivals a bin it is the window's mean rate."""
     if window_s <= 0 or horizon_s < 0 or bins < 2:
         raise ValueError(f"window_s={window_s} must be positive, horizon_s={horizon_s} >= 0 and bins={bins} >= 2")
     t = np.asarray(arrivals, dtype=np.float64)
     t = t[(t > now - window_s) & (t <= now)]
+    if len(t):  # a window longer than the arrivals seen so far would read as a rise
+        window_s = min(window_s, max(now - float(t.min()), window_s / bins))
     edges = np.linspace(now - window_s, now, bins + 1)
     width = window_s / bins
     counts = np.histogram(t, bins=edges)[0] / width
@@ -37,16 +39,19 @@ def forecast_rate(arrivals: Sequence[float], now: float, window_s: float, horizo
     return max(float(level + slope * horizon_s / 2), 0.0)
 
 
-def holding_time_s(rate_now: float, rate_ahead: float, horizon_s: float, carried_rps: float) -> float:
+def holding_time_s(
+    rate_now: float, rate_ahead: float, horizon_s: float, carried_rps: float, limit_s: float | None = None
+) -> float:
     """Seconds until a rate moving linearly from ``rate_now`` (the mean of the next
-    ``horizon_s`` being ``rate_ahead``) outgrows ``carried_rps``: ``horizon_s`` where it
-    never does within it, 0 where it already has."""
+    ``horizon_s`` being ``rate_ahead``) outgrows ``carried_rps``: ``limit_s`` (default
+    ``horizon_s``) where it does not sooner, 0 where it already has."""
+    limit = horizon_s if limit_s is None else limit_s
     if rate_now > carried_rps:
         return 0.0
     slope = 2 * (rate_ahead - rate_now) / horizon_s if horizon_s > 0 else 0.0
     if slope <= 0:
-        return horizon_s
-    return min(horizon_s, (carried_rps - rate_now) / slope)
+        return limit
+    return min(limit, (carried_rps - rate_now) / slope)
 
 
 def fastest_alone_s(pb: CapacityProblem, tp: int, threshold: float | None = None) -> np.ndarray:

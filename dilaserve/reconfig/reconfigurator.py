@@ -203,6 +203,25 @@ class Reconfigurator:
         )
         return plan
 
+    def tick(
+        self, now: float, existing: Sequence[InstanceSpec], home: Sequence[InstanceSpec], lowest: float | None = None
+    ) -> ReconfigPlan | None:
+        """The plan of a reconfiguration tick: made ahead (:meth:`propose_ahead`) where a
+        tier is out of ``home``'s reach at ``lowest`` (:meth:`needs_reach`), else for the
+        load just seen (:meth:`propose`). Elsewhere nothing changes: planning ahead acts only
+        where the layout must change with the load."""
+        if home and self.needs_reach(now, home, lowest):
+            return self.propose_ahead(now, existing, home, lowest)
+        return self.propose(now, existing)
+
+    def replay_terms(self, now: float, plan: ReconfigPlan, home: Sequence[InstanceSpec]) -> tuple[float, float]:
+        """(the share of ``plan``'s expected hold its transition takes, the rate its layout
+        must hold), for the replay that judges it: a plan made ahead brings its hold and its
+        forecast peak; any other holds ``ReconfigConfig.lifetime_s`` and must hold
+        :meth:`peak_rps`."""
+        share = plan.transition_s / (plan.hold_s or self.config.lifetime_s)
+        return share, plan.peak_rps if plan.peak_rps is not None else self.peak_rps(now, home)
+
     def needs_reach(self, now: float, home: Sequence[InstanceSpec], lowest: float | None = None) -> bool:
         """Whether a tier of the recent arrivals is out of reach of ``home``'s TP degrees
         (its SLO below the fastest a request of it runs alone there, at ``lowest``, the
@@ -217,28 +236,41 @@ class Reconfigurator:
         return bool(unreached) and len(out_of_reach(pb, self.degrees, lowest)) < len(unreached)
 
     def forecast(self, now: float) -> tuple[float, float]:
-        """(the arrival rate now, the forecast mean rate over a plan's lifetime), from a line
-        through the monitor window's arrival counts (:func:`forecast_rate`)."""
+        """(the line's rate now, the forecast mean rate over the next interval, as long as
+        the monitor's window), from a line through the window's arrival counts
+        (:func:`forecast_rate`): a line carried further than the evidence behind it would
+        plan for its noise."""
         arrivals, window = self.monitor.arrivals(now), self.monitor.config.window_s
-        return forecast_rate(arrivals, now, window, 0.0), forecast_rate(arrivals, now, window, self.config.lifetime_s)
+        return forecast_rate(arrivals, now, window, 0.0), forecast_rate(arrivals, now, window, window)
 
     def propose_ahead(
-        self, now: float, existing: Sequence[InstanceSpec], home: Sequence[InstanceSpec]
+        self,
+        now: float,
+        existing: Sequence[InstanceSpec],
+        home: Sequence[InstanceSpec],
+        lowest: float | None = None,
     ) -> ReconfigPlan | None:
         """A plan for the coming interval, or None to keep the cluster. Stage 1 plans each
         SLO tier apart for the most the forecast rate reaches within the plan's lifetime; a
         plan's expected hold is the time until the forecast outgrows what it carries at the
         lowest threshold, and its gain over that hold must repay its transition (the
-        scheduler's replay then judges it at the forecast's peak). Where stage 1 finds no
-        plan, the way back to ``home``."""
+        scheduler's replay then judges it at the forecast's peak). Classes no degree
+        reaches at ``lowest`` are left out: admission refuses their requests, and planning
+        for them would find no plan. Where stage 1 finds no plan, the way back to ``home``."""
         classes = self.monitor.classes(now, by_tier=True)
         if not classes or not self.degrees:
             return None
         rate_now, ahead = self.forecast(now)
-        lifetime = self.config.lifetime_s
-        peak = max(rate_now, 2 * ahead - rate_now)  # the line's end: the most the lifetime sees
+        lifetime, horizon = self.config.lifetime_s, self.monitor.config.window_s
         observed = sum(k.rate for k in classes) / (1 + self.monitor.config.safety_margin)
+        # The window's mean or the next interval's, whichever is more (the monitor's safety
+        # margin stays on top): planning for the line's far end would plan for its noise.
+        peak = max(observed, ahead)
         scale = peak / observed if observed > 0 else 1.0
+        beyond = set(out_of_reach(self.problem(classes), self.degrees, lowest))
+        classes = [k for i, k in enumerate(classes) if i not in beyond]
+        if not classes:
+            return None
         pb = self.problem([replace(k, rate=k.rate * max(scale, 1e-9)) for k in classes])
         current_counts = dict(Counter(e.tp for e in existing))
         target = self._stage1(pb, "forecast")
@@ -253,7 +285,8 @@ class Reconfigurator:
             return None
         if capacity_rps(pb, counts) < pb.total_rate * (1 + self.config.capacity_headroom):
             return None
-        hold = holding_time_s(rate_now, ahead, lifetime, capacity_rps(pb, counts))
+        # Held until the forecast line outgrows the plan, for no longer than a plan's lifetime.
+        hold = holding_time_s(rate_now, ahead, horizon, capacity_rps(pb, counts), limit_s=lifetime)
         plan = self.plan_to(
             list(target.node_counts),
             existing,

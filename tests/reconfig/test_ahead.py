@@ -2,6 +2,8 @@
 planning ahead on, and the plans it makes (a tier only TP-4 can serve at low load, TP-1's
 throughput at the peak)."""
 
+from dataclasses import replace
+
 import pytest
 
 from dilaserve.control.step_law import StepLaw, step_split
@@ -43,7 +45,9 @@ def test_forecast_carries_the_trend_forward():
     assert forecast_rate(rising, 60.0, 60.0, 0.0) == pytest.approx(15.0, rel=0.1)
     falling = _even(lambda t: 15.0 - t / 6.0, 0.0, 60.0)
     assert forecast_rate(falling, 60.0, 60.0, 600.0) == 0.0  # never below zero
-    assert forecast_rate([1.0, 2.0], 60.0, 60.0, 60.0) == pytest.approx(2 / 60)  # too few: the mean
+    assert forecast_rate([1.0, 2.0], 60.0, 60.0, 60.0) == pytest.approx(2 / 59)  # too few: the mean since the first
+    # A window longer than the arrivals seen so far reads no rise from the time before them.
+    assert forecast_rate(_even(lambda t: 10.0, 30.0, 60.0), 60.0, 60.0, 60.0) == pytest.approx(10.0, rel=0.05)
     with pytest.raises(ValueError, match="bins"):
         forecast_rate(flat, 60.0, 60.0, 60.0, bins=1)
 
@@ -54,6 +58,8 @@ def test_holding_time_is_when_the_forecast_outgrows_the_layout():
     # Rising from 10/s with a mean of 15/s over 300 s: 10 + t / 30 reaches 20/s at 300 s, 15/s at 150 s.
     assert holding_time_s(10.0, 15.0, 300.0, 15.0) == pytest.approx(150.0)
     assert holding_time_s(25.0, 25.0, 300.0, 20.0) == 0.0  # already outgrown
+    assert holding_time_s(10.0, 15.0, 300.0, 20.0, limit_s=1000.0) == pytest.approx(300.0)  # the line, carried on
+    assert holding_time_s(10.0, 10.0, 60.0, 20.0, limit_s=1000.0) == 1000.0
 
 
 def _reconfigurator() -> Reconfigurator:
@@ -131,3 +137,22 @@ def test_reach_is_judged_at_the_lowest_threshold_the_controller_may_run():
     home = static_layout(CLUSTER, 1)
     assert not rec.needs_reach(60.0, home)
     assert rec.needs_reach(60.0, home, lowest=0.7)
+
+
+def test_tick_plans_ahead_only_where_a_tier_is_out_of_reach_and_prices_the_plan_by_its_hold():
+    home = static_layout(CLUSTER, 1)
+    rec = _reconfigurator()
+    _observe(rec, 0.55, lambda t: 6.0)
+    plan = rec.tick(60.0, home, home, lowest=0.7)
+    assert plan is not None and plan.reason.startswith("ahead")
+    share, peak = rec.replay_terms(60.0, plan, home)
+    assert share == pytest.approx(plan.transition_s / plan.hold_s) and peak == plan.peak_rps
+    # A tier TP-1 reaches: the tick is the plain proposal, judged at the starting layout's peak.
+    loose = _reconfigurator()
+    _observe(loose, 5.0, lambda t: 6.0)
+    plain = loose.tick(60.0, home, home, lowest=0.7)
+    assert plain is None or not plain.reason.startswith("ahead")
+    other = replace(plan, hold_s=None, peak_rps=None)
+    share, peak = loose.replay_terms(60.0, other, home)
+    assert share == pytest.approx(plan.transition_s / loose.config.lifetime_s)
+    assert peak == pytest.approx(loose.peak_rps(60.0, home)) and peak > 0
