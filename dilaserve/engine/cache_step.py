@@ -35,14 +35,14 @@ class CacheStepInputs:
 
     ``ids``/``positions`` (R, lead + fed); ``past_mask`` (R, S) the cached keys each row may
     see; ``logit_rows`` (R, P) fed-token indices whose logits are wanted; ``write_rows`` (R,)
-    the rows that are a request's; ``prompt_lengths`` (R,) for block-causal models, else None.
+    the rows that are a request's (None: all of them, in an eager step without padding rows); ``prompt_lengths`` (R,) for block-causal models, else None.
     """
 
     ids: torch.Tensor
     positions: torch.Tensor
     past_mask: torch.Tensor
     logit_rows: torch.Tensor
-    write_rows: torch.Tensor
+    write_rows: torch.Tensor | None
     prompt_lengths: torch.Tensor | None
 
     @property
@@ -99,10 +99,16 @@ def plan(states: list[RequestState], pool: KVPool, granule: int, captured: bool)
 
 
 def build_inputs(
-    states: list[RequestState], logit_rows: np.ndarray, pool: KVPool, lm: DiffusionLM, p: CachePlan
+    states: list[RequestState],
+    logit_rows: np.ndarray,
+    pool: KVPool,
+    lm: DiffusionLM,
+    p: CachePlan,
+    static: bool = False,
 ) -> CacheStepInputs:
     """The step's inputs for ``states`` at their plan rows; ``logit_rows`` (B, P) are block
-    positions whose logits are wanted."""
+    positions whose logits are wanted. ``static``: a captured step's, whose every input keeps
+    its shape (``write_rows`` too, padding rows or not)."""
     R, S, lead = p.n_rows, p.tokens, lm.lead
     fed = fed_length(states[0])
     back = fed - states[0].block_length  # the finished block fed before the block, when appending
@@ -133,7 +139,9 @@ def build_inputs(
     def on(x: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(x).to(dev, non_blocking=True)
 
-    return CacheStepInputs(on(ids), on(pos), on(past_mask), on(rows), on(write), on(plen) if lm.block_causal else None)
+    # every row a request's: no write mask, which saves a gather of the fed positions per layer
+    write_rows = on(write) if static or not write.all() else None
+    return CacheStepInputs(on(ids), on(pos), on(past_mask), on(rows), write_rows, on(plen) if lm.block_causal else None)
 
 
 def forward(lm: DiffusionLM, past_kv: list, x: CacheStepInputs) -> torch.Tensor:

@@ -412,7 +412,7 @@ class DenoisingEngine:
         pool, runner = self.pool, self._runner
         granule = self.config.context_granule or (CAPTURED_GRANULE if runner.capture else states[0].block_length)
         plan = cache_step.plan(states, pool, granule, runner.capture)
-        x = cache_step.build_inputs(states, logit_rows, pool, self.lm, plan)
+        x = cache_step.build_inputs(states, logit_rows, pool, self.lm, plan, static=runner.capture)
         if plan.window:
             logits = runner.run(x, plan.first)
         else:

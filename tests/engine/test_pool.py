@@ -149,7 +149,7 @@ def test_the_cache_step_compiles_with_fullgraph_and_gives_the_eager_logits(compi
     engine.step(states[1:], [math.inf])  # different canvases in the two slots
     rows = np.stack([np.flatnonzero(s.response[s.block_slice] == s.mask_id)[:4] for s in states])
     plan = cache_step.plan(states, engine.pool, block, captured=True)
-    x = cache_step.build_inputs(states, rows, engine.pool, engine.lm, plan)
+    x = cache_step.build_inputs(states, rows, engine.pool, engine.lm, plan, static=True)
     past = engine.pool.window(plan.first, plan.n_rows, plan.tokens)
     before = engine.pool.kv.clone()
     want = cache_step.forward(engine.lm, past, x)
