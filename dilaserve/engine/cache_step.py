@@ -35,7 +35,8 @@ class CacheStepInputs:
 
     ``ids``/``positions`` (R, lead + fed); ``past_mask`` (R, S) the cached keys each row may
     see; ``logit_rows`` (R, P) fed-token indices whose logits are wanted; ``write_rows`` (R,)
-    the rows that are a request's (None: all of them, in an eager step without padding rows); ``prompt_lengths`` (R,) for block-causal models, else None.
+    the rows that are a request's (None: all of them, in an eager step without padding rows);
+    ``prompt_lengths`` (R,) for block-causal models, else None.
     """
 
     ids: torch.Tensor
