@@ -25,6 +25,7 @@ from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConf
 from dilaserve.reconfig.monitor import WorkloadMonitor
 from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule.config import SchedulerConfig
+from dilaserve.schedule.control_worker import ControlWorker
 from dilaserve.schedule.dispatch import dispatch_policies
 from dilaserve.schedule.observer import SchedulerObserver
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
@@ -48,6 +49,9 @@ class ControlPlaneSpec:
     tuner: how the operating-point tuner replays (policies that ``tune``).
     evaluator: the replay the tuner runs (the simulator's, or the server's from its
         artifacts); None leaves a tuning policy at its configured operating point.
+    control_worker: runs the tuner's replays beside the step loop (a server's
+        :class:`~dilaserve.schedule.control_worker.ProcessWorker`); None: at once, in the
+        caller (the simulator).
     """
 
     profile: LatencyProfile
@@ -59,6 +63,7 @@ class ControlPlaneSpec:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     tuner: TunerConfig = field(default_factory=TunerConfig)
     evaluator: WindowEvaluator | None = None
+    control_worker: ControlWorker | None = None
 
 
 def build_controller(
@@ -125,7 +130,12 @@ def build_control_plane(
         pins = [t for t, ok in zip(controller.config.thresholds, controller.budget_mask.tolist()) if ok]
         placement = dispatch_policies.get(pol.dispatch).fits_by_slack
         tuner = OperatingPointTuner(
-            spec.evaluator, pins, spec.tuner, placement=placement, admission=controller.admission_on
+            spec.evaluator,
+            pins,
+            spec.tuner,
+            placement=placement,
+            admission=controller.admission_on,
+            worker=spec.control_worker,
         )
     scheduler = GlobalScheduler(
         backend,

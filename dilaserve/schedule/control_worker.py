@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import pickle
 import queue
 import time
 from collections.abc import Callable, Sequence
@@ -170,7 +171,8 @@ class ProcessWorker(ControlWorker):
     """Runs jobs in a child process under a CPU budget (:class:`BudgetConfig`).
 
     ``make_evaluator`` is called in the child (it must be picklable, e.g. a module-level
-    function or a partial of one) to build the replay once; jobs then travel as data.
+    function or a partial of one) to build the replay once; jobs then travel as data. Until
+    the child has built it (:attr:`ready`), no job starts and the server serves as it is.
     ``clock``: wall seconds (``time.monotonic``; tests pass their own).
     """
 
@@ -194,6 +196,7 @@ class ProcessWorker(ControlWorker):
 
     # ------------------------------------------------------------ child
     def _start_child(self) -> None:
+        self.ready = False  # no job until the child has built its replay
         self._jobs, self._results = self._ctx.Queue(), self._ctx.Queue()
         self._proc = self._ctx.Process(
             target=_child_main, args=(self.make_evaluator, self._jobs, self._results), daemon=True
@@ -213,8 +216,10 @@ class ProcessWorker(ControlWorker):
         return self._running is not None
 
     def submit(self, tag: object, job: ReplayJob) -> bool:
+        if not self.ready:
+            self.poll()  # perhaps it is now
         now = self.clock()
-        if self._running is not None or now < self._next_start:
+        if not self.ready or self._running is not None or now < self._next_start:
             self._stats.skipped += 1
             return False
         self._jobs.put((tag, job))
@@ -235,6 +240,9 @@ class ProcessWorker(ControlWorker):
                 tag, result, cpu_s = self._results.get_nowait()
             except queue.Empty:
                 break
+            if tag == READY:
+                self.ready = True
+                continue
             running, self._running = self._running, None
             if running is None or running.tag != tag:
                 self._stats.dropped += 1  # cancelled before it came back
@@ -269,8 +277,14 @@ class ProcessWorker(ControlWorker):
             self._proc = None
 
 
+#: The tag the child sends once its replay is built (its imports can take seconds).
+READY = "__ready__"
+
+
 def _child_main(make_evaluator: Callable[[], WindowEvaluator], jobs, results) -> None:
-    _serve_jobs(make_evaluator(), jobs, results)
+    evaluate = make_evaluator()
+    results.put((READY, None, 0.0))
+    _serve_jobs(evaluate, jobs, results)
 
 
 @dataclass
@@ -288,6 +302,22 @@ class _Counters:
 
     def frozen(self, scale: float) -> ControlStats:
         return ControlStats(self.jobs, self.cpu_s, self.longest_job_s, self.dropped, self.skipped, scale)
+
+
+def replay_worker(make_evaluator: Callable[[], WindowEvaluator], cpu_share: float) -> ControlWorker | None:
+    """A server's worker: the replays in a child process under ``cpu_share`` of a core;
+    None (replays inline, between steps, as before) where the replay cannot be sent to a
+    process, with a warning that says so."""
+    budget = BudgetConfig(cpu_share=cpu_share)  # validates the share before anything starts
+    try:
+        pickle.dumps(make_evaluator)
+    except Exception as exc:  # an artifact that cannot cross a process boundary
+        log.warning(
+            "the tuner's replay cannot run in a worker process (%s): it runs between steps and holds them up",
+            exc,
+        )
+        return None
+    return ProcessWorker(make_evaluator, budget)
 
 
 def candidates_within(points: Sequence[OperatingPoint], scale: float) -> list[OperatingPoint]:

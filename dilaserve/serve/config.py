@@ -95,6 +95,12 @@ class ServeConfig:
         "engine core's thread and the HTTP loop share the GIL, and each time the front end wakes it waits "
         "up to this long behind pure-Python control work (a solve, a predictor refresh)",
     )
+    control_cpu_share: float = option(
+        0.05,
+        "share of one core the operating-point tuner's replays may use: they run in a process beside the "
+        "step loop, and after a replay that used c CPU-seconds the next starts no sooner than c / this "
+        "later (the server serves at its current point meanwhile)",
+    )
     admin_api: bool = option(
         False,
         "serve POST /admin/reconfigure, which applies an operator's cluster configuration live; "

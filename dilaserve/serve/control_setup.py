@@ -9,12 +9,14 @@ The runtime (:mod:`dilaserve.serve.runtime`) calls these at start-up; the admin 
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from dilaserve.cluster import ray_local
 from dilaserve.reconfig.config import ClusterConfig, ReconfigConfig
 from dilaserve.reconfig.reconfigurator import Reconfigurator
 from dilaserve.schedule.control_plane import ControlPlaneSpec
+from dilaserve.schedule.control_worker import replay_worker
 from dilaserve.schedule.policies import get_policy
 
 from .config import ServeConfig
@@ -52,6 +54,8 @@ def control_plane_spec(cfg: ServeConfig, inputs: ControlInputs) -> ControlPlaneS
         rc = replace(cfg.reconfig, block_length=cfg.block_length)
         rc = rc.with_step_law(inputs.step_law) if inputs.step_law else rc
     control = replace(cfg.control, step_law=inputs.step_law)
+    make_replay = _tuner_replay(cfg, inputs, control, rc)
+    evaluator = make_replay() if make_replay else None
     return ControlPlaneSpec(
         inputs.profile,
         control,
@@ -61,14 +65,16 @@ def control_plane_spec(cfg: ServeConfig, inputs: ControlInputs) -> ControlPlaneS
         accuracy=inputs.accuracy,
         scheduler=cfg.scheduler,
         tuner=cfg.tuner,
-        evaluator=_tuner_replay(cfg, inputs, control, rc),
+        evaluator=evaluator,
+        control_worker=replay_worker(make_replay, cfg.control_cpu_share) if make_replay else None,
     )
 
 
 def _tuner_replay(cfg: ServeConfig, inputs: ControlInputs, control, reconfig):
-    """The operating-point tuner's replay of the server's own cluster on its artifacts'
-    step law (the simulator runs this same control plane), or None where the policy does
-    not tune or the artifacts to replay are missing."""
+    """What builds the operating-point tuner's replay of the server's own cluster on its
+    artifacts' step law (the simulator runs this same control plane; a picklable partial,
+    so the control worker's process builds its own), or None where the policy does not
+    tune or the artifacts to replay are missing."""
     policy = get_policy(cfg.policy)
     if not policy.tune or inputs.replay is None:
         return None
@@ -87,7 +93,7 @@ def _tuner_replay(cfg: ServeConfig, inputs: ControlInputs, control, reconfig):
         block_causal=block_causal,
     )
     predictors = Predictors(inputs.predictor, inputs.oneshot, quality)
-    return serving_replay(setting, table, quality, predictors, cfg.tuner, policy)
+    return partial(serving_replay, setting, table, quality, predictors, cfg.tuner, policy)
 
 
 def reconfigure_to(runtime: ServingRuntime, node_counts: list[dict[int, int]]) -> bool:

@@ -212,6 +212,9 @@ class ServingRuntime:
         self.handles.clear()
         if self.core is not None:
             await self.core.shutdown()
+        sched = self.scheduler
+        if sched is not None and sched.tuner is not None:
+            sched.tuner.worker.close()  # the tuner's replay process
         if self._owns_ray:
             ray_local.disconnect(True)
 

@@ -152,10 +152,19 @@ def _wait_result(worker: ProcessWorker, timeout_s: float = 60.0):
     raise AssertionError("the worker process returned nothing")
 
 
+def _ready(worker: ProcessWorker) -> None:
+    end = time.monotonic() + 60
+    while not worker.ready:
+        assert time.monotonic() < end, "the worker process never became ready"
+        worker.poll()
+        time.sleep(0.05)
+
+
 def test_a_process_worker_runs_jobs_beside_the_caller_within_its_cpu_budget():
     clock = Clock()
     worker = ProcessWorker(make_constant, BudgetConfig(cpu_share=0.05), clock=clock)
     try:
+        _ready(worker)
         assert worker.submit(1, _job(5)) and worker.busy
         assert not worker.submit(2, _job(5))  # one job at a time
         assert _wait_result(worker) == [(1, [5.0, 5.0])]
@@ -176,6 +185,7 @@ def test_a_job_past_its_limit_is_cancelled_and_the_next_replays_less():
     clock = Clock()
     worker = ProcessWorker(make_spin, BudgetConfig(job_limit_s=5.0), clock=clock)
     try:
+        _ready(worker)
         assert worker.submit(1, _job())
         clock.t = 6.0
         assert worker.poll() == [] and not worker.busy
