@@ -37,11 +37,6 @@ class CacheStepRunner:
         self._graphs: dict[tuple, _Captured] = {}
         self._mempool = None  # one memory pool shared by every graph's intermediates
 
-    @property
-    def graphs(self) -> int:
-        """Graphs captured so far."""
-        return len(self._graphs)
-
     def run(self, x: CacheStepInputs, first: int) -> torch.Tensor:
         """Logits (R, P, V) of a step over the pool's slots ``first .. first + R`` (a captured
         step's window starts at slot 0)."""

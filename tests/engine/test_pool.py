@@ -129,11 +129,44 @@ def test_the_unmask_rule_on_the_device_equals_the_numpy_rule():
 
 
 @pytest.fixture(scope="module")
-def compiled_models(tiny_checkpoint, tiny_bd_checkpoint, tmp_path_factory):
-    dream = make_tiny(
-        "dream", tmp_path_factory.mktemp("dream"), TinyShape(layers=2, hidden=32, heads=4, kv_heads=2, intermediate=64)
-    )
-    return {"dila": (tiny_checkpoint, 32), "block-causal": (tiny_bd_checkpoint, TINY_BD_BLOCK), "dream": (dream, 32)}
+def natives(tmp_path_factory):
+    shape = TinyShape(layers=2, hidden=32, heads=4, kv_heads=2, intermediate=64)
+    return {arch: make_tiny(arch, tmp_path_factory.mktemp(arch), shape, seed=5) for arch in ("llada", "dream")}
+
+
+@pytest.mark.parametrize("arch", ["llada", "dream"])
+def test_a_native_request_migrated_mid_batch_decodes_as_alone(natives, arch):
+    """LLaDA and Dream (grouped K/V heads, the lead token) in the pool: a batch whose requests
+    finish at different times (so slots move), one of them migrated to another engine right
+    before a recompute step, each decodes as it would alone on a fresh engine."""
+    lm = load_diffusion_lm(natives[arch])
+    prompts, gens, thr = [[5, 6, 7], [9, 10, 11, 12, 13], [20, 21]], [64, 96, 32], [math.inf, 1.0, 0.05]
+    src, dst = DenoisingEngine(lm), DenoisingEngine(lm)
+    states = [src.new_request(p, g) for p, g in zip(prompts, gens)]
+    where = [src] * 3
+    while not all(s.finished for s in states):
+        for engine in (src, dst):
+            active = [i for i, s in enumerate(states) if not s.finished and where[i] is engine]
+            if active:
+                engine.step([states[i] for i in active], [thr[i] for i in active])
+        moved = states[1]
+        if where[1] is src and moved.block_index == 1 and moved.next_kind is StepKind.RECOMPUTE:
+            src.release(moved.request_id)
+            states[1], where[1] = dst.restore(moved.to_bytes()), dst
+    assert where[1] is dst and not src.cached_requests() and not dst.cached_requests()
+    for p, g, t, s in zip(prompts, gens, thr, states):
+        engine = DenoisingEngine(lm)
+        want = _decode(engine, [engine.new_request(p, g)], [t])[0]
+        assert (s.response.tolist(), s.steps_done) == want[:2]
+
+
+@pytest.fixture(scope="module")
+def compiled_models(tiny_checkpoint, tiny_bd_checkpoint, natives):
+    return {
+        "dila": (tiny_checkpoint, 32),
+        "block-causal": (tiny_bd_checkpoint, TINY_BD_BLOCK),
+        "dream": (natives["dream"], 32),
+    }
 
 
 @pytest.mark.parametrize("model", ["dila", "block-causal", "dream"])
