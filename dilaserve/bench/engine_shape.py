@@ -18,7 +18,11 @@ block 32:
   second; ``matmul_tflops``: a large square matmul in the model's dtype;
 * ``tokens_per_s_batch1``: a whole answer of ``--answer-tokens`` decoded alone, one token per
   step (random weights commit one anyway), with the dual cache and recomputing every step;
-* ``gpu_mem_gb``: the peak memory torch allocated on the GPU (null on CPU).
+* ``gpu_mem_gb``: the peak memory torch allocated on the GPU (null on CPU). The engine's K/V
+  pool takes most of what its memory budget leaves (``kv_pool_gb``; slots of exactly
+  ``--context`` tokens, and room kept beside it for the recompute step of the largest cache
+  batch), so the peak says more about that budget than about the steps. The raw steps all run
+  before the engine is built, so their inputs never sit beside the pool.
 
 On CUDA every timing brackets the call with CUDA events after a synchronisation and
 synchronises after it, so a step's host work and its kernels both count. Weights are bfloat16
@@ -41,6 +45,7 @@ import numpy as np
 import torch
 
 from dilaserve.engine import DenoisingEngine, StepKind
+from dilaserve.engine.config import EngineConfig
 from dilaserve.model import dream, llada
 from dilaserve.model.adapters import DiffusionLM
 from dilaserve.model.make_tiny import TinyShape, dream_config, llada_config
@@ -271,23 +276,34 @@ def decode_tokens_per_s(engine: DenoisingEngine, run: ShapeRun, use_cache: bool,
     return sum(st.tokens_per_step) / (ms / 1000)
 
 
+def engine_config(run: ShapeRun, mspec: ModelSpec) -> EngineConfig:
+    """The engine's K/V pool for this run: slots of exactly the run's context, and on a GPU
+    room beside the pool for the recompute step of the largest cache batch, which holds every
+    layer's K/V of its whole canvases at once before they go to the pool."""
+    transient = max(run.cache_batches) * run.context * mspec.kv_bytes_per_token
+    return EngineConfig(slot_tokens=run.context, activation_reserve_bytes=int(transient) + (8 << 30))
+
+
 def run_shape(run: ShapeRun) -> dict:
-    """Every measurement of the module docstring, as its JSON object."""
+    """Every measurement of the module docstring, as its JSON object. The raw steps all run
+    before the engine exists: on a GPU its K/V pool takes most of the memory left."""
     started = time.perf_counter()
     cuda = run.device.startswith("cuda")
     time_one = timer(run.device)
     lm = build_random_lm(run.shape, run.layers, run.device)
-    engine = DenoisingEngine(lm)
     mspec = model_spec(lm, run.shape)
     copy = copy_gbs(run.device, time_one, (2 << 30) if cuda else (256 << 20))
     mm = matmul_tflops(run.device, time_one, 8192 if cuda else 1024, torch.bfloat16)
     params = RooflineParams(context=run.context, answer_tokens=run.answer_tokens, block_length=BLOCK)
-    steps = []
     plan = [(StepKind.CACHE, b) for b in run.cache_batches] + [(StepKind.RECOMPUTE, b) for b in run.recompute_batches]
+    raw_ms = {}
     for kind, batch in plan:
         raw = raw_step(lm, run, kind, batch)
-        raw_ms = median_ms(time_one, raw, run.repeats)
-        del raw  # its inputs (a cache step's whole K/V) are freed before the engine's
+        raw_ms[kind, batch] = median_ms(time_one, raw, run.repeats)
+        del raw  # its inputs (a cache step's whole K/V) are freed before the next
+    engine = DenoisingEngine(lm, engine_config(run, mspec))
+    steps = []
+    for kind, batch in plan:
         eng_ms = engine_step_ms(engine, run, kind, batch, time_one)
         tokens = batch * (BLOCK if kind is StepKind.CACHE else run.context)
         flops, nbytes = step_work(mspec, params, tokens, kind)
@@ -296,7 +312,7 @@ def run_shape(run: ShapeRun) -> dict:
             {
                 "kind": kind.value,
                 "batch": batch,
-                "raw_ms": round(raw_ms, 3),
+                "raw_ms": round(raw_ms[kind, batch], 3),
                 "engine_ms": round(eng_ms, 3),
                 "floor_ms": round(floor_ms, 3),
                 "floor_ratio": round(eng_ms / floor_ms, 2),
@@ -315,6 +331,7 @@ def run_shape(run: ShapeRun) -> dict:
         "tokens_per_s_batch1": tps,
         "gpu_mem_gb": round(torch.cuda.max_memory_allocated() / 1e9, 2) if cuda else None,
         "copy_gbs": sig(copy),
+        "kv_pool_gb": round(engine.pool.kv.nbytes / 1e9, 3) if engine.pool is not None else None,
         "matmul_tflops": sig(mm),
         "dtype": "bfloat16",
         "layers": mspec.layers,
