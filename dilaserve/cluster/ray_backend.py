@@ -77,6 +77,10 @@ class RayBackendConfig:
     liveness_interval_s: float = 1.0
     """How often a ready instance's workers are pinged. A worker that dies between steps is
     otherwise noticed only by the next step sent to it, and readiness would report it alive."""
+    gpus_per_node: int | None = None
+    """GPUs (or CPU slots) of one of the planner's logical nodes: a Ray node with k times as
+    many holds k logical nodes (one machine serving ``--num-slots 4 --slots-per-node 2``).
+    None: each Ray node is one logical node."""
     node_poll_s: float = 1.0
     """How often a launch whose logical node has no live Ray node asks Ray again (until
     ``launch_timeout_s``), e.g. while a replacement node joins."""
@@ -129,7 +133,7 @@ class RayBackend(Backend):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task] = set()
         #: the planner's logical nodes on Ray's nodes
-        self.nodes = NodeMap(config.device)
+        self.nodes = NodeMap(config.device, config.gpus_per_node)
 
     # ------------------------------------------------------------ helpers
     def _spawn(self, coro) -> None:
@@ -200,11 +204,12 @@ class RayBackend(Backend):
         if node is None:
             self._fail(inst, f"failed to start (no live Ray node for logical node {spec.node} within {timeout:g}s)")
             return
-        if max(spec.gpus) >= node.slots:
+        room = self.config.gpus_per_node or node.slots
+        if max(spec.gpus) >= room:
             self._fail(
                 inst,
-                f"failed to start (logical node {spec.node} is Ray node {node.node_id[:12]} with {node.slots} "
-                f"slot(s); the plan names GPU {max(spec.gpus)}: give the server a --gpus-per-node the Ray nodes have)",
+                f"failed to start (logical node {spec.node} has {room} slot(s) on Ray node {node.node_id[:12]}; "
+                f"the plan names GPU {max(spec.gpus)}: give the server a --slots-per-node the Ray nodes have)",
             )
             return
         inst.workers = self._create_workers(spec, node)
@@ -212,7 +217,7 @@ class RayBackend(Backend):
             master = None
             if spec.tp > 1:
                 master = await asyncio.wait_for(
-                    _gather([inst.workers[0].rendezvous.remote()]), deadline - time.monotonic()
+                    _gather([inst.workers[0].rendezvous.remote()]), max(0.0, deadline - time.monotonic())
                 )
                 master = master[0]
             pids = await asyncio.wait_for(

@@ -119,6 +119,8 @@ class ServingRuntime:
             launch_timeout_s=cfg.startup_timeout_s,
             # a block-causal cache is exact and cheaper to ship than to rebuild (measured)
             ship_caches=self.info.block_causal,
+            # a local cluster is one Ray node holding every logical node
+            gpus_per_node=cfg.gpus_per_node,
         )
         metrics = self.metrics
 

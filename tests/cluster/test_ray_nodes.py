@@ -127,7 +127,7 @@ def test_a_gpu_the_node_lacks_fails_the_launch_with_the_fix(two_nodes):
         d = Driver()
         d.backend.launch_instance(spec("big", 4, 0))
         ev = await d.until(lambda e: e.instance_id == "big", 30)
-        assert isinstance(ev, InstanceFailed) and "--gpus-per-node" in ev.reason
+        assert isinstance(ev, InstanceFailed) and "--slots-per-node" in ev.reason
         await d.backend.shutdown()
 
     asyncio.run(main())

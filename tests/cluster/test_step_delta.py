@@ -93,6 +93,16 @@ def test_logical_nodes_bind_head_first_and_rebind_to_a_spare_when_theirs_leaves(
     assert m.resolve(1, nodes).node_id == "c" and m.resolve(0, nodes).node_id == "a"
 
 
+def test_a_ray_node_holds_as_many_logical_nodes_as_fit_in_it():
+    nodes = [ray_node("big", 4, head=True), ray_node("small", 3)]
+    m = NodeMap("cpu", per_node=2)
+    assert [m.resolve(k, nodes).node_id for k in range(3)] == ["big", "big", "small"]
+    assert m.resolve(3, nodes) is None  # 3 slots hold one logical node of 2
+    assert m.bindings() == {0: "big", 1: "big", 2: "small"}
+    with pytest.raises(ValueError, match="at least one"):
+        NodeMap("cpu", per_node=0)
+
+
 def test_gpu_clusters_count_gpus_and_skip_nodes_without_them():
     nodes = [ray_node("cpu-only", 16, head=True), ray_node("g", 16, gpus=8)]
     assert [(n.node_id, n.slots) for n in live_nodes("cuda", nodes)] == [("g", 8)]
