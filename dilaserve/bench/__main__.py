@@ -12,6 +12,7 @@ import sys
 
 #: subcommand -> one-line description; the module is ``dilaserve.bench.<subcommand>``.
 SUBCOMMANDS: dict[str, str] = {
+    "burst": "a burst after a quiet spell: step gaps, SLOs of the admitted, refusals, control CPU",
     "capacity": "predicted vs simulated saturation throughput of a static cluster",
     "chaos": "requests in flight while instance workers are killed and the cluster reconfigured",
     "control": "scheduler step handling and reconfiguration ILP solve times",
