@@ -46,15 +46,34 @@ class CacheStepInputs:
     write_rows: torch.Tensor | None
     prompt_lengths: torch.Tensor | None
 
-    @property
-    def key(self) -> tuple:
-        """The static shape a captured graph is specialised to."""
-        return (
-            tuple(self.ids.shape),
-            self.past_mask.shape[1],
-            self.logit_rows.shape[1],
-            self.prompt_lengths is not None,
-        )
+
+@dataclass(frozen=True)
+class Layout:
+    """The static shape of a cache step's inputs, packed in one int64 buffer so that they
+    cross to the device in one copy; a captured graph is specialised to one layout."""
+
+    rows: int
+    width: int  # fed tokens per row, the lead included
+    tokens: int  # attended length
+    logits: int  # logit rows per row
+    write_rows: bool
+    prompt_lengths: bool
+
+    def sizes(self) -> list[int]:
+        R = self.rows
+        extra = [R] * (int(self.write_rows) + int(self.prompt_lengths))
+        return [R * self.width, R * self.width, R * self.tokens, R * self.logits, *extra]
+
+
+def unpack(buf: torch.Tensor, layout: Layout) -> CacheStepInputs:
+    """Views of the packed buffer (booleans converted): capture-safe, so a graph reads its
+    one input buffer and unpacks it itself."""
+    R = layout.rows
+    parts = list(buf.split(layout.sizes()))
+    ids, pos, mask, rows = (parts.pop(0).view(R, -1) for _ in range(4))
+    write = parts.pop(0).bool() if layout.write_rows else None
+    plen = parts.pop(0) if layout.prompt_lengths else None
+    return CacheStepInputs(ids, pos, mask.bool(), rows, write, plen)
 
 
 def fed_length(st: RequestState) -> int:
@@ -106,20 +125,22 @@ def build_inputs(
     lm: DiffusionLM,
     p: CachePlan,
     static: bool = False,
-) -> CacheStepInputs:
-    """The step's inputs for ``states`` at their plan rows; ``logit_rows`` (B, P) are block
-    positions whose logits are wanted. ``static``: a captured step's, whose every input keeps
-    its shape (``write_rows`` too, padding rows or not)."""
+) -> tuple[np.ndarray, Layout]:
+    """The step's inputs for ``states`` at their plan rows, packed on the host; ``logit_rows``
+    (B, P) are block positions whose logits are wanted. ``static``: a captured step's, whose
+    layout keeps ``write_rows`` whether or not it has padding rows."""
     R, S, lead = p.n_rows, p.tokens, lm.lead
     fed = fed_length(states[0])
     back = fed - states[0].block_length  # the finished block fed before the block, when appending
-    width = lead + fed
-    ids = np.full((R, width), lm.pad_id, dtype=np.int64)
-    pos = np.tile(np.arange(width, dtype=np.int64), (R, 1))
-    past_mask = np.zeros((R, S), dtype=bool)
-    rows = np.zeros((R, logit_rows.shape[1]), dtype=np.int64)
-    write = np.zeros(R, dtype=bool)
-    plen = np.zeros(R, dtype=np.int64)
+    padded = len(states) < R
+    layout = Layout(R, lead + fed, S, logit_rows.shape[1], static or padded, lm.block_causal)
+    host = np.zeros(sum(layout.sizes()), dtype=np.int64)
+    views = np.split(host, np.cumsum(layout.sizes())[:-1])
+    ids, pos, past_mask, rows = (v.reshape(R, -1) for v in views[:4])
+    write = views[4] if layout.write_rows else np.zeros(R, dtype=np.int64)
+    plen = views[-1] if layout.prompt_lengths else np.zeros(R, dtype=np.int64)
+    ids[:] = lm.pad_id
+    pos[:] = np.arange(layout.width)
     for j, s in enumerate(states):
         r = p.rows[j]
         start = s.prompt_len + s.block_start
@@ -131,23 +152,20 @@ def build_inputs(
             block = np.concatenate((before, block))
         ids[r] = block
         pos[r] = np.arange(start - back - lead, start + s.block_length)
-        past_mask[r, : pool.tokens(s.request_id)] = True
+        past_mask[r, : pool.tokens(s.request_id)] = 1
         rows[r] = logit_rows[j] + back
-        write[r] = True
+        write[r] = 1
         plen[r] = s.prompt_len
-    dev = lm.device
+    return host, layout
 
-    def on(x: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(x).to(dev, non_blocking=True)
 
-    # every row a request's: no write mask, which saves a gather of the fed positions per layer
-    write_rows = on(write) if static or not write.all() else None
-    return CacheStepInputs(on(ids), on(pos), on(past_mask), on(rows), write_rows, on(plen) if lm.block_causal else None)
+def to_device(host: np.ndarray, device: torch.device) -> torch.Tensor:
+    """The packed inputs on ``device``: one copy."""
+    return torch.from_numpy(host).to(device, non_blocking=True)
 
 
 def forward(lm: DiffusionLM, past_kv: list, x: CacheStepInputs) -> torch.Tensor:
-    """The model's cache step on ``x`` over ``past_kv`` (written in place): logits (R, P, V).
-    Capture-safe: this is what a CUDA graph records and what ``torch.compile`` traces."""
+    """The model's cache step on ``x`` over ``past_kv`` (written in place): logits (R, P, V)."""
     return lm.block(
         x.ids,
         x.positions,
@@ -158,6 +176,12 @@ def forward(lm: DiffusionLM, past_kv: list, x: CacheStepInputs) -> torch.Tensor:
         write_rows=x.write_rows,
         checked=True,
     )
+
+
+def packed_forward(lm: DiffusionLM, past_kv: list, buf: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """:func:`forward` on packed inputs. Capture-safe: this is what a CUDA graph records and
+    what ``torch.compile(fullgraph=True)`` traces in the tests."""
+    return forward(lm, past_kv, unpack(buf, layout))
 
 
 def gathered(pool: KVPool, p: CachePlan) -> torch.Tensor:

@@ -412,12 +412,12 @@ class DenoisingEngine:
         pool, runner = self.pool, self._runner
         granule = self.config.context_granule or (CAPTURED_GRANULE if runner.capture else states[0].block_length)
         plan = cache_step.plan(states, pool, granule, runner.capture)
-        x = cache_step.build_inputs(states, logit_rows, pool, self.lm, plan, static=runner.capture)
+        host, layout = cache_step.build_inputs(states, logit_rows, pool, self.lm, plan, static=runner.capture)
         if plan.window:
-            logits = runner.run(x, plan.first)
+            logits = runner.run(host, layout, plan.first)
         else:
             scratch = cache_step.gathered(pool, plan)
-            logits = runner.run_over(x, [(layer[0], layer[1]) for layer in scratch])
+            logits = runner.run_over(host, layout, [(layer[0], layer[1]) for layer in scratch])
             cache_step.write_back(pool, scratch, states, plan, self.lm.lead)
         back = fed_length(states[0]) - states[0].block_length
         if back:

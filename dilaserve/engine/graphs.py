@@ -2,8 +2,8 @@
 
 A cache step at small batch is bound by the host: about 1,300 kernel launches per step for a
 few milliseconds of GPU work (docs/architecture.md, "Engine memory layout and captured
-steps"). Captured once per (rows, fed length, attended length, logit rows) and replayed, it
-costs one launch. Capture needs what :mod:`dilaserve.engine.cache_step` guarantees: static
+steps"). Captured once per input layout (rows, fed length, attended length, logit rows) and
+replayed, it costs one launch and one copy of its packed inputs. Capture needs what :mod:`dilaserve.engine.cache_step` guarantees: static
 shapes, no host synchronisation in the forward, and K/V at fixed addresses (the pool is
 allocated once on CUDA and never grows there). Recompute steps stay eager: they are bound
 by the GPU.
@@ -11,20 +11,21 @@ by the GPU.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from dilaserve.model.adapters import DiffusionLM
 
-from .cache_step import CacheStepInputs, forward
+from .cache_step import Layout, packed_forward, to_device
 from .kv_pool import KVPool
 
 
 @dataclass
 class _Captured:
     graph: torch.cuda.CUDAGraph
-    inputs: CacheStepInputs  # the static buffers the graph reads
+    inputs: torch.Tensor  # the packed input buffer the graph reads
     logits: torch.Tensor  # the static buffer it writes
 
 
@@ -37,42 +38,37 @@ class CacheStepRunner:
         self._graphs: dict[tuple, _Captured] = {}
         self._mempool = None  # one memory pool shared by every graph's intermediates
 
-    def run(self, x: CacheStepInputs, first: int) -> torch.Tensor:
-        """Logits (R, P, V) of a step over the pool's slots ``first .. first + R`` (a captured
-        step's window starts at slot 0)."""
-        past = self.pool.window(first, x.ids.shape[0], x.past_mask.shape[1])
+    def run(self, host: np.ndarray, layout: Layout, first: int) -> torch.Tensor:
+        """Logits (R, P, V) of a step over the pool's slots ``first .. first + R`` on packed
+        inputs (a captured step's window starts at slot 0)."""
+        past = self.pool.window(first, layout.rows, layout.tokens)
         if not self.capture:
-            return forward(self.lm, past, x)
+            return packed_forward(self.lm, past, to_device(host, self.lm.device), layout)
         if first:
             raise ValueError(f"a captured cache step's window starts at slot 0, not {first}")
-        key = (*x.key, self.pool.kv.data_ptr())
+        key = (layout, self.pool.kv.data_ptr())
         cap = self._graphs.get(key)
         if cap is None:
-            cap = self._graphs[key] = self._capture(x, past)
-        for f in fields(CacheStepInputs):
-            buf = getattr(cap.inputs, f.name)
-            if buf is not None:
-                buf.copy_(getattr(x, f.name), non_blocking=True)
+            cap = self._graphs[key] = self._capture(to_device(host, self.lm.device), layout, past)
+        else:
+            cap.inputs.copy_(torch.from_numpy(host), non_blocking=True)
         cap.graph.replay()
         return cap.logits
 
-    def run_over(self, x: CacheStepInputs, past: list) -> torch.Tensor:
+    def run_over(self, host: np.ndarray, layout: Layout, past: list) -> torch.Tensor:
         """An eager step over ``past`` (a gathered scratch batch)."""
-        return forward(self.lm, past, x)
+        return packed_forward(self.lm, past, to_device(host, self.lm.device), layout)
 
-    def _capture(self, x: CacheStepInputs, past: list) -> _Captured:
-        static = CacheStepInputs(
-            *(None if getattr(x, f.name) is None else getattr(x, f.name).clone() for f in fields(x))
-        )
+    def _capture(self, static: torch.Tensor, layout: Layout, past: list) -> _Captured:
         # warm up on a side stream (cuBLAS workspaces, lazy inits), as torch.cuda.graphs asks;
         # the warm-up writes the same fresh K/V the replay below writes again
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            forward(self.lm, past, static)
+            packed_forward(self.lm, past, static, layout)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._mempool):
-            logits = forward(self.lm, past, static)
+            logits = packed_forward(self.lm, past, static, layout)
         self._mempool = graph.pool()
         return _Captured(graph, static, logits)

@@ -182,14 +182,15 @@ def test_the_cache_step_compiles_with_fullgraph_and_gives_the_eager_logits(compi
     engine.step(states[1:], [math.inf])  # different canvases in the two slots
     rows = np.stack([np.flatnonzero(s.response[s.block_slice] == s.mask_id)[:4] for s in states])
     plan = cache_step.plan(states, engine.pool, block, captured=True)
-    x = cache_step.build_inputs(states, rows, engine.pool, engine.lm, plan, static=True)
+    host, layout = cache_step.build_inputs(states, rows, engine.pool, engine.lm, plan, static=True)
+    buf = cache_step.to_device(host, engine.lm.device)
     past = engine.pool.window(plan.first, plan.n_rows, plan.tokens)
     before = engine.pool.kv.clone()
-    want = cache_step.forward(engine.lm, past, x)
+    want = cache_step.packed_forward(engine.lm, past, buf, layout)
     eager_pool = engine.pool.kv.clone()
     engine.pool.kv.copy_(before)
     torch._dynamo.reset()
-    got = torch.compile(cache_step.forward, fullgraph=True, backend="aot_eager")(engine.lm, past, x)
+    got = torch.compile(cache_step.packed_forward, fullgraph=True, backend="aot_eager")(engine.lm, past, buf, layout)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(engine.pool.kv, eager_pool, atol=1e-6, rtol=1e-6)  # the same fresh K/V written
 
@@ -199,4 +200,4 @@ def test_the_cache_step_compiles_with_fullgraph_and_gives_the_eager_logits(compi
         return t + 1
 
     with pytest.raises(Exception, match="data-dependent"):  # the test can fail: a host sync is caught
-        torch.compile(synced, fullgraph=True, backend="aot_eager")(x.positions[0])
+        torch.compile(synced, fullgraph=True, backend="aot_eager")(buf)
