@@ -51,8 +51,11 @@ def test_every_number_in_a_row_is_found_in_the_run_it_names():
         if "margin" in out:
             margins.add(round(100 * out["margin"], 1))
         cells = row.split("|")[2:]
-        if "ratio" in out and out["ratio"] is not None:  # a max-rate row ends with its ratio, e.g. 1.25x
-            assert cells[-2].strip() == f"{out['ratio']:.2f}x", row
+        if "rates" in out:  # a max-rate row: its ratio (e.g. 1.25x), then the other policies' rates
+            assert cells[-3].strip() == ("–" if out["ratio"] is None else f"{out['ratio']:.2f}x"), row
+            for pair in filter(None, cells[-2].strip().strip("–").split("; ")):
+                policy, rate = pair.split(": ")
+                assert f"{out['rates'][policy]:.1f}" == rate, row
         for cell in cells:
             for num in re.findall(r"[-+]?\d+\.\d+", cell.split("(")[0] if "x" not in cell else ""):
                 value = float(num)
@@ -110,10 +113,11 @@ def test_a_max_rate_run_gets_a_capacity_row_and_no_other():
     rows = [row for row in text.splitlines() if row.startswith("| `cap`")]
     assert rows == [
         "| `cap` | `--settings paper`, `--slo-tiers default` | 90% | 61.2 | 90.4 | fixed@0.8+admission | 49.0 "
-        "| 91.2 | 1.25x |"
+        "| 91.2 | 1.25x | – |"
     ]
     assert "## Capacity at an SLO" in text and "No complete `frontier --hindsight` run" in text
     # A static policy that holds no rate leaves the ratio open.
-    none = {**out, "best_static": {"policy": "fixed@0.9", "rate": 0.0, "goodput": None}, "ratio": None}
+    rates = {**out["rates"], "fixed@0.9": 0.0}
+    none = {**out, "rates": rates, "best_static": {"policy": "fixed@0.9", "rate": 0.0, "goodput": None}, "ratio": None}
     row = next(r for r in render({"cap": {"command": "x", "output": none}}).splitlines() if r.startswith("| `cap`"))
-    assert row.endswith("| one SLO | 90% | 61.2 | 90.4 | fixed@0.9 | 0.0 | – | – |")
+    assert row.endswith("| one SLO | 90% | 61.2 | 90.4 | fixed@0.9 | 0.0 | – | – | fixed@0.8+admission: 49.0 |")
