@@ -1,0 +1,68 @@
+"""A reconfiguration tick on a scheduler: where a tier is out of the starting layout's reach,
+the plan is made ahead and judged by the tuner's replay at its hold and forecast; where no
+tier is, the tick proposes as before."""
+
+import pytest
+
+from dilaserve.cluster.base import InstanceSpec
+from dilaserve.reconfig.config import ClusterConfig, ReconfigConfig
+from dilaserve.reconfig.forecast import fastest_alone_s
+from dilaserve.reconfig.monitor import RequestClass
+from dilaserve.schedule.events import ReconfigTick
+from dilaserve.schedule.tuner import TunerConfig
+from tests.builders.schedule import arrive, cluster
+from tests.control.builders import make_request
+
+PROMPT, GEN = 36, 64
+
+
+def _scheduler(judged: list):
+    """One node of four TP-1 instances that may become a TP-4, with a tuner whose replay
+    favours a layout with a TP-4 (and records the layouts it was asked about)."""
+
+    def replay(arrivals, layout, points, sample=None, warm=False):
+        judged.append(sorted(s.tp for s in layout))
+        return [0.9 if any(s.tp == 4 for s in layout) else 0.5 for _ in points]
+
+    sched, _ = cluster(
+        "dilaserve",
+        specs=[InstanceSpec(f"t{g}", 1, 0, (g,), 4096) for g in range(4)],
+        cluster=ClusterConfig(nodes=1, gpus_per_node=4, tp_degrees=(1, 4)),
+        reconfig=ReconfigConfig(),
+        evaluator=replay,
+        tuner=TunerConfig(interval_s=1000.0, window_s=60.0, sample=1.0, min_arrivals=5),
+    )
+    return sched
+
+
+def _tight_slo(sched) -> float:
+    """An SLO between the fastest a request runs alone on TP-4 and on TP-1, at the lowest
+    threshold the controller may run."""
+    rec, lowest = sched.reconfigurator, sched._lowest_threshold()
+    pb = rec.problem([RequestClass((0, 0), 1.0, float(PROMPT), float(GEN), 1e9)])
+    tp1, tp4 = (float(fastest_alone_s(pb, d, lowest)[0]) for d in (1, 4))
+    assert tp4 < tp1
+    return (tp1 + tp4) / 2
+
+
+@pytest.mark.parametrize("tight", [True, False])
+def test_tick_plans_ahead_only_for_a_tier_out_of_reach(tight):
+    judged: list = []
+    sched = _scheduler(judged)
+    slo_tight = _tight_slo(sched) if tight else 50.0
+    for k in range(30):  # a third interactive, at 1 request/s
+        t = float(k)
+        interactive = k % 3 == 0
+        req = make_request(
+            f"r{k}", PROMPT, GEN, arrival=t, slo=slo_tight if interactive else 50.0, priority=int(interactive)
+        )
+        arrive(sched, req, t=t)
+    sched.handle(ReconfigTick(30.0))
+    plan = sched.executor.plan if sched.executor is not None else None
+    if tight:
+        assert plan is not None and plan.reason.startswith("ahead")
+        assert any(st.launch.tp == 4 for st in plan.steps)
+        assert plan.hold_s is not None and plan.peak_rps == pytest.approx(1.0, rel=0.3)
+        assert [4] in judged or [1, 1, 1, 1] in judged  # the replay judged the move
+    else:
+        assert plan is None or not plan.reason.startswith("ahead")
