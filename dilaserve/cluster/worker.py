@@ -69,12 +69,14 @@ class InstanceWorker:
     def ready(self) -> int:
         return os.getpid()
 
-    def step(self, new: list[bytes], request_ids: list[str], thresholds: list[float]) -> StepReply:
+    def step(self, new: list[bytes], request_ids: list[str], thresholds: list[float]) -> StepReply | None:
         """Adopt the whole states in ``new``, then step the held ``request_ids``. A bad
         threshold is the control plane's bug, not the client's: the request comes back
-        unchanged with an error (it is retried, never lost), which the server logs and counts."""
+        unchanged with an error (it is retried, never lost), which the server logs and counts.
+        Only rank 0 answers (the ranks step in lockstep; the others' answers would be equal)."""
         self.held.adopt(new)
-        return self.held.step(self.engine, request_ids, thresholds)
+        reply = self.held.step(self.engine, request_ids, thresholds)
+        return reply if self.rank == 0 else None
 
     def release(self, request_ids: list[str]) -> None:
         self.held.release(request_ids)
