@@ -15,6 +15,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from dilaserve.control.step_law import step_split
+from dilaserve.engine.state import StepKind
+from dilaserve.profile.types import LatencyProfile
 from dilaserve.reconfig.stage1 import CapacityProblem
 
 
@@ -78,3 +81,46 @@ def out_of_reach(pb: CapacityProblem, degrees: Sequence[int], threshold: float |
     best = np.min([fastest_alone_s(pb, d, threshold) for d in degrees], axis=0)
     slo = np.array([k.slo_s for k in pb.classes])
     return [int(k) for k in np.flatnonzero(best > slo)]
+
+
+def alone_s(
+    profile: LatencyProfile,
+    tp: int,
+    prompt_tokens: int,
+    output_tokens: int,
+    tokens_per_step: float,
+    block_length: int,
+    block_causal: bool = False,
+) -> float:
+    """Seconds of one request alone on a TP-``tp`` instance at ``tokens_per_step`` (one
+    threshold's), its steps split as its family prices them."""
+    split = step_split(output_tokens / tokens_per_step, prompt_tokens, output_tokens, block_length, block_causal)
+    return split.seconds(profile.curve(tp, StepKind.CACHE), profile.curve(tp, StepKind.RECOMPUTE))
+
+
+def tiers_out_of_reach(
+    requests,
+    profile: LatencyProfile,
+    home: Sequence[int],
+    degrees: Sequence[int],
+    tokens_per_step: float,
+    block_length: int,
+    block_causal: bool = False,
+) -> list[int]:
+    """Priorities of the SLO tiers (``requests``: ``(prompt, output, SLO, priority)``) most
+    of whose requests no instance of ``home``'s degrees meets alone at ``tokens_per_step``,
+    while one of ``degrees`` meets most of them. Judged request by request: a length class's
+    tightest SLO belongs to its shortest request, so a class can look out of reach when its
+    requests are not."""
+    by_tier: dict[int, list[tuple[bool, bool]]] = {}
+    for p, o, slo, prio in requests:
+        fastest = {d: alone_s(profile, d, p, o, tokens_per_step, block_length, block_causal) for d in degrees}
+        beyond_home = min((fastest[d] for d in home if d in fastest), default=np.inf) > slo
+        by_tier.setdefault(prio, []).append((beyond_home, min(fastest.values()) <= slo))
+    out = []
+    for prio, flags in sorted(by_tier.items()):
+        beyond = sum(b for b, _ in flags)
+        reached = sum(r for _, r in flags)
+        if 2 * beyond > len(flags) and 2 * reached > len(flags):
+            out.append(prio)
+    return out

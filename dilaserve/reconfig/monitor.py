@@ -37,6 +37,12 @@ class WorkloadMonitor:
         self._expire(now)
         return [t for t, *_ in self._seen]
 
+    def requests(self, now: float) -> list[tuple[int, int, float, int]]:
+        """``(prompt tokens, output tokens, SLO seconds, priority)`` of each arrival inside
+        the window, oldest first."""
+        self._expire(now)
+        return [(p, o, slo, prio) for _, p, o, slo, prio in self._seen]
+
     def _expire(self, now: float) -> None:
         while self._seen and self._seen[0][0] < now - self.config.window_s:
             self._seen.popleft()

@@ -19,7 +19,7 @@ from dilaserve.control.request import TrackedRequest
 from dilaserve.control.step_law import step_split
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConfig
-from dilaserve.reconfig.forecast import forecast_rate, holding_time_s, out_of_reach
+from dilaserve.reconfig.forecast import forecast_rate, holding_time_s, out_of_reach, tiers_out_of_reach
 from dilaserve.reconfig.monitor import RequestClass, WorkloadMonitor
 from dilaserve.reconfig.plan import ReconfigPlan, all_tp1_node_counts, build_plan, node_counts_of
 from dilaserve.reconfig.stage1 import (
@@ -223,17 +223,25 @@ class Reconfigurator:
         return share, plan.peak_rps if plan.peak_rps is not None else self.peak_rps(now, home)
 
     def needs_reach(self, now: float, home: Sequence[InstanceSpec], lowest: float | None = None) -> bool:
-        """Whether a tier of the recent arrivals is out of reach of ``home``'s TP degrees
-        (its SLO below the fastest a request of it runs alone there, at ``lowest``, the
-        lowest threshold the controller may run; None: the lowest candidate) but within
-        reach of a degree the cluster may run: the layout must change with the load, and
-        plans are made ahead (:meth:`propose_ahead`)."""
-        classes = self.monitor.classes(now, by_tier=True)
-        if not classes or not self.degrees:
+        """Whether most requests of an SLO tier of the recent arrivals are out of reach of
+        ``home``'s TP degrees (their SLO below their time alone there at ``lowest``, the
+        lowest threshold the controller may run; None: the lowest candidate) while a degree
+        the cluster may run reaches most of them: the layout must change with the load, and
+        plans are made ahead (:meth:`propose_ahead`). Judged request by request
+        (:func:`tiers_out_of_reach`)."""
+        requests = self.monitor.requests(now)
+        if not requests or not self.degrees:
             return False
-        pb = self.problem(classes)
-        unreached = out_of_reach(pb, sorted({s.tp for s in home} & set(self.degrees)), lowest)
-        return bool(unreached) and len(out_of_reach(pb, self.degrees, lowest)) < len(unreached)
+        table = self.config.tokens_per_step
+        above = [t for t in sorted(table) if lowest is None or t >= lowest - 1e-9]
+        per_step = table[above[0]] if above else min(table.values())
+        home_degrees = sorted({s.tp for s in home} & set(self.degrees))
+        cfg = self.config
+        return bool(
+            tiers_out_of_reach(
+                requests, self.profile, home_degrees, self.degrees, per_step, cfg.block_length, cfg.block_causal
+            )
+        )
 
     def forecast(self, now: float) -> tuple[float, float]:
         """(the line's rate now, the forecast mean rate over the next interval, as long as

@@ -17,7 +17,14 @@ from dilaserve.reconfig import (
     RequestClass,
     WorkloadMonitor,
 )
-from dilaserve.reconfig.forecast import fastest_alone_s, forecast_rate, holding_time_s, out_of_reach
+from dilaserve.reconfig.forecast import (
+    alone_s,
+    fastest_alone_s,
+    forecast_rate,
+    holding_time_s,
+    out_of_reach,
+    tiers_out_of_reach,
+)
 from dilaserve.reconfig.plan import static_layout
 from dilaserve.reconfig.stage1 import capacity_rps
 
@@ -156,3 +163,22 @@ def test_tick_plans_ahead_only_where_a_tier_is_out_of_reach_and_prices_the_plan_
     share, peak = loose.replay_terms(60.0, other, home)
     assert share == pytest.approx(plan.transition_s / loose.config.lifetime_s)
     assert peak == pytest.approx(loose.peak_rps(60.0, home)) and peak > 0
+
+
+def test_reach_is_judged_request_by_request():
+    """Tier 0's requests each get 1.1 x their own time alone on TP-1, tier 1's 0.9 x (which
+    TP-4 meets). Tier 0's length class holds long and short requests, so its tightest SLO
+    (a short one's) is below what its mean request takes alone: a class-level check would
+    call it out of reach; the request-level check calls only tier 1 out of reach."""
+    per_step = LAW.tokens_per_step_at([0.5])[0.5]
+    requests = []
+    for k, (p, o) in enumerate([(40, 64), (200, 256)] * 10):
+        alone = alone_s(H100, 1, p, o, per_step, 32)
+        requests.append((p, o, (1.1 if k % 4 < 2 else 0.9) * alone, 0 if k % 4 < 2 else 1))
+    assert tiers_out_of_reach(requests, H100, [1], [1, 4], per_step, 32) == [1]
+    assert tiers_out_of_reach(requests, H100, [1, 4], [1, 4], per_step, 32) == []
+    mon = WorkloadMonitor(MonitorConfig(window_s=60.0, input_edges=(), output_edges=()))
+    for p, o, slo, prio in requests:
+        mon.observe(0.0, p, o, slo, prio)
+    pb = _reconfigurator().problem(mon.classes(1.0, by_tier=True))
+    assert out_of_reach(pb, [1], 0.5) == [0, 1]  # the class-level view flags both tiers
