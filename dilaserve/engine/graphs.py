@@ -27,6 +27,9 @@ class _Captured:
     graph: torch.cuda.CUDAGraph
     inputs: torch.Tensor  # the packed input buffer the graph reads
     logits: torch.Tensor  # the static buffer it writes
+    #: the rotary tables it reads: a recompute pass over a canvas longer than a slot regrows
+    #: the model's tables, and the graph must keep reading the ones it captured
+    tables: object
 
 
 class CacheStepRunner:
@@ -71,4 +74,4 @@ class CacheStepRunner:
         with torch.cuda.graph(graph, pool=self._mempool):
             logits = packed_forward(self.lm, past, static, layout)
         self._mempool = graph.pool()
-        return _Captured(graph, static, logits)
+        return _Captured(graph, static, logits, getattr(self.lm.model, "_rope", None))
