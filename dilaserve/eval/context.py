@@ -306,8 +306,10 @@ class EvalContext:
         return self.law_of(setting) if name is None else self.law(name)
 
     def lengths_of(self, setting: ClusterSetting) -> str:
+        """``--lengths``, else a named workload's own, else the setting's."""
         spec = SETTINGS.get(setting.name)
-        return self.options.lengths or (spec.lengths if spec else TRACE_LENGTHS)
+        named = named_workload(self.options.workload).lengths if self.options.workload else None
+        return self.options.lengths or named or (spec.lengths if spec else TRACE_LENGTHS)
 
     def high_load_of(self, setting: ClusterSetting) -> float:
         spec = SETTINGS.get(setting.name)

@@ -108,6 +108,9 @@ NAMED_WORKLOADS = {
         high=1.0,
         phase_s=1200.0,
         quick_phase_s=60.0,
+        # The trace's own lengths with its own arrivals (long prompts: nominal capacity is
+        # about half the paper lengths' request rate, so quick runs hold half the requests).
+        lengths="trace",
     ),
 }
 

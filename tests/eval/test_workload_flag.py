@@ -23,3 +23,14 @@ def test_unknown_workload_is_refused_with_the_names(capsys):
     assert "tp-necessary" in capsys.readouterr().err
     _, opts, _, _ = parse(["frontier", "--hindsight", "--quick", "--workload", "tp-necessary"])
     assert opts.workload == "tp-necessary" and opts.hindsight
+
+
+def test_named_workload_brings_its_lengths_unless_given():
+    from types import SimpleNamespace
+
+    from dilaserve.eval.context import EvalContext
+
+    paper = SimpleNamespace(name="paper")
+    assert EvalContext(EvalOptions(workload="tp-necessary")).lengths_of(paper) == "trace"
+    assert EvalContext(EvalOptions(workload="tp-necessary", lengths="gsm8k")).lengths_of(paper) == "gsm8k"
+    assert EvalContext(EvalOptions()).lengths_of(paper) == "sharegpt-paper"
