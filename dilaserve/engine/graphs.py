@@ -27,9 +27,6 @@ class _Captured:
     graph: torch.cuda.CUDAGraph
     inputs: torch.Tensor  # the packed input buffer the graph reads
     logits: torch.Tensor  # the static buffer it writes
-    #: the rotary tables it reads: a recompute pass over a canvas longer than a slot regrows
-    #: the model's tables, and the graph must keep reading the ones it captured
-    tables: object
 
 
 class CacheStepRunner:
@@ -49,7 +46,12 @@ class CacheStepRunner:
             return packed_forward(self.lm, past, to_device(host, self.lm.device), layout)
         if first:
             raise ValueError(f"a captured cache step's window starts at slot 0, not {first}")
-        key = (layout, self.pool.kv.data_ptr())
+        # a graph reads the pool and the rotary tables at their addresses when captured: a
+        # recompute pass over a canvas longer than a slot regrows a native model's tables, and
+        # a graph over the old ones must not be replayed
+        tables = getattr(self.lm.model, "_rope", None)
+        rope = (tables[0] if isinstance(tables, tuple) else tables).data_ptr() if tables is not None else 0
+        key = (layout, self.pool.kv.data_ptr(), rope)
         cap = self._graphs.get(key)
         if cap is None:
             cap = self._graphs[key] = self._capture(to_device(host, self.lm.device), layout, past)
@@ -74,4 +76,4 @@ class CacheStepRunner:
         with torch.cuda.graph(graph, pool=self._mempool):
             logits = packed_forward(self.lm, past, static, layout)
         self._mempool = graph.pool()
-        return _Captured(graph, static, logits, getattr(self.lm.model, "_rope", None))
+        return _Captured(graph, static, logits)
