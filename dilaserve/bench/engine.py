@@ -43,7 +43,13 @@ Reports, on the embedded default model:
 * ``machine``.
 All ratios come from one run on one machine.
 
-* ``wall_s``: seconds the whole benchmark took, model load included.
+* ``wall_s``: seconds the whole benchmark took, model load included;
+* ``ray_step_overhead_ms``, ``ray_transport_ms``, ``ray_first_step_overhead_ms``: with
+  ``--ray``, what driving a step through a Ray instance adds to it at batch 1 and 32
+  (:mod:`dilaserve.bench.engine_ray`); null without it, which keeps the default run free of Ray.
+
+``--shape llada-8b|dream-7b`` runs another benchmark instead: steps at a published shape on
+random weights, against their floors (:mod:`dilaserve.bench.engine_shape`).
 
 ``--checkpoint`` takes any servable folder, e.g. one from ``python -m
 dilaserve.model.make_tiny``. LLaDA and Dream do not speak the synthetic task language,
