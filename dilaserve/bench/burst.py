@@ -15,7 +15,8 @@ Reported:
 * ``slo_met_admitted``: the share of the burst's admitted (not refused) requests that met
   their SLO; ``refused`` by reason (HTTP status and the server's message);
 * ``control_cpu_share``: the control worker's CPU seconds over the run's wall seconds;
-* ``health``: the ``/health`` statuses seen (sampled every 0.5 s), with their counts.
+* ``health``: the ``/health`` statuses seen (sampled every 0.5 s), with their counts;
+* ``step_time_factors``: what the control plane learned of the machine's step time.
 
 Targets (``--quick``, idle machine): ``max_step_gap_s`` <= 1.0, ``slo_met_admitted`` >= 0.9,
 ``control_cpu_share`` <= 0.1; with ``--hog``: ``max_step_gap_s`` <= 2.0 and
@@ -139,6 +140,7 @@ def main(argv=None) -> int:
         max_gap = probe.stop()
         sched = server.runtime.scheduler
         stats = server.runtime.core.call(lambda: sched.tuner.worker.stats() if sched.tuner else None).result(60)
+        learned = server.runtime.core.call(lambda: dict(sched.step_time.factors) if sched.step_time else {}).result(60)
     finally:
         for h in hogs:
             h.kill()
@@ -162,6 +164,8 @@ def main(argv=None) -> int:
         "control_dropped": stats.dropped if stats else 0,
         "control_skipped": stats.skipped if stats else 0,
         "health": dict(health),
+        # measured over profiled step time per TP degree and step kind (step-time calibration)
+        "step_time_factors": {f"TP-{tp} {kind.value}": round(f, 2) for (tp, kind), f in sorted(learned.items())},
         "wall_s": round(wall, 1),
         "settings": {k: getattr(args, k) for k in ("quick", "hog", "burst", "quiet_s", "quiet_rps", "slo_ms")},
         "machine": machine_info(),
