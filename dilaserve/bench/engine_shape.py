@@ -13,7 +13,11 @@ block 32:
   writes) over the measured copy rate and its FLOPs over the measured matmul rate, with the FLOP
   and byte counts of the analytic profile (``dilaserve.profile.analytic.step_work``).
   ``floor_ratio`` = ``engine_ms / floor_ms``; ``tflops`` and ``hbm_gbs`` are those counts over
-  ``engine_ms``;
+  ``engine_ms``. The analytic counts charge every token all the weights, the embedding and
+  the head included, where the model looks the embedding up and runs the head on one
+  block's rows: at the published depth that overstates a recompute step's FLOPs by about a
+  tenth, and with ``--layers 1`` or ``2`` (mostly embedding and head) several times, so a
+  recompute step's ``floor_ratio`` there can fall below 1;
 * ``copy_gbs``: a device-to-device copy of a large buffer, bytes read plus bytes written per
   second; ``matmul_tflops``: a large square matmul in the model's dtype;
 * ``tokens_per_s_batch1``: a whole answer of ``--answer-tokens`` decoded alone, one token per
