@@ -44,13 +44,16 @@ def commit_mask(conf: torch.Tensor, valid: torch.Tensor, thresholds: torch.Tenso
     return torch.where(sure.any(dim=1, keepdim=True), sure, only)
 
 
-def select_on_device(logits: torch.Tensor, counts: list[int], thresholds: list[float], banned: list[int]) -> Commits:
+def select_on_device(logits: torch.Tensor, counts: list[int], thresholds: list[float], banned: torch.Tensor) -> Commits:
     """The rule for each row of (B, P, V) logits whose first ``counts[b]`` columns are
-    candidates, at ``thresholds[b]`` (``inf``: the single most confident one)."""
+    candidates, at ``thresholds[b]`` (``inf``: the single most confident one); ``banned``
+    ids (on the logits' device) are never chosen."""
     dev = logits.device
-    conf, tok = top1(logits, torch.tensor(banned, device=dev))
-    valid = torch.arange(conf.shape[1], device=dev)[None, :] < torch.tensor(counts, device=dev)[:, None]
-    commit = commit_mask(conf, valid, torch.tensor(thresholds, dtype=torch.float64, device=dev))
-    # one transfer: a float64 holds a float32 confidence and a token id (< 2**53) exactly
+    conf, tok = top1(logits, banned)
+    # one copy in: the counts and thresholds of every row, float64 holds both exactly
+    per_row = torch.from_numpy(np.array([counts, thresholds], dtype=np.float64)).to(dev, non_blocking=True)
+    valid = torch.arange(conf.shape[1], device=dev)[None, :] < per_row[0][:, None]
+    commit = commit_mask(conf, valid, per_row[1])
+    # one copy out: a float64 holds a float32 confidence and a token id (< 2**53) exactly
     host = torch.stack((conf.double(), tok.double(), commit.double())).cpu().numpy()
     return Commits(host[0].astype(np.float32), host[1].astype(np.int64), host[2] > 0)

@@ -137,6 +137,9 @@ class DenoisingEngine:
         self.lm = lm
         self.config = config or EngineConfig()
         self._ids = itertools.count()
+        # ids never predicted: the mask, and the pad where it is not the EOS
+        banned = [lm.mask_id] + ([lm.pad_id] if lm.pad_id != lm.eos_id else [])
+        self._banned = torch.tensor(banned, device=lm.device)
         #: Recompute steps whose K/V found no free slot (the request recomputes again next step).
         self.pool_misses = 0
         self.pool: KVPool | None = None
@@ -350,8 +353,7 @@ class DenoisingEngine:
             logits = self._recompute(states, torch.from_numpy(rows))
         else:
             logits = self._cache_step(states, rows)
-        banned = [self.lm.mask_id] + ([self.lm.pad_id] if self.lm.pad_id != self.lm.eos_id else [])
-        out = select_on_device(logits, [c.size for c in cols], [thresholds[i] for i in idx], banned)
+        out = select_on_device(logits, [c.size for c in cols], [thresholds[i] for i in idx], self._banned)
         for j, (i, st) in enumerate(zip(idx, states)):
             n = cols[j].size
             pick = np.flatnonzero(out.commit[j, :n])
@@ -423,6 +425,8 @@ class DenoisingEngine:
         if back:
             for s in states:  # the finished block's K/V are now in the slot
                 pool.set_tokens(s.request_id, s.prompt_len + s.block_start)
+        if plan.rows == list(range(plan.n_rows)):  # no padding rows, in order: nothing to pick
+            return logits
         return logits[torch.tensor(plan.rows, device=logits.device)]
 
     # ------------------------------------------------------------ generate
