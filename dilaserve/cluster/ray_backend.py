@@ -53,6 +53,7 @@ from dilaserve.cluster.base import (
 )
 from dilaserve.cluster.nodes import NodeMap, RayNode
 from dilaserve.cluster.worker import InstanceWorker
+from dilaserve.engine.config import EngineConfig
 from dilaserve.engine.state import RequestState
 from dilaserve.engine.step_delta import StepReply, adopt_reply, sync_key
 
@@ -84,6 +85,9 @@ class RayBackendConfig:
     node_poll_s: float = 1.0
     """How often a launch whose logical node has no live Ray node asks Ray again (until
     ``launch_timeout_s``), e.g. while a replacement node joins."""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    """Each rank's engine: its K/V pool's memory budget and whether cache steps replay
+    captured CUDA graphs."""
 
 
 def _free(inst: _Instance) -> None:
@@ -190,7 +194,9 @@ class RayBackend(Backend):
             max_restarts=0,
         )
         return [
-            InstanceWorker.options(**opts).remote(cfg.checkpoint, cfg.device, rank, spec.tp, cfg.torch_threads)
+            InstanceWorker.options(**opts).remote(
+                cfg.checkpoint, cfg.device, rank, spec.tp, cfg.torch_threads, cfg.engine
+            )
             for rank in range(spec.tp)
         ]
 

@@ -16,6 +16,7 @@ import socket
 
 import ray
 
+from dilaserve.engine.config import EngineConfig
 from dilaserve.engine.step_delta import HeldStates, StepReply
 
 
@@ -30,11 +31,20 @@ def free_port_on(host: str) -> int:
 class InstanceWorker:
     """One TP rank of one instance."""
 
-    def __init__(self, checkpoint: str, device: str, rank: int, world_size: int, torch_threads: int):
+    def __init__(
+        self,
+        checkpoint: str,
+        device: str,
+        rank: int,
+        world_size: int,
+        torch_threads: int,
+        engine_config: EngineConfig | None = None,
+    ):
         import torch
 
         torch.set_num_threads(torch_threads)
         self.checkpoint, self.device, self.rank, self.world_size = checkpoint, device, rank, world_size
+        self.engine_config = engine_config or EngineConfig()
         self.engine = None
         self.held = HeldStates()
 
@@ -63,7 +73,7 @@ class InstanceWorker:
         lm = load_diffusion_lm(self.checkpoint, device=dev)
         if self.world_size > 1:
             shard_model(lm.model, self.rank, self.world_size)
-        self.engine = DenoisingEngine(lm)
+        self.engine = DenoisingEngine(lm, self.engine_config)
         return os.getpid()
 
     def ready(self) -> int:

@@ -57,7 +57,7 @@ class EngineConfig:
         if self.slot_tokens is not None and self.slot_tokens < 1:
             raise ValueError(
                 f"slot_tokens {self.slot_tokens} must be positive: pass the longest prompt + gen_length to "
-                "serve with the cache, e.g. 2048 (--kv-slot-tokens 2048)"
+                "serve with the cache, e.g. 2048 (--slot-tokens 2048)"
             )
         if self.context_granule is not None and self.context_granule < 1:
             raise ValueError(f"context_granule {self.context_granule} must be positive, e.g. 128")

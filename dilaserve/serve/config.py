@@ -5,7 +5,8 @@ queue, drain) and, whole, the configs each concern already owns: threshold contr
 (:class:`~dilaserve.control.config.ControlConfig`), reconfiguration
 (:class:`~dilaserve.reconfig.config.ReconfigConfig`), the workload monitor
 (:class:`~dilaserve.reconfig.config.MonitorConfig`) and the scheduler
-(:class:`~dilaserve.schedule.config.SchedulerConfig`). Every field of each is a
+(:class:`~dilaserve.schedule.config.SchedulerConfig`) and each rank's engine
+(:class:`~dilaserve.engine.config.EngineConfig`: its K/V pool's budget, CUDA graphs). Every field of each is a
 documented ``--kebab-case`` flag (:mod:`dilaserve.utils.cli`), validated by the config
 that owns it; only what the server fills from the pipeline's artifacts (the step law,
 the tokens-per-step table) or from its own flags (the block length) is not a flag.
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 
 from dilaserve.control.config import ControlConfig
 from dilaserve.engine import DEFAULT_CHECKPOINT
+from dilaserve.engine.config import EngineConfig
 from dilaserve.reconfig.config import MonitorConfig, ReconfigConfig
 from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.schedule.tuner import TunerConfig
@@ -120,6 +122,7 @@ class ServeConfig:
     monitor: MonitorConfig = nested(MonitorConfig, prefix="monitor")
     scheduler: SchedulerConfig = nested(SchedulerConfig)
     tuner: TunerConfig = nested(TunerConfig, prefix="tuner")
+    engine: EngineConfig = nested(EngineConfig)
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):

@@ -121,6 +121,7 @@ class ServingRuntime:
             ship_caches=self.info.block_causal,
             # a local cluster is one Ray node holding every logical node
             gpus_per_node=cfg.gpus_per_node,
+            engine=cfg.engine,
         )
         metrics = self.metrics
 

@@ -48,3 +48,18 @@ def test_the_api_key_comes_from_its_flag_or_the_environment(monkeypatch):
 def test_stall_budgets_must_be_positive_and_ordered(degraded, unavailable):
     with pytest.raises(ValueError, match="--stall-degraded-s .* --stall-unavailable-s"):
         ServeConfig(stall_degraded_s=degraded, stall_unavailable_s=unavailable)
+
+
+def test_the_engine_pool_and_graph_flags_reach_each_ranks_engine():
+    """The K/V pool budget and CUDA graphs are flags of the server, carried whole to the
+    Ray backend that builds each rank's engine."""
+    from dilaserve.cluster.ray_backend import RayBackendConfig
+
+    cfg = parse_dataclass(ServeConfig, ["--kv-cache-bytes", "1048576", "--no-cuda-graphs", "--slot-tokens", "512"])
+    assert (cfg.engine.kv_cache_bytes, cfg.engine.cuda_graphs, cfg.engine.slot_tokens) == (1 << 20, False, 512)
+    assert RayBackendConfig(cfg.model, engine=cfg.engine).engine.kv_cache_bytes == 1 << 20
+
+
+def test_a_pool_fraction_outside_zero_to_one_is_refused_with_the_flag():
+    with pytest.raises(SystemExit):
+        parse_dataclass(ServeConfig, ["--gpu-memory-utilization", "1.5"])
