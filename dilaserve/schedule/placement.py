@@ -123,25 +123,3 @@ class Placement:
             self.controller.select(
                 reqs, int(self.pool.tp[s]), float(self.pool.tokens[s]), int(self.pool.n_reqs[s]), self.now
             )
-
-    # ============================================================ thresholds
-    def _maybe_control_load(self) -> None:
-        if not self.controller.load_control_on:
-            return
-        interval = self.controller.config.load_control_interval_s
-        if not self._load_dirty and self.now - self._last_load_control < interval:
-            return
-        acc = np.flatnonzero(self.pool.accepting)
-        instances = [(int(self.pool.tp[s]), int(self.pool.max_batch[s])) for s in acc]
-        self.controller.control_load(list(self.requests.values()), instances, self.now)
-        self._last_load_control, self._load_dirty = self.now, False
-
-    def _select(self, placed: Sequence[TrackedRequest]) -> None:
-        by_slot: dict[int, list[TrackedRequest]] = defaultdict(list)
-        for req in placed:
-            if req.instance is not None:
-                by_slot[self.pool.slot_of[req.instance]].append(req)
-        for s, reqs in by_slot.items():
-            self.controller.select(
-                reqs, int(self.pool.tp[s]), float(self.pool.tokens[s]), int(self.pool.n_reqs[s]), self.now
-            )
