@@ -38,6 +38,19 @@ def test_a_signal_drains_in_flight_requests_while_the_port_answers(ray_cluster, 
             address,
             "--reconfig-interval-s",
             "0",
+            # One instance, and (below) a quality floor of 1.0, so a step commits one token:
+            # the drain outlasts the first probes on an idle machine too (without them the
+            # answers came 0.4 s after the signal).
+            "--num-slots",
+            "1",
+            "--slots-per-node",
+            "1",
+            "--tp-degrees",
+            "1",
+            "--thresholds",
+            "0.5",
+            "0.9",
+            "1.0",
             "--log-level",
             "warning",
         ],
@@ -45,9 +58,9 @@ def test_a_signal_drains_in_flight_requests_while_the_port_answers(ray_cluster, 
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    n = 6
+    n = 8
     try:
-        assert wait_until(lambda: _healthy(url), 240, 0.5), (
+        assert wait_until(lambda: proc.poll() is not None or _healthy(url), 240, 0.5) and proc.poll() is None, (
             proc.stdout.read1().decode() if proc.poll() is not None else "not healthy"
         )
         box, answered_at = [], []
@@ -55,7 +68,9 @@ def test_a_signal_drains_in_flight_requests_while_the_port_answers(ray_cluster, 
         def send():
             box.append(
                 httpx.post(
-                    url + "/v1/completions", timeout=300, json={"model": "dila-tiny", "prompt": LONG, "max_tokens": 128}
+                    url + "/v1/completions",
+                    timeout=300,
+                    json={"model": "dila-tiny", "prompt": LONG, "max_tokens": 192, "min_threshold": 1.0},
                 )
             )
             answered_at.append(time.monotonic())
@@ -65,6 +80,7 @@ def test_a_signal_drains_in_flight_requests_while_the_port_answers(ray_cluster, 
             t.start()
         assert wait_until(lambda: _running(url) == n, 60, 0.01), "the requests never got in flight"
         proc.send_signal(sig)
+        signalled = time.monotonic()
         # Draining: until the last request in flight is answered, the port still answers, and
         # each new request is told the server is going away and when to retry.
         late = []  # (sent at, response or the connection error)
@@ -89,7 +105,9 @@ def test_a_signal_drains_in_flight_requests_while_the_port_answers(ray_cluster, 
         # The listener closes once the last response is written: a probe sent well before the
         # client read it (the margin covers the client's own reading) met an open port.
         before = [r for sent, r in late if sent < max(answered_at) - 0.5]
-        assert before, "the in-flight requests ended before the first probe"
+        assert before, (
+            f"the in-flight requests ended {max(answered_at) - signalled:.2f} s after the signal, before the first probe"
+        )
         for r in before:
             assert isinstance(r, httpx.Response), f"refused while requests were in flight: {r!r}"
             assert r.status_code == 503 and "shutting down" in r.json()["error"]["message"], r.text
