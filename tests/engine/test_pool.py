@@ -52,7 +52,7 @@ def test_the_pool_is_sized_from_its_budget_and_says_how_to_fix_a_bad_one(lm):
         KVPool.for_model(lm.model, lm.max_context, EngineConfig(kv_cache_bytes=per_slot - 1))
     with pytest.raises(ValueError, match="--gpu-memory-utilization"):
         EngineConfig(gpu_memory_utilization=1.5)
-    with pytest.raises(ValueError, match="--kv-slot-tokens"):
+    with pytest.raises(ValueError, match="--slot-tokens"):
         EngineConfig(slot_tokens=0)
 
 
