@@ -181,7 +181,11 @@ class EvalOptions:
         admission x static TP mix, and per-tier thresholds with ``--slo-tiers``) and report
         the best static point in hindsight against dilaserve, instead of the load sweep.
     jobs: simulator runs in parallel (processes) where an experiment runs a grid.
-    target: with ``max-rate``: the SLO attainment a policy must hold at a rate (0.9: 90%).
+    target: with ``max-rate``: the share of its ``criterion`` a policy must hold at a rate (0.9: 90%).
+    criterion: with ``max-rate``: what a rate is held on. ``attainment``: the share of the
+        busiest phase's requests that met their SLO. ``goodput``: the share answered on time
+        and correctly, over the quality of the same requests' answers at threshold 0.9 (a
+        policy that holds a rate by answering fast and wrong does not hold it).
     rate_tol: with ``max-rate``: the search stops once the highest rate held and the lowest
         rate missed are within this fraction of each other (0.05: 5%).
     """
@@ -204,6 +208,7 @@ class EvalOptions:
     hindsight: bool = False
     jobs: int = 2
     target: float = 0.9
+    criterion: str = "attainment"
     rate_tol: float = 0.05
 
     def __post_init__(self) -> None:
@@ -239,6 +244,8 @@ class EvalOptions:
             raise ValueError(f"--jobs {self.jobs} must be at least 1 (parallel simulator runs; 2 on 2 cores)")
         if not 0 < self.target <= 1:
             raise ValueError(f"--target {self.target} must be an SLO attainment in (0, 1], e.g. 0.9 for 90%")
+        if self.criterion not in MAX_RATE_CRITERIA:
+            raise ValueError(f"--criterion {self.criterion!r} is unknown: use one of {', '.join(MAX_RATE_CRITERIA)}")
         if not 0 < self.rate_tol < 1:
             raise ValueError(f"--rate-tol {self.rate_tol} must be a fraction in (0, 1), e.g. 0.05 for rates within 5%")
         for name in self.policies or ():
@@ -255,6 +262,9 @@ class EvalOptions:
             return named_workload(self.workload).slo_tiers
         return DEFAULT_SLO_TIERS if self.slo_tiers == "default" else self.slo_tiers
 
+
+#: ``--criterion`` choices of ``max-rate``.
+MAX_RATE_CRITERIA = ("attainment", "goodput")
 
 #: ``--static-tp`` choices: every GPU at one TP degree, or stage 1's plan for the mean load.
 STATIC_TP_MIXES = ("1", "2", "4", "stage1")

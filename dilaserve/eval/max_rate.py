@@ -1,8 +1,14 @@
 """``python -m dilaserve.eval max-rate``: capacity at an SLO, the metric peers report
 (docs/architecture.md, "Capacity at an SLO").
 
-For each policy, the highest arrival rate it holds at ``--target`` SLO attainment (0.9),
-and its goodput there. The workload is the trace experiments' own (every workload flag of
+For each policy, the highest arrival rate it holds at ``--target`` (0.9) of its
+``--criterion``, and its goodput there. With ``attainment`` a rate is held where that share of
+the requests met their SLO. A DLM's answers get worse as its threshold falls, so attainment
+alone rewards a policy that answers fast and wrong; with ``goodput`` a rate is held where the
+requests answered on time *and* correctly make that share of what the same requests would
+get right at the baselines' threshold, 0.9 (the quality ceiling: the mean quality of
+``fixed@0.9``'s answers in the busiest phase at the start load, one extra run). It is the
+capacity at equal quality that serving systems with a fixed model output report. The workload is the trace experiments' own (every workload flag of
 ``trace`` applies); the search scales its busiest phase (``--high-load``, the high phase of
 the shaped trace) and judges a rate by the requests that arrived in that phase, at that
 rate: the low phase before it is the same at every probe and would only dilute the
@@ -17,9 +23,9 @@ other. Runs are reused: policies that make the same run (``infaas`` is ``fixed@0
 share one search, and every probe is run once. Probes run ``--jobs`` at a time, each
 policy's next probe as soon as its last one returns.
 
-With ``--json`` the last line is ``{"target", "rates": {policy: rps}, "best_static":
+With ``--json`` the last line is ``{"target", "criterion", "quality_ceiling", "rates": {policy: rps}, "best_static":
 {"policy", "rate", "goodput", "attainment", "load"}, "dilaserve": {"rate", "goodput",
-"attainment", "load"}, "ratio"}``: ``rates`` in requests/s of the busiest phase, ``load``
+"attainment", "load"}, "ratio"}``: ``quality_ceiling`` None under ``attainment``, ``rates`` in requests/s of the busiest phase, ``load``
 the same as a fraction of nominal capacity, ``goodput`` and ``attainment`` over that
 phase's requests at that rate, ``ratio`` dilaserve's rate over the best static policy's
 (None when no static policy holds any rate tried).
@@ -127,6 +133,17 @@ class Probe:
     rate_rps: float
     attainment: float
     goodput: float
+    #: mean quality of the phase's finished requests (NaN where none finished)
+    quality: float = float("nan")
+
+    def score(self, criterion: str, ceiling: float | None) -> float:
+        """What the search holds at the target: attainment, or goodput over the quality
+        ceiling (see the module docstring)."""
+        return self.attainment if criterion == "attainment" else self.goodput / ceiling
+
+
+#: The threshold whose answers make the quality ceiling of ``--criterion goodput``.
+CEILING_POLICY = "fixed@0.9"
 
 
 # The state of the process that runs probes: the context, the setting and the workloads
@@ -152,7 +169,9 @@ def _probe(policy: str, load: float) -> Probe:
     peak = max(wl.phases, key=lambda p: p.rate) if wl.phases else None
     rows = res.requests if peak is None else res.requests.filter(pl.col("phase") == peak.name)
     rate = wl.mean_rate if peak is None else peak.rate
-    p = Probe(policy, load, rate, float(rows["met_slo"].fill_null(False).mean()), float(good(rows).mean()))
+    done = rows.filter(pl.col("status") == "finished")["quality"].drop_nulls()
+    quality = float(done.mean()) if len(done) else float("nan")
+    p = Probe(policy, load, rate, float(rows["met_slo"].fill_null(False).mean()), float(good(rows).mean()), quality)
     print(
         f"  [{setting.name}] {policy:<28} load {load:6.3f} ({rate:6.1f} req/s)  attainment {p.attainment:6.1%}  "
         f"goodput {p.goodput:6.1%}  ({time.perf_counter() - t0:.0f}s wall)",
@@ -175,9 +194,26 @@ class _Inline:
         pass
 
 
-def search_rates(ctx: EvalContext, setting: ClusterSetting, policies: Sequence[str]) -> dict[str, list[Probe]]:
+def quality_ceiling(ctx: EvalContext, setting: ClusterSetting) -> float:
+    """The mean quality of :data:`CEILING_POLICY`'s answers in the busiest phase at the
+    search's start load: what ``--criterion goodput`` holds a share of."""
+    _STATE.update(ctx=ctx, setting=setting, workloads={})
+    q = _probe(CEILING_POLICY, _rounded(ctx.high_load_of(setting))).quality
+    if not q > 0:
+        raise MaxRateError(
+            f"--criterion goodput: {CEILING_POLICY} finished no request of the busiest phase at the start load "
+            f"{ctx.high_load_of(setting):g}, so there is no quality ceiling; pass a lower --high-load"
+        )
+    return q
+
+
+def search_rates(
+    ctx: EvalContext, setting: ClusterSetting, policies: Sequence[str], ceiling: float | None = None
+) -> dict[str, list[Probe]]:
     """Every probe of every policy's search, by policy (policies that make the same run
-    share one search, and its probes)."""
+    share one search, and its probes); ``ceiling``: the quality ceiling under
+    ``--criterion goodput``."""
+    criterion = ctx.options.criterion
     groups: dict[tuple, list[str]] = {}
     for name in policies:
         groups.setdefault(run_identity(name, setting), []).append(name)
@@ -209,7 +245,7 @@ def search_rates(ctx: EvalContext, setting: ClusterSetting, policies: Sequence[s
                 name = pending.pop(f)
                 p = f.result()
                 probes[name].append(p)
-                searches[name].observe(p.load, p.attainment)
+                searches[name].observe(p.load, p.score(criterion, ceiling))
                 submit(name)
     except BaseException:  # an error or Ctrl-C: drop the probes not started, wait for none
         pool.shutdown(wait=False, cancel_futures=True)
@@ -218,9 +254,9 @@ def search_rates(ctx: EvalContext, setting: ClusterSetting, policies: Sequence[s
     return {name: probes[names[0]] for names in groups.values() for name in names}
 
 
-def _at_max(probes: list[Probe], target: float) -> Probe | None:
+def _at_max(probes: list[Probe], target: float, criterion: str, ceiling: float | None) -> Probe | None:
     """The probe at the highest load held (below the lowest missed), or None."""
-    search = RateSearch(target, 0.0, 0.0, {p.load: p.attainment for p in probes})
+    search = RateSearch(target, 0.0, 0.0, {p.load: p.score(criterion, ceiling) for p in probes})
     return next((p for p in probes if p.load == search.held), None)
 
 
@@ -239,9 +275,10 @@ def max_rate(ctx: EvalContext) -> tuple[dict, str]:
         )
     setting = ctx.settings[0]
     t0 = time.perf_counter()
-    probes = search_rates(ctx, setting, names)
-    target = ctx.options.target
-    top = {name: _at_max(ps, target) for name, ps in probes.items()}
+    criterion, target = ctx.options.criterion, ctx.options.target
+    ceiling = quality_ceiling(ctx, setting) if criterion == "goodput" else None
+    probes = search_rates(ctx, setting, names, ceiling)
+    top = {name: _at_max(ps, target, criterion, ceiling) for name, ps in probes.items()}
 
     def point(p: Probe | None) -> dict:
         if p is None:
@@ -253,6 +290,8 @@ def max_rate(ctx: EvalContext) -> tuple[dict, str]:
     d = point(top["dilaserve"])
     out = {
         "target": target,
+        "criterion": criterion,
+        "quality_ceiling": ceiling,
         "rates": rates,
         "best_static": {"policy": best, **point(top[best])},
         "dilaserve": d,
@@ -263,15 +302,19 @@ def max_rate(ctx: EvalContext) -> tuple[dict, str]:
 
 
 def _summary(setting, out: dict, top: dict, probes: dict[str, list[Probe]], runs: int, wall_s: float) -> str:
+    criterion, ceiling = out["criterion"], out["quality_ceiling"]
+    held = "SLO attainment" if criterion == "attainment" else f"goodput over the quality ceiling ({ceiling:.1%})"
     lines = [
-        f"# max-rate: the highest rate held at {out['target']:.0%} SLO attainment ({setting.name})",
+        f"# max-rate: the highest rate held at {out['target']:.0%} {held} ({setting.name})",
         "",
-        "| policy | rate (req/s) | load (x capacity) | attainment there | goodput there | probes |",
+        f"| policy | rate (req/s) | load (x capacity) | attainment there | goodput there | probes ({criterion}) |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for name in sorted(top, key=lambda n: -out["rates"][n]):
         p = top[name]
-        tried = ", ".join(f"{q.load:g}: {q.attainment:.1%}" for q in sorted(probes[name], key=lambda q: q.load))
+        tried = ", ".join(
+            f"{q.load:g}: {q.score(criterion, ceiling):.1%}" for q in sorted(probes[name], key=lambda q: q.load)
+        )
         cells = ["–"] * 3 if p is None else [f"{p.load:.3f}", f"{p.attainment:.1%}", f"{p.goodput:.1%}"]
         lines.append(f"| {name} | {out['rates'][name]:.1f} | " + " | ".join(cells) + f" | {tried} |")
     ratio = "–" if out["ratio"] is None else f"{out['ratio']:.2f}x"

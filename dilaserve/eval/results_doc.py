@@ -214,7 +214,7 @@ def max_rate_rows(docs: dict[str, dict]) -> list[str]:
         d, s = out["dilaserve"], out["best_static"]
         cells = [
             _workload(doc["command"]),
-            f"{100 * out['target']:.0f}%",
+            f"{100 * out['target']:.0f}% {out.get('criterion', 'attainment')}",
             f"{d['rate']:.1f}",
             "–" if d["goodput"] is None else _pct(d["goodput"]),
             s["policy"],
@@ -304,11 +304,13 @@ def render(docs: dict[str, dict]) -> str:
                 "## Capacity at an SLO",
                 "",
                 "`max-rate`: the highest rate of the workload's busiest phase (req/s) each policy holds at the",
-                "target SLO attainment, judged on that phase's requests, found by a bracketed search; goodput",
-                "over the same requests at that rate. The best static point is the static policy of the run's",
-                "`--policies` (see its command) that holds the highest rate; the ratio is dilaserve's rate over its.",
-                "Attainment does not see quality: a low fixed threshold can hold a high rate with wrong answers,",
-                "which its goodput shows; the last column has the rates the run's other policies hold.",
+                "target share of its criterion, judged on that phase's requests, found by a bracketed search;",
+                "goodput over the same requests at that rate. The best static point is the static policy of the",
+                "run's `--policies` (see its command) that holds the highest rate; the ratio is dilaserve's rate",
+                "over its. SLO attainment does not see quality: a low fixed threshold can hold a high rate with",
+                "wrong answers, which its goodput shows. The `goodput` criterion holds a rate only where the",
+                "answers on time and correct make the target share of what the same requests get right at",
+                "threshold 0.9 (`--criterion goodput`). The last column has the rates the other policies hold.",
                 "",
                 "| run | workload | target | dilaserve (req/s) | its goodput | best static point | its rate (req/s) "
                 "| its goodput | ratio | the other policies (req/s) |",

@@ -67,7 +67,7 @@ def test_max_rate_reports_each_policy_the_best_static_one_and_the_ratio(tmp_path
         policies=("dilaserve", "infaas", "fixed@0.9", "fixed@0.5+admission"),
     )
     out, text = max_rate(TinyContext(opts))
-    assert set(out) == {"target", "rates", "best_static", "dilaserve", "ratio"}
+    assert set(out) == {"target", "criterion", "quality_ceiling", "rates", "best_static", "dilaserve", "ratio"}
     rates = out["rates"]
     assert set(rates) == {"dilaserve", "infaas", "fixed@0.9", "fixed@0.5+admission"}
     assert rates["infaas"] == rates["fixed@0.9"]  # the same run: one search serves both
@@ -91,3 +91,27 @@ def test_max_rate_refuses_a_list_without_dilaserve_or_a_static_policy_and_severa
     with pytest.raises(ValueError, match="--rate-tol"):
         EvalOptions(rate_tol=0)
     assert parse(["max-rate", "--target", "0.8"])[1].settings == ("paper",)
+
+
+def test_the_goodput_criterion_holds_a_rate_only_with_correct_answers(tmp_path):
+    """Under ``--criterion goodput`` a rate held by fast wrong answers is not held: a policy
+    at threshold 0.5 (whose answers are mostly wrong on the embedded law) holds no more than
+    under attainment, and every rate reported holds the target of the quality ceiling."""
+    opts = dict(quick=True, settings=("paper",), phase_s=3.0, out=tmp_path, jobs=1, rate_tol=0.2)
+    policies = ("dilaserve", "fixed@0.5+admission", "fixed@0.8+admission")
+    by_attainment, _ = max_rate(TinyContext(EvalOptions(**opts, policies=policies)))
+    by_goodput, text = max_rate(TinyContext(EvalOptions(**opts, policies=policies, criterion="goodput")))
+    assert by_attainment["criterion"] == "attainment" and by_attainment["quality_ceiling"] is None
+    ceiling = by_goodput["quality_ceiling"]
+    assert by_goodput["criterion"] == "goodput" and 0 < ceiling <= 1
+    for name, rate in by_goodput["rates"].items():
+        assert rate <= by_attainment["rates"][name] + 1e-9  # goodput <= attainment x quality
+    d = by_goodput["dilaserve"]
+    assert d["rate"] == 0 or d["goodput"] >= 0.9 * ceiling
+    assert by_goodput["rates"]["fixed@0.5+admission"] < by_attainment["rates"]["fixed@0.5+admission"]
+    assert "goodput over the quality ceiling" in text
+
+
+def test_an_unknown_criterion_says_which_exist():
+    with pytest.raises(ValueError, match="--criterion 'speed' is unknown: use one of attainment, goodput"):
+        EvalOptions(criterion="speed")
