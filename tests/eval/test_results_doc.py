@@ -112,7 +112,7 @@ def test_a_max_rate_run_gets_a_capacity_row_and_no_other():
     text = render({"cap": {"command": command, "output": out}})
     rows = [row for row in text.splitlines() if row.startswith("| `cap`")]
     assert rows == [
-        "| `cap` | `--settings paper`, `--slo-tiers default` | 90% | 61.2 | 90.4 | fixed@0.8+admission | 49.0 "
+        "| `cap` | `--settings paper`, `--slo-tiers default` | 90% attainment | 61.2 | 90.4 | fixed@0.8+admission | 49.0 "
         "| 91.2 | 1.25x | – |"
     ]
     assert "## Capacity at an SLO" in text and "No complete `frontier --hindsight` run" in text
@@ -120,4 +120,12 @@ def test_a_max_rate_run_gets_a_capacity_row_and_no_other():
     rates = {**out["rates"], "fixed@0.9": 0.0}
     none = {**out, "rates": rates, "best_static": {"policy": "fixed@0.9", "rate": 0.0, "goodput": None}, "ratio": None}
     row = next(r for r in render({"cap": {"command": "x", "output": none}}).splitlines() if r.startswith("| `cap`"))
-    assert row.endswith("| one SLO | 90% | 61.2 | 90.4 | fixed@0.9 | 0.0 | – | – | fixed@0.8+admission: 49.0 |")
+    assert row.endswith(
+        "| one SLO | 90% attainment | 61.2 | 90.4 | fixed@0.9 | 0.0 | – | – | fixed@0.8+admission: 49.0 |"
+    )
+    # A run on the goodput criterion says so (runs recorded before the flag are on attainment).
+    by_goodput = {**out, "criterion": "goodput", "quality_ceiling": 0.95}
+    row = next(
+        r for r in render({"cap": {"command": "x", "output": by_goodput}}).splitlines() if r.startswith("| `cap`")
+    )
+    assert "| 90% goodput | 61.2 |" in row
