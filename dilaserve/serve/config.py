@@ -82,12 +82,13 @@ class ServeConfig:
         "variable, else no key)",
     )
     stall_degraded_s: float = option(
-        5.0,
+        2.0,
         "/health answers 'degraded' (HTTP 200, with the reason) when requests wait and no step has "
-        "finished for this many seconds: the step loop is held up (raise it for models whose steps take longer)",
+        "finished for this many seconds: the step loop is held up; a step of a full batch takes well under a "
+        "second on the embedded model (raise it for models whose steps take longer)",
     )
     stall_unavailable_s: float = option(
-        30.0,
+        10.0,
         "/health answers 503 when requests wait and no step has finished for this many seconds "
         "(more than --stall-degraded-s): a load balancer should send traffic elsewhere",
     )
@@ -158,7 +159,7 @@ class ServeConfig:
         if not 0 < self.stall_degraded_s < self.stall_unavailable_s:
             raise ValueError(
                 f"--stall-degraded-s {self.stall_degraded_s} and --stall-unavailable-s {self.stall_unavailable_s}: "
-                "both must be positive and the first smaller (default 5 and 30)"
+                "both must be positive and the first smaller (default 2 and 10)"
             )
         if self.max_queue < 1:
             raise ValueError(f"--max-queue {self.max_queue}: allow at least 1 request in flight (default 256)")

@@ -30,3 +30,14 @@ def test_the_verdict_follows_the_two_budgets(stalled, status, code):
 def test_not_ready_wins_over_the_stall():
     h = judge("shutting down", 3, 0.0, CFG)
     assert (h.status, h.reason, h.http_status) == ("unavailable", "shutting down", 503)
+
+
+@pytest.mark.parametrize("stalled, status", [(1.5, "ok"), (2.0, "degraded"), (9.9, "degraded"), (10.0, "unavailable")])
+def test_by_default_a_two_second_stall_is_degraded_and_ten_seconds_unavailable(stalled, status):
+    """A step of a full batch of the embedded model takes well under a second: a stall of a
+    few seconds while requests wait is worth reporting, one of ten is worth routing around."""
+    h = judge(None, 1, stalled, ServeConfig())
+    assert h.status == status
+    if status != "ok":
+        flag = "--stall-degraded-s 2" if status == "degraded" else "--stall-unavailable-s 10"
+        assert flag in h.reason
