@@ -19,7 +19,13 @@ from dilaserve.control.request import TrackedRequest
 from dilaserve.control.step_law import step_split
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConfig
-from dilaserve.reconfig.forecast import forecast_rate, holding_time_s, out_of_reach, tiers_out_of_reach
+from dilaserve.reconfig.forecast import (
+    forecast_rate,
+    holding_time_s,
+    out_of_reach,
+    reach_node_counts,
+    tiers_out_of_reach,
+)
 from dilaserve.reconfig.monitor import RequestClass, WorkloadMonitor
 from dilaserve.reconfig.plan import ReconfigPlan, all_tp1_node_counts, build_plan, node_counts_of
 from dilaserve.reconfig.stage1 import (
@@ -245,11 +251,18 @@ class Reconfigurator:
 
     def forecast(self, now: float) -> tuple[float, float]:
         """(the line's rate now, the forecast mean rate over the next interval, as long as
-        the monitor's window), from a line through the window's arrival counts
-        (:func:`forecast_rate`): a line carried further than the evidence behind it would
-        plan for its noise."""
+        the monitor's window, or as the arrivals seen so far where they span less), from a
+        line through the window's arrival counts (:func:`forecast_rate`): a line carried
+        further than the evidence behind it would plan for its noise (early in a run, 30 s
+        of a quiet phase's bursts carried 60 s on read as twice its rate)."""
         arrivals, window = self.monitor.arrivals(now), self.monitor.config.window_s
-        return forecast_rate(arrivals, now, window, 0.0), forecast_rate(arrivals, now, window, window)
+        return forecast_rate(arrivals, now, window, 0.0), forecast_rate(arrivals, now, window, self.horizon_s(now))
+
+    def horizon_s(self, now: float) -> float:
+        """How far :meth:`forecast` carries its line: the monitor's window, or the time since
+        the first arrival in it where that is shorter."""
+        arrivals, window = self.monitor.arrivals(now), self.monitor.config.window_s
+        return min(window, now - arrivals[0]) if arrivals else window
 
     def propose_ahead(
         self,
@@ -264,16 +277,19 @@ class Reconfigurator:
         lowest threshold, and its gain over that hold must repay its transition (the
         scheduler's replay then judges it at the forecast's peak). Classes no degree
         reaches at ``lowest`` are left out: admission refuses their requests, and planning
-        for them would find no plan. Where stage 1 finds no plan, the way back to ``home``."""
+        for them would find no plan. Where the tier out of reach would get fewer GPUs of the
+        fastest degree than the forecast leaves room for (:meth:`reach_layout`), that layout
+        is the plan. Where neither carries the forecast, the way back to ``home``."""
         classes = self.monitor.classes(now, by_tier=True)
         if not classes or not self.degrees:
             return None
         rate_now, ahead = self.forecast(now)
-        lifetime, horizon = self.config.lifetime_s, self.monitor.config.window_s
+        lifetime, horizon = self.config.lifetime_s, self.horizon_s(now)
         observed = sum(k.rate for k in classes) / (1 + self.monitor.config.safety_margin)
-        # The window's mean or the next interval's, whichever is more (the monitor's safety
-        # margin stays on top): planning for the line's far end would plan for its noise.
-        peak = max(observed, ahead)
+        # The rate just seen or the next interval's, whichever is more (the monitor's safety
+        # margin stays on top): the window's mean after a fall still holds the peak it fell
+        # from, and planning for the line's far end would plan for its noise.
+        peak = max(self.recent_rate(now), ahead)
         scale = peak / observed if observed > 0 else 1.0
         beyond = set(out_of_reach(self.problem(classes), self.degrees, lowest))
         classes = [k for i, k in enumerate(classes) if i not in beyond]
@@ -282,32 +298,59 @@ class Reconfigurator:
         pb = self.problem([replace(k, rate=k.rate * max(scale, 1e-9)) for k in classes])
         current_counts = dict(Counter(e.tp for e in existing))
         target = self._stage1(pb, "forecast")
-        if target is None:
+        reach = self.reach_layout(pb, home, lowest)
+        fast = max(self.degrees)
+        current = self._stage1(replace(pb, fixed_counts=current_counts), "current cluster") if existing else None
+        cur_obj = current.objective if current else None
+        if reach is not None and (target is None or sum(n.get(fast, 0) for n in reach) > target.counts.get(fast, 0)):
+            node_counts, batch, obj = reach, {}, None
+            counts = dict(Counter(d for nc in reach for d, n in nc.items() for _ in range(n)))
+        elif target is None:
             plan = self.plan_home(now, existing, home)
             return None if plan is None else replace(plan, peak_rps=peak, reason="ahead: no plan carries the forecast")
-        counts = {d: n for d, n in target.counts.items() if n}
+        else:
+            node_counts, batch, obj = list(target.node_counts), target.batch, target.objective
+            counts = {d: n for d, n in target.counts.items() if n}
+            if cur_obj is not None and obj < cur_obj * (1 + self.config.min_improvement):
+                return None
+            if capacity_rps(pb, counts) < pb.total_rate * (1 + self.config.capacity_headroom):
+                return None
         if counts == current_counts:
-            return None
-        current = self._stage1(replace(pb, fixed_counts=current_counts), "current cluster") if existing else None
-        if current is not None and target.objective < current.objective * (1 + self.config.min_improvement):
-            return None
-        if capacity_rps(pb, counts) < pb.total_rate * (1 + self.config.capacity_headroom):
             return None
         # Held until the forecast line outgrows the plan, for no longer than a plan's lifetime.
         hold = holding_time_s(rate_now, ahead, horizon, capacity_rps(pb, counts), limit_s=lifetime)
-        plan = self.plan_to(
-            list(target.node_counts),
-            existing,
-            target.batch,
-            target.objective,
-            current.objective if current else None,
-            f"ahead: {peak:.1f} req/s forecast",
-        )
+        plan = self.plan_to(node_counts, existing, batch, obj, cur_obj, f"ahead: {peak:.1f} req/s forecast")
         transition = (self._drain_s(pb) if plan.stops else 0.0) + self.config.launch_time_s
         log.info("reconfig at %.1fs: ahead %s -> %s, holds %.0fs of %.0fs", now, current_counts, counts, hold, lifetime)
         if hold <= transition:
             return None
         return replace(plan, transition_s=transition, hold_s=hold, peak_rps=peak)
+
+    def recent_rate(self, now: float) -> float:
+        """Arrivals per second over the last third of the monitor's window (over what has
+        passed of it early in a run): the rate a plan made now starts at."""
+        arrivals, window = self.monitor.arrivals(now), self.monitor.config.window_s / 3
+        if not arrivals:
+            return 0.0
+        span = min(window, max(now - arrivals[0], 1.0))
+        return sum(t > now - span for t in arrivals) / span
+
+    def reach_layout(
+        self, pb: CapacityProblem, home: Sequence[InstanceSpec], lowest: float | None = None
+    ) -> list[dict[int, int]] | None:
+        """Per node, the layout with the most nodes of the fastest degree (the rest of
+        ``home``'s lowest degree) that carries ``pb``'s rate with the capacity headroom at
+        the lowest threshold the controller may run (:func:`reach_node_counts`); None where
+        the cluster has no faster degree or no such node fits."""
+        fast = max(self.degrees)
+        home_degrees = sorted({s.tp for s in home} & set(self.degrees))
+        if not home_degrees or home_degrees[0] >= fast:
+            return None
+        usable = [t for t in pb.thresholds if lowest is None or t >= lowest - 1e-9]
+        need = pb.total_rate * (1 + self.config.capacity_headroom)
+        return reach_node_counts(
+            pb, self.cluster.gpus_per_node, home_degrees[0], fast, need, usable[0] if usable else None
+        )
 
     def transition_cost_s(self, pb: CapacityProblem, plan: ReconfigPlan, existing: Sequence[InstanceSpec]) -> float:
         """Cluster-seconds of capacity ``plan`` takes offline: each stopped instance's share of

@@ -23,6 +23,7 @@ from dilaserve.reconfig.forecast import (
     forecast_rate,
     holding_time_s,
     out_of_reach,
+    reach_node_counts,
     tiers_out_of_reach,
 )
 from dilaserve.reconfig.plan import static_layout
@@ -182,3 +183,25 @@ def test_reach_is_judged_request_by_request():
         mon.observe(0.0, p, o, slo, prio)
     pb = _reconfigurator().problem(mon.classes(1.0, by_tier=True))
     assert out_of_reach(pb, [1], 0.5) == [0, 1]  # the class-level view flags both tiers
+
+
+def test_reach_layout_gives_the_fast_degree_every_node_the_forecast_leaves_room_for():
+    """The more of the load the fast degree's nodes must carry, the fewer of them: all TP-4
+    at a load TP-4 carries, fewer TP-4 nodes as the load nears what TP-1 carries, none past it."""
+    rec = _reconfigurator()
+    _observe(rec, 0.55, lambda t: 6.0)
+    pb = rec.problem(rec.monitor.classes(60.0, by_tier=True))
+    tp4 = capacity_rps(pb, {4: CLUSTER.nodes})
+    tp1 = capacity_rps(pb, {1: CLUSTER.nodes * CLUSTER.gpus_per_node})
+    assert tp4 < tp1
+    layouts = [reach_node_counts(pb, CLUSTER.gpus_per_node, 1, 4, need) for need in (0.5 * tp4, (tp4 + tp1) / 2, tp1)]
+    fast = [sum(n.get(4, 0) for n in nc) if nc else 0 for nc in layouts]
+    assert fast[0] == CLUSTER.nodes and 0 < fast[1] < CLUSTER.nodes and layouts[2] is None
+    for nc in layouts[:2]:
+        assert all(sum(d * n for d, n in node.items()) == CLUSTER.gpus_per_node for node in nc)
+        counts = {d: sum(node.get(d, 0) for node in nc) for d in (1, 4)}
+        assert capacity_rps(pb, counts) >= (0.5 * tp4 if nc is layouts[0] else (tp4 + tp1) / 2)
+    # At a low load planning ahead gives the tier out of reach the whole cluster of TP-4.
+    assert pb.total_rate * (1 + rec.config.capacity_headroom) < tp4
+    plan = rec.propose_ahead(60.0, static_layout(CLUSTER, 1), static_layout(CLUSTER, 1))
+    assert plan is not None and plan.counts == {4: CLUSTER.nodes}
