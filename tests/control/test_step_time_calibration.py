@@ -1,0 +1,75 @@
+"""Step-time calibration: the factor follows a machine that really is slower, weighs the
+steps a queue waits for, and one stalled step does not move it."""
+
+from __future__ import annotations
+
+import pytest
+
+from dilaserve.control.step_time import StepTimeCalibration, StepTimeConfig, weighted_median
+from dilaserve.engine.state import StepKind
+from tests.control.builders import linear_profile
+
+REC = StepKind.RECOMPUTE
+
+
+def _calibration(**cfg) -> StepTimeCalibration:
+    return StepTimeCalibration(linear_profile({1: 1e-4}, base=0.002), StepTimeConfig(**cfg))
+
+
+def _step(cal: StepTimeCalibration, tokens: float, slower: float, iid: str = "i0") -> None:
+    expected = cal.expected(1, tokens, 0.0)
+    cal.observe(iid, 1, expected, slower * sum(expected))
+
+
+def test_weighted_median_goes_by_weight_not_count():
+    assert weighted_median([(1.0, 1.0), (2.0, 1.0), (3.0, 1.0)]) == 2.0
+    assert weighted_median([(1.0, 1.0), (2.0, 1.0), (3.0, 10.0)]) == 3.0
+    assert weighted_median([(5.0, 0.1)]) == 5.0
+
+
+@pytest.mark.parametrize("slower", [0.7, 3.0, 20.0])
+def test_the_factor_follows_a_machine_that_really_is_slower(slower):
+    cal = _calibration()
+    for _ in range(16):
+        _step(cal, 2000, slower)
+    assert cal.factor(1, REC) == pytest.approx(slower, rel=1e-6)
+    # and the control plane's profile is priced at it
+    assert cal.profile.latency(1, 2000, REC) == pytest.approx(slower * cal.base.latency(1, 2000, REC))
+
+
+def test_a_stalled_step_does_not_move_the_factor():
+    cal = _calibration()
+    for k in range(16):
+        _step(cal, 2000, 50.0 if k == 11 else 2.0)
+    assert cal.factor(1, REC) == pytest.approx(2.0)
+
+
+def test_after_a_quiet_spell_of_small_steps_a_few_full_batches_set_the_factor():
+    cal = _calibration()
+    for _ in range(32):
+        _step(cal, 40, 4.0)  # one request: a fixed cost makes it look 4x slower
+    assert cal.factor(1, REC) == pytest.approx(4.0)
+    _step(cal, 4000, 1.5)  # a full batch: 1.5x the profile
+    # it carries more profiled time than the 31 small steps beside it, and is not left
+    # waiting for seven more steps (seconds each on a loaded machine) to count
+    assert cal.factor(1, REC) == pytest.approx(1.5)
+
+
+def test_steps_of_the_usual_size_move_the_factor_once_most_of_the_window_has():
+    cal = _calibration(window=32, min_steps=8)
+    for _ in range(32):
+        _step(cal, 2000, 2.0)
+    assert cal.factor(1, REC) == pytest.approx(2.0)
+    expected = cal.expected(1, 2000, 0.0)
+    moved = [cal.observe("i0", 1, expected, 3.0 * sum(expected)) for _ in range(32)]
+    # refitted every 8 steps, not every step: at 8 of 32 the window's median is still 2x, at
+    # 16 it is midway, at 24 it is 3x
+    assert [k for k, m in enumerate(moved) if m] == [15, 23]
+    assert cal.factor(1, REC) == pytest.approx(3.0)
+
+
+def test_an_absurd_clock_stays_within_the_bounds():
+    cal = _calibration(bounds=(0.5, 8.0))
+    for _ in range(8):
+        _step(cal, 2000, 1000.0)
+    assert cal.factor(1, REC) == 8.0
