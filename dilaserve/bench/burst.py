@@ -7,6 +7,12 @@ It sends a quiet stream (``--quiet-rps`` for ``--quiet-s``; short under ``--quic
 ``--burst`` requests at once, each with ``--slo-ms``. ``--hog`` starts one busy-loop
 process per core beside it, as a loaded machine.
 
+The server's tuner (:class:`~dilaserve.schedule.tuner.TunerConfig`) tunes every 60 s on a
+60-s window of at least 40 sampled arrivals: a quick run's 30 quiet arrivals never reach
+that, and its burst would find control idle. Under ``--quick`` the tuner is
+:data:`QUICK_TUNER` (every 10 s on a 30-s window, from 5 sampled arrivals), so that its
+replays run during the quiet spell and the burst; the JSON's ``settings`` say which.
+
 Reported:
 
 * ``max_step_gap_s``: the longest time with requests waiting and no step finishing
@@ -40,6 +46,11 @@ from dilaserve.bench.chaos import one_request
 from dilaserve.bench.common import emit, machine_info
 from dilaserve.bench.inprocess import InProcessServer
 from dilaserve.bench.serve import load_prompts
+from dilaserve.schedule.tuner import TunerConfig
+
+#: The tuner of a quick run: its quiet spell (30 arrivals, a quarter of them sampled) is
+#: enough to tune on, every 10 s, so the burst meets control at work.
+QUICK_TUNER = TunerConfig(interval_s=10.0, window_s=30.0, min_arrivals=5)
 
 
 def _spin() -> None:
@@ -128,7 +139,8 @@ def main(argv=None) -> int:
     if args.burst < 1 or args.quiet_s < 0 or args.quiet_rps <= 0 or args.slo_ms <= 0:
         p.error("--burst must be >= 1, --quiet-s >= 0, and --quiet-rps and --slo-ms positive")
     hogs = [mp.Process(target=_spin, daemon=True) for _ in range(os.cpu_count() or 1)] if args.hog else []
-    server = InProcessServer(artifacts=args.artifacts, log_level="warning").start()
+    tuner = QUICK_TUNER if args.quick else TunerConfig()
+    server = InProcessServer(artifacts=args.artifacts, log_level="warning", tuner=tuner).start()
     for h in hogs:
         h.start()
     try:
@@ -167,7 +179,10 @@ def main(argv=None) -> int:
         # measured over profiled step time per TP degree and step kind (step-time calibration)
         "step_time_factors": {f"TP-{tp} {kind.value}": round(f, 2) for (tp, kind), f in sorted(learned.items())},
         "wall_s": round(wall, 1),
-        "settings": {k: getattr(args, k) for k in ("quick", "hog", "burst", "quiet_s", "quiet_rps", "slo_ms")},
+        "settings": {
+            **{k: getattr(args, k) for k in ("quick", "hog", "burst", "quiet_s", "quiet_rps", "slo_ms")},
+            "tuner": {k: getattr(tuner, k) for k in ("interval_s", "window_s", "min_arrivals", "sample")},
+        },
         "machine": machine_info(),
     }
     emit(result, args.json)

@@ -29,3 +29,14 @@ def test_the_gap_counts_only_while_requests_wait_and_no_step_finishes():
 def test_bad_options_are_refused_with_the_fix():
     with pytest.raises(SystemExit):
         main(["--burst", "0"])
+
+
+def test_a_quick_runs_quiet_spell_is_enough_for_the_tuner_to_tune_on():
+    """The quick quiet spell (30 s at 1 request/s) must fill the quick tuner's window with
+    enough sampled arrivals, and tune more than once, or the burst meets control idle."""
+    from dilaserve.bench.burst import QUICK_TUNER
+
+    quiet_s, rps = 30.0, 1.0
+    in_window = min(QUICK_TUNER.window_s, quiet_s) * rps
+    assert in_window * QUICK_TUNER.sample >= QUICK_TUNER.min_arrivals
+    assert QUICK_TUNER.interval_s < quiet_s / 2
