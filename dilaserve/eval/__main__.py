@@ -17,13 +17,15 @@ goodput_high}}}``: every policy run, keyed by name for the first setting and
 ``rate-sweep`` and ``frontier`` a policy's numbers pool all requests of the sweep; for
 ``slo-sweep`` they are those at scale 5; for ``all``, the trace and ablation runs (the
 sweeps are in their tables). ``frontier`` adds ``"frontier": {LOAD: {NAME: {...}}}``, the
-same numbers per high-phase load.
+same numbers per high-phase load. ``"policy_wall_s": {NAME: seconds}`` is each policy's
+headline run's wall time (what a policy's control plane costs to simulate).
 
 ``max-rate`` finds, per policy (``--policies``; default dilaserve and the static
-policies), the highest rate of the trace's busiest phase it holds at ``--target`` SLO
-attainment (0.9), by a bracketed search to within ``--rate-tol`` (one setting, the first
+policies), the highest rate of the trace's busiest phase it holds at ``--target`` (0.9) of
+``--criterion`` (SLO attainment, or ``goodput`` over the quality at threshold 0.9), by a
+bracketed search to within ``--rate-tol`` (one setting, the first
 of ``--settings``; every workload flag of ``trace`` applies, ``--high-load`` is where the
-search starts). With ``--json`` it ends with ``{"target", "rates": {policy: rps},
+search starts). With ``--json`` it ends with ``{"target", "criterion", "quality_ceiling", "rates": {policy: rps},
 "best_static": {"policy", "rate", ...}, "dilaserve": {"rate", "goodput", ...}, "ratio"}``
 (:mod:`dilaserve.eval.max_rate`).
 
@@ -117,6 +119,7 @@ def main(argv: list[str]) -> int:
         return _max_rate(ctx, as_json, record_as, argv)
     policies: dict[str, dict] = {}
     extras: dict[str, dict] = {}
+    walls: dict[str, float] = {}  # each policy's wall seconds (the headline runs)
     t0 = time.perf_counter()
     try:
         for name in names:
@@ -127,12 +130,13 @@ def main(argv: list[str]) -> int:
             if len(names) == 1 or name in ("trace", "ablation"):
                 for k, v in policies_json(out).items():
                     policies.setdefault(k, v)
+                walls.update({r.result.policy: round(r.result.wall_s, 1) for r in out.runs if r.headline})
             extras.update(extra_json(out))
     except (MissingArtifactError, TraceFormatError, LayoutError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"done in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    line = json.dumps({"policies": policies, **extras})
+    line = json.dumps({"policies": policies, **extras, "policy_wall_s": walls})
     if as_json:
         print(line)
     if record_as:
