@@ -50,7 +50,8 @@ class TunerConfig:
         window_s: the arrivals of the last this many seconds are replayed.
         sample: the share of the window's arrivals, and of the instances, replayed: a
             quarter of the cluster under a quarter of the traffic keeps each instance's
-            load and costs a quarter of a full replay.
+            load and costs a quarter of a full replay. A plan's check replays this share
+            of the nodes (at least one of each kind the plan treats alike).
         min_gain: switch only to a point whose replayed goodput beats the current point's
             by at least this much (a share of requests): noise must not flap the point.
         min_arrivals: tune only once the window holds this many (sampled) arrivals.
@@ -316,9 +317,12 @@ class OperatingPointTuner:
         While the plan executes, the instances it stops are gone and those it launches not
         yet there: for ``transition_share`` of the plan's lifetime the cluster is the kept
         instances alone, and the expected goodput after the move blends that replay with the
-        target's. The whole window runs on the whole cluster (a sampled slice of a mixed-TP
-        layout is too coarse for a decision this rare and this costly). With too thin a
-        window there is no evidence, and the planner's own rules decide.
+        target's. Both layouts replay the same ``sample`` share of the nodes, picked from
+        each group of nodes the plan treats alike (so the nodes it rebuilds are in the slice),
+        under the same share of the arrivals (:func:`~dilaserve.schedule.window.plan_slice`):
+        an instance-count slice of a mixed-TP layout is too coarse for this decision, but
+        the same nodes under the same arrivals differ only where the plan does. With too
+        thin a window there is no evidence, and the planner's own rules decide.
 
         A plan is made for the load of the window, but it stays in force after the load
         moves, and undoing it takes a drain and a launch, longer than a rise takes to
@@ -340,6 +344,8 @@ class OperatingPointTuner:
             cfg.min_gain,
             cfg.warm_plans,
             peak_rate,
+            cfg.sample,
+            cfg.min_arrivals,
         )
         tag = next(self._tags)
         self._pending[tag] = _Pending(now, on_verdict=on_verdict, rate=peak_rate)

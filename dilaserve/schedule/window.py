@@ -8,9 +8,12 @@ caller (the simulator) or in a worker process (a server: :mod:`dilaserve.schedul
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
+
+import numpy as np
 
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
@@ -75,7 +78,12 @@ class LayoutVerdict:
 @dataclass(frozen=True)
 class LayoutJob:
     """Whether moving the cluster from ``current`` to ``target`` pays on the window
-    (:meth:`~dilaserve.schedule.tuner.OperatingPointTuner.layout_pays` says how)."""
+    (:meth:`~dilaserve.schedule.tuner.OperatingPointTuner.layout_pays` says how).
+
+    ``sample`` < 1 replays a slice of the nodes under the same share of the arrivals
+    (:func:`plan_slice`): the same nodes of both layouts under the same arrivals, so the
+    two replays differ only where the plan does, at a fraction of a whole-cluster replay.
+    ``min_arrivals``: the slice grows until it replays at least this many arrivals."""
 
     arrivals: tuple[WindowArrival, ...]
     current: tuple[InstanceSpec, ...]
@@ -85,27 +93,87 @@ class LayoutJob:
     min_gain: float
     warm: bool
     peak_rate: float | None = None
+    sample: float = 1.0
+    min_arrivals: int = 0
 
     def run(self, evaluate: WindowEvaluator) -> LayoutVerdict:
-        arrivals, point, warm = self.arrivals, self.point, self.warm
-        (before,) = evaluate(arrivals, self.current, [point], sample=1.0, warm=warm)
-        (after,) = evaluate(arrivals, self.target, [point], sample=1.0, warm=warm)
-        share = min(max(self.transition_share, 0.0), 1.0)
-        kept_ids = {s.instance_id for s in self.target}
-        kept = [s for s in self.current if s.instance_id in kept_ids]
-        if share > 0:
+        point, warm = self.point, self.warm
+        arrivals, current, target, share = plan_slice(
+            self.arrivals, self.current, self.target, self.sample, self.min_arrivals
+        )
+        (before,) = evaluate(arrivals, current, [point], sample=1.0, warm=warm)
+        (after,) = evaluate(arrivals, target, [point], sample=1.0, warm=warm)
+        share_during = min(max(self.transition_share, 0.0), 1.0)
+        kept_ids = {s.instance_id for s in target}
+        kept = [s for s in current if s.instance_id in kept_ids]
+        if share_during > 0:
             (during,) = evaluate(arrivals, kept, [point], sample=1.0, warm=warm) if kept else (0.0,)
-            after = share * during + (1 - share) * after
+            after = share_during * during + (1 - share_during) * after
         pays = after >= before + self.min_gain
         if not (pays and self.peak_rate):
             return LayoutVerdict(before, after, pays, True)
-        peak = at_rate(arrivals, self.peak_rate)
+        peak = at_rate(arrivals, self.peak_rate * share)
         if peak is None:
             return LayoutVerdict(before, after, pays, True)
-        (peak_before,) = evaluate(peak, self.current, [point], sample=1.0, warm=warm)
-        (peak_after,) = evaluate(peak, self.target, [point], sample=1.0, warm=warm)
+        (peak_before,) = evaluate(peak, current, [point], sample=1.0, warm=warm)
+        (peak_after,) = evaluate(peak, target, [point], sample=1.0, warm=warm)
         held = peak_after >= peak_before - self.min_gain
         return LayoutVerdict(before, after, pays and held, held, (peak_before, peak_after))
+
+
+def plan_slice(
+    arrivals: Sequence[WindowArrival],
+    current: Sequence[InstanceSpec],
+    target: Sequence[InstanceSpec],
+    share: float,
+    min_arrivals: int = 0,
+) -> tuple[list[WindowArrival], list[InstanceSpec], list[InstanceSpec], float]:
+    """About ``share`` of the nodes, the same in both layouts, with the arrivals sampled by
+    the share of the GPUs they hold; returns ``(arrivals, current, target, the share)``.
+
+    The nodes are grouped by what the plan does to them (the TP degrees a node runs now and
+    after) and each group keeps ``share`` of its nodes (at least one), spread over it: a
+    plan that rebuilds one node of four is judged on that node and one node it keeps, not
+    on a slice that may miss the change. Both layouts run on the same nodes under the same
+    arrivals, so sampling noise falls on both alike. The slice grows until it replays
+    ``min_arrivals`` arrivals (all of them, and the whole cluster, where the window is that
+    thin). The sample comes from the window alone: the same plan on the same window
+    replays the same slice."""
+    if share >= 1:
+        return list(arrivals), list(current), list(target), 1.0
+    if arrivals:
+        share = min(1.0, max(share, min_arrivals / len(arrivals)))
+    nodes = sorted({s.node for s in (*current, *target)})
+    gpus = {n: max(_node_gpus(current, n), _node_gpus(target, n)) for n in nodes}
+    groups: dict[tuple, list[int]] = {}
+    for n in nodes:
+        groups.setdefault((_node_kind(current, n), _node_kind(target, n)), []).append(n)
+    keep: set[int] = set()
+    for members in groups.values():
+        k = max(1, math.ceil(len(members) * share - 1e-9))
+        picks = {int(round(i)) for i in np.linspace(0, len(members) - 1, k)}
+        keep.update(members[i] for i in picks)
+    total = sum(gpus.values())
+    part = sum(gpus[n] for n in keep) / total if total else 1.0
+    if part >= 1:
+        return list(arrivals), list(current), list(target), 1.0
+    seed = (len(arrivals), int(arrivals[-1].arrival * 1000) if arrivals else 0)
+    draws = np.random.default_rng(seed).random(len(arrivals)).tolist()
+    sampled = [a for a, u in zip(arrivals, draws) if u < part]
+    return (
+        sampled,
+        [s for s in current if s.node in keep],
+        [s for s in target if s.node in keep],
+        part,
+    )
+
+
+def _node_gpus(layout: Sequence[InstanceSpec], node: int) -> int:
+    return sum(len(s.gpus) for s in layout if s.node == node)
+
+
+def _node_kind(layout: Sequence[InstanceSpec], node: int) -> tuple[int, ...]:
+    return tuple(sorted(s.tp for s in layout if s.node == node))
 
 
 def at_rate(arrivals: Sequence[WindowArrival], rate: float) -> list[WindowArrival] | None:

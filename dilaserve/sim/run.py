@@ -181,8 +181,19 @@ class BaseSimulator:
             )
         return pred
 
-    def run(self, policy: str | SchedulerPolicy, workload: Workload, slo_s: float) -> SimResult:
-        """Serve ``workload`` under ``policy``; every request gets ``slo_s`` seconds."""
+    def run(
+        self,
+        policy: str | SchedulerPolicy,
+        workload: Workload,
+        slo_s: float,
+        give_up: Callable[[tuple], bool] | None = None,
+    ) -> SimResult:
+        """Serve ``workload`` under ``policy``; every request gets ``slo_s`` seconds.
+
+        ``give_up`` is called with each request's row as it is recorded (the columns of
+        ``REQUEST_COLUMNS``, in order); once it returns True the run stops there and the
+        requests still running count as unfinished (a tuner's replay that can no longer
+        beat the best candidate need not run to its end)."""
         if slo_s <= 0:
             raise ValueError(f"slo_s={slo_s} must be positive seconds")
         pol = get_policy(policy)
@@ -197,12 +208,16 @@ class BaseSimulator:
         live: dict[str, tuple[WorkloadRequest, object]] = {}
         rows: list[tuple] = []
         reqs = workload.requests
+        gave_up = []
 
         def record(o: RequestOutcome) -> None:
             wr, state = live.pop(o.request_id)
             rows.append(self._row(wr, state, o))
             self.progress.release(state)
             if len(rows) == len(reqs):
+                loop.stop()
+            elif give_up is not None and not gave_up and give_up(rows[-1]):
+                gave_up.append(loop.now)
                 loop.stop()
 
         spec = ControlPlaneSpec(
@@ -246,7 +261,7 @@ class BaseSimulator:
         t0 = time.perf_counter()
         loop.run(until=(reqs[-1].arrival if reqs else 0.0) + cfg.drain_limit_s)
         wall = time.perf_counter() - t0
-        if live:
+        if live and not gave_up:
             log.warning(
                 "%s on %s: %d request(s) unfinished %.0fs after the last arrival; counted as misses",
                 pol.name,
@@ -254,6 +269,7 @@ class BaseSimulator:
                 len(live),
                 cfg.drain_limit_s,
             )
+        if live:
             for rid in sorted(live):
                 wr, state = live[rid]
                 rows.append(self._row(wr, state, None))

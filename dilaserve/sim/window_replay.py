@@ -28,7 +28,7 @@ from dilaserve.schedule.policies import SchedulerPolicy
 from dilaserve.schedule.window import WindowArrival
 from dilaserve.sim.metrics import good
 from dilaserve.sim.progress import ReplayProgress
-from dilaserve.sim.run import BaseSimulator, SimConfig
+from dilaserve.sim.run import REQUEST_COLUMNS, BaseSimulator, SimConfig
 from dilaserve.sim.setting import ClusterSetting, Predictors
 from dilaserve.sim.workload import Workload, WorkloadRequest
 
@@ -68,7 +68,9 @@ class WindowReplay:
         self.seed, self.block_causal = progress.seed, progress.block_causal
         self.sample = config.tuner.sample
         self.config = config
-        self.policy = replace(policy, name=f"{policy.name}:replay", tune=False, reconfig=False)
+        # The replay steps exactly as the profile says (``step_time_factor`` 1 below): its
+        # control plane has no step time to learn, and learning it costs a fifth of a replay.
+        self.policy = replace(policy, name=f"{policy.name}:replay", tune=False, reconfig=False, learn_step_time=False)
         self.calls = 0
 
     def __call__(
@@ -125,17 +127,55 @@ class WindowReplay:
             step_time_factor=1.0,
         )
         base = replace(self.setting, initial_layout=tuple(part))
-        out = []
+        out: list[float] = []
         for point in points:
             setting = replace(base, control=replace(base.control, operating_point=point))
             progress = ReplayProgress(self.table, self.quality, seed=self.seed, block_causal=self.block_causal)
-            res = BaseSimulator(setting, progress, self.predictors, config).run(self.policy, wl, slo)
-            if warm:
+            # Past the first (the current point), a candidate stops once it can no longer
+            # beat the best so far: it scores its bound, below the best, so the tuner's
+            # choice is what the full replays would give.
+            cutoff = _Cutoff(len(kept), max(out), warm) if out else None
+            res = BaseSimulator(setting, progress, self.predictors, config).run(self.policy, wl, slo, cutoff)
+            if cutoff is not None and cutoff.stopped:
+                out.append(cutoff.bound)
+            elif warm:
                 scored = res.requests.filter(pl.col("request_id").str.starts_with("window-"))
                 out.append(float(good(scored).mean()))
             else:
                 out.append(res.summary.goodput)
         return out
+
+
+_ID, _MET, _QUALITY = (list(REQUEST_COLUMNS).index(c) for c in ("request_id", "met_slo", "quality"))
+
+
+class _Cutoff:
+    """A replay's give-up rule: the goodput its scored requests have already lost
+    (``1 - met x quality`` each) leaves it no way to reach ``best``.
+
+    Args:
+    scored: the requests scored (the window's, not the warm-up copy's).
+    best: the best goodput a candidate replayed so far.
+    warm: the replay runs a warm-up copy first (its rows do not count).
+    """
+
+    def __init__(self, scored: int, best: float, warm: bool):
+        self.scored, self.warm = scored, warm
+        self.limit = scored * (1.0 - best)
+        self.lost = 0.0
+        self.stopped = False
+
+    @property
+    def bound(self) -> float:
+        """The most goodput the replay could still have made (below the best)."""
+        return 1.0 - self.lost / self.scored
+
+    def __call__(self, row: tuple) -> bool:
+        if self.warm and not row[_ID].startswith("window-"):
+            return False
+        self.lost += 1.0 - float(row[_MET]) * (row[_QUALITY] or 0.0)
+        self.stopped = self.lost > self.limit + 1e-9
+        return self.stopped
 
 
 def serving_replay(

@@ -1,0 +1,93 @@
+"""What keeps the tuner cheap: a plan's check replays a slice of the nodes, the same in both
+layouts, and a candidate replay stops once it can no longer beat the best one so far."""
+
+from __future__ import annotations
+
+from dilaserve.control.operating_point import OperatingPoint
+from dilaserve.predict.replay import ReplayTable
+from dilaserve.reconfig.config import ClusterConfig
+from dilaserve.reconfig.plan import layout_from_node_counts, static_layout
+from dilaserve.schedule.policies import get_policy
+from dilaserve.schedule.window import LayoutJob, WindowArrival, plan_slice
+from dilaserve.sim.progress import ReplayProgress
+from dilaserve.sim.run import BaseSimulator
+from dilaserve.sim.simulator import SimConfig
+from dilaserve.sim.window_replay import WindowReplay
+from dilaserve.sim.workload import Workload, WorkloadRequest
+from tests.sim.builders import predictors, quality, small_setting, varied_dynamics
+
+CLUSTER = ClusterConfig(nodes=4, gpus_per_node=4)
+ARRIVALS = [WindowArrival(0.01 * i, 100, 128, 1.0, i % 3, 0.0) for i in range(2000)]
+
+
+def _nodes(layout) -> set[int]:
+    return {s.node for s in layout}
+
+
+def test_a_plan_is_checked_on_the_nodes_it_rebuilds_and_a_share_of_those_it_keeps():
+    now = layout_from_node_counts(CLUSTER, [{1: 4}] * 4)
+    plan = layout_from_node_counts(CLUSTER, [{1: 4}, {1: 4}, {1: 4}, {2: 2}])  # rebuilds node 3
+    arrivals, before, after, share = plan_slice(ARRIVALS, now, plan, 0.25)
+    assert 3 in _nodes(before) and _nodes(before) == _nodes(after)  # the same nodes, the rebuilt one among them
+    assert len(_nodes(before)) == 2 and share == 0.5  # one of the three kept nodes, and the rebuilt one
+    assert [s.tp for s in after if s.node == 3] == [2, 2]
+    assert abs(len(arrivals) - share * len(ARRIVALS)) < 0.1 * share * len(ARRIVALS)  # the load per GPU holds
+    assert plan_slice(ARRIVALS, now, plan, 0.25) == (arrivals, before, after, share)  # from the window alone
+    uniform = plan_slice(ARRIVALS, now, layout_from_node_counts(CLUSTER, [{2: 2}] * 4), 0.25)
+    assert len(_nodes(uniform[1])) == 1 and uniform[3] == 0.25  # every node treated alike: one of them
+
+
+def test_a_thin_window_or_a_whole_sample_checks_the_whole_cluster():
+    now = layout_from_node_counts(CLUSTER, [{1: 4}] * 4)
+    plan = layout_from_node_counts(CLUSTER, [{2: 2}] * 4)
+    assert plan_slice(ARRIVALS, now, plan, 1.0) == (ARRIVALS, now, plan, 1.0)
+    thin = plan_slice(ARRIVALS[:100], now, plan, 0.25, min_arrivals=60)  # a quarter is 25: grown to 60 and more
+    assert len(thin[0]) >= 50 and len(_nodes(thin[1])) >= 3
+
+
+def test_a_sampled_plan_check_replays_both_layouts_on_the_same_slice():
+    calls = []
+
+    def replay(arrivals, layout, points, sample=None, warm=False):
+        calls.append((tuple(arrivals), tuple(layout), sample))
+        return [0.1 * len(layout) for _ in points]
+
+    now = layout_from_node_counts(CLUSTER, [{1: 4}] * 4)
+    plan = layout_from_node_counts(CLUSTER, [{1: 4}] * 3 + [{4: 1}])
+    job = LayoutJob(tuple(ARRIVALS), tuple(now), tuple(plan), OperatingPoint.static(0.9), 0.0, 0.005, True, None, 0.25)
+    verdict = job.run(replay)
+    (a0, l0, s0), (a1, l1, s1) = calls
+    assert a0 == a1 and len(a0) < len(ARRIVALS) and s0 == s1 == 1.0  # the slice is the job's, not the replay's
+    assert _nodes(l0) == _nodes(l1) == {0, 3} and not verdict.pays  # four TP-1 beat one TP-4 here
+
+
+def test_a_candidate_that_cannot_beat_the_best_stops_early_and_scores_below_it():
+    """On a window that overloads the cluster at 0.9, pinning 0.5 serves more on time. Replayed
+    after 0.5, 0.9 stops once its losses exceed what 0.5 lost: its score is a bound, at
+    least its full replay's and still below 0.5's, so the choice is the full replays'."""
+    dyn = varied_dynamics()
+    table = ReplayTable(dyn)
+    setting = small_setting(dyn, tp_degrees=(1,))
+    replay = WindowReplay(
+        setting, ReplayProgress(table, quality()), predictors(table), SimConfig(), get_policy("dilaserve")
+    )
+    arrivals = [WindowArrival(0.02 * i, 200, 256, 0.6, 0, 0.0) for i in range(300)]
+    layout = static_layout(setting.cluster, 1)
+    fast, slow = OperatingPoint.static(0.5), OperatingPoint.static(0.9)
+    (alone,) = replay(arrivals, layout, [slow])
+    best, bound = replay(arrivals, layout, [fast, slow])
+    assert alone <= bound < best
+    assert replay(arrivals, layout, [slow, fast])[0] == alone  # the first candidate always runs to its end
+
+
+def test_a_run_given_up_stops_at_once():
+    dyn = varied_dynamics()
+    table = ReplayTable(dyn)
+    setting = small_setting(dyn, tp_degrees=(1,))
+    wl = Workload("w", [WorkloadRequest(f"r{i}", 0.05 * i, 100, 128) for i in range(60)])
+    sim = BaseSimulator(setting, ReplayProgress(table, quality()), predictors(table), SimConfig())
+    seen = []
+    res = sim.run("fixed@0.9", wl, 5.0, give_up=lambda row: seen.append(row[0]) or len(seen) >= 10)
+    full = sim.run("fixed@0.9", wl, 5.0)
+    assert len(seen) == 10 and res.sim_s < full.sim_s and full.requests.height == 60
+    assert res.requests.filter(res.requests["status"] != "unfinished").height == 10
