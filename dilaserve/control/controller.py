@@ -31,6 +31,7 @@ from dilaserve.control.cost_model import (
 from dilaserve.control.load_pass import LoadPass
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.control.policies import Rejection, admission_policies, load_controls, selection_policies
+from dilaserve.control.policies.admission import QueueAhead, WaitingRoom, queued_finish_s
 from dilaserve.control.predictions import PredictionCache
 from dilaserve.control.quality_budget import quality_allowed
 from dilaserve.control.rationing import WorkRation
@@ -230,6 +231,7 @@ class ThresholdController:
         placement: tuple[int, float, int] | None,
         now: float,
         members: Sequence[TrackedRequest] = (),
+        queue: QueueAhead | None = None,
     ) -> Rejection | None:
         """Whether ``req`` (already through :meth:`prepare_arrival`) is taken: None to take it.
 
@@ -238,7 +240,8 @@ class ThresholdController:
         requests already on that instance. The request is predicted at its lowest allowed
         threshold. Joining slows every member's steps, so each member that keeps its
         headroom now but would not with the newcomer counts against it: admitting buys at
-        most one hit, and must not cost more than one.
+        most one hit, and must not cost more than one. A request that would wait is predicted
+        behind ``queue`` (:meth:`queued_finish_s`).
         """
         if not self.admission_on:
             return None
@@ -266,7 +269,31 @@ class ThresholdController:
             margin = 1.0 - self.config.admission_headroom
             harmed = sum(1 for m in members if self._pushed_past_slo(m, tp, tokens, n, req.tokens, margin, now))
             return self.admission.check(predicted, req.slo_left(now), harmed)
+        queued = self.queued_finish_s(req, queue) if queue is not None else None
+        if queued is not None:
+            return self.admission.check(queued[0], req.slo_left(now), wait_s=queued[1])
         return self.admission.check(predicted, req.slo_left(now))
+
+    def queued_finish_s(self, req: TrackedRequest, queue: QueueAhead) -> tuple[float, float] | None:
+        """``(finish, wait)`` seconds from now of ``req`` waiting behind ``queue``
+        (:func:`~dilaserve.control.policies.admission.queued_finish_s`): every request's steps
+        at its lowest allowed threshold, each room's steps at its full batch's price on the
+        (calibrated) profile. None without step predictions."""
+        if req.steps_pred is None:
+            return None
+        j = self.promise_index(req)
+        own = PredictionCache.steps_left_at(req, j)
+
+        def steps(reqs: Sequence[TrackedRequest]) -> tuple[float, ...]:
+            return tuple(
+                PredictionCache.steps_left_at(r, self.promise_index(r)) for r in reqs if r.steps_pred is not None
+            )
+
+        rooms = [
+            WaitingRoom(self._remaining_fn(req, tp, tokens, n)(j) / own, steps(members))
+            for (tp, tokens, n), members in queue.rooms
+        ]
+        return queued_finish_s(rooms, steps(queue.ahead), own)
 
     def fits(
         self,

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from dilaserve.control.controller import ThresholdController
+from dilaserve.control.policies.admission import QueueAhead
 from dilaserve.control.request import TrackedRequest
 from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.schedule.pool import InstancePool
@@ -58,8 +59,23 @@ class Placement:
     def _admission(self, req: TrackedRequest, slot: int | None):
         """The controller's admission check for ``req`` joining ``slot`` (None: it would wait)."""
         if slot is None:
-            return self.controller.check_admission(req, None, self.now)
+            return self.controller.check_admission(req, None, self.now, queue=self._queue_ahead(req))
         return self.controller.check_admission(req, self._placement(slot, req), self.now, self._members(slot))
+
+    def _queue_ahead(self, req: TrackedRequest) -> QueueAhead:
+        """What ``req``, finding no room, would wait behind: the accepting instances whose
+        batch can hold it, with their members, and the deferred requests placed before it."""
+        pool, key = self.pool, req.sort_key()
+        slots = np.flatnonzero(pool.accepting & (pool.max_batch >= req.tokens))
+        rooms = tuple(
+            (
+                (int(pool.tp[s]), float(max(pool.tokens[s], req.tokens)), max(int(pool.n_reqs[s]), 1)),
+                tuple(self._members(s)),
+            )
+            for s in slots
+        )
+        ahead = sorted((d for d in self.deferred if d.sort_key() < key), key=TrackedRequest.sort_key)
+        return QueueAhead(rooms, tuple(ahead))
 
     # ============================================================ placement
     def _mask(self, req: TrackedRequest) -> np.ndarray:
@@ -110,7 +126,7 @@ class Placement:
         if not self._load_dirty and self.now - self._last_load_control < interval:
             return
         acc = np.flatnonzero(self.pool.accepting)
-        instances = [(int(self.pool.tp[s]), int(self.pool.max_batch[s])) for s in acc]
+        instances = [(int(self.pool.tp[s]), int(self.pool.max_batch[s]), self.pool.ids[s]) for s in acc]
         self.controller.control_load(list(self.requests.values()), instances, self.now)
         self._last_load_control, self._load_dirty = self.now, False
 

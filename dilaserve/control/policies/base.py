@@ -100,11 +100,13 @@ class Admission(abc.ABC):
         self.config = config
 
     @abc.abstractmethod
-    def check(self, predicted_s: float | None, slo_left: float, harmed: int = 0) -> Rejection | None:
+    def check(
+        self, predicted_s: float | None, slo_left: float, harmed: int = 0, wait_s: float = 0.0
+    ) -> Rejection | None:
         """``predicted_s``: the request's predicted latency at its lowest allowed threshold on
-        the instance it would join (None when it would wait for room, or has no prediction);
-        ``harmed``: how many requests already there would then miss an SLO they make now.
-        Returns None to admit."""
+        the instance it would join, or, when it would wait for room, after that wait
+        (``wait_s`` of it); None when it has no prediction. ``harmed``: how many requests
+        already there would then miss an SLO they make now. Returns None to admit."""
 
 
 selection_policies: Registry[type[ThresholdSelection]] = Registry("threshold selection")
