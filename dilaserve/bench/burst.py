@@ -11,7 +11,8 @@ The server's tuner (:class:`~dilaserve.schedule.tuner.TunerConfig`) tunes every 
 60-s window of at least 40 sampled arrivals: a quick run's 30 quiet arrivals never reach
 that, and its burst would find control idle. Under ``--quick`` the tuner is
 :data:`QUICK_TUNER` (every 10 s on a 30-s window, from 5 sampled arrivals), so that its
-replays run during the quiet spell and the burst; the JSON's ``settings`` say which.
+replays run during the quiet spell and the burst (``--default-tuner`` keeps the default);
+the JSON's ``settings`` say which.
 
 Reported:
 
@@ -132,6 +133,11 @@ def main(argv=None) -> int:
     p.add_argument("--slo-ms", type=float, default=10000.0, help="the SLO of every request")
     p.add_argument("--artifacts", default="data/artifacts", help="the pipeline's artifacts (the tuner replays them)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--default-tuner",
+        action="store_true",
+        help="keep the server's default tuner under --quick (it then never tunes on the quick quiet spell)",
+    )
     p.add_argument("--json", action="store_true", help="print only the JSON line")
     args = p.parse_args(argv)
     if args.quiet_s is None:
@@ -139,7 +145,7 @@ def main(argv=None) -> int:
     if args.burst < 1 or args.quiet_s < 0 or args.quiet_rps <= 0 or args.slo_ms <= 0:
         p.error("--burst must be >= 1, --quiet-s >= 0, and --quiet-rps and --slo-ms positive")
     hogs = [mp.Process(target=_spin, daemon=True) for _ in range(os.cpu_count() or 1)] if args.hog else []
-    tuner = QUICK_TUNER if args.quick else TunerConfig()
+    tuner = QUICK_TUNER if args.quick and not args.default_tuner else TunerConfig()
     server = InProcessServer(artifacts=args.artifacts, log_level="warning", tuner=tuner).start()
     for h in hogs:
         h.start()
