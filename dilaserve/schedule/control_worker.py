@@ -14,7 +14,11 @@ anywhere. A :class:`ControlWorker` runs the jobs:
   after a job that used ``c`` CPU-seconds the next starts no sooner than ``c / cpu_share``
   seconds later; a job that runs past ``job_limit_s`` is cancelled, and the jobs after it
   replay a smaller share (:attr:`ControlWorker.scale`). While no job may start, the server
-  serves at the point it has.
+  serves at the point it has. A child is started (and, after a cancel, replaced) from a
+  thread of its own: a spawned process's start writes the pickled replay to a pipe its child
+  reads only once its interpreter is up, seconds on a busy machine, and on the step loop's
+  thread those seconds stopped the steps (a burst that cancelled a replay stalled them 5 to
+  25 s).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import logging
 import multiprocessing as mp
 import pickle
 import queue
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -188,6 +193,7 @@ class ProcessWorker(ControlWorker):
         self.scale = 1.0
         self._ctx = mp.get_context("spawn")  # no fork of a server's threads
         self._proc = None
+        self._starter: threading.Thread | None = None
         self._jobs = self._results = None
         self._running: _Running | None = None
         self._next_start = -float("inf")
@@ -196,18 +202,34 @@ class ProcessWorker(ControlWorker):
 
     # ------------------------------------------------------------ child
     def _start_child(self) -> None:
+        """A fresh child, started from a thread of its own so the caller (the step loop)
+        never waits on it; it becomes :attr:`ready` when its first message comes back."""
         self.ready = False  # no job until the child has built its replay
+        old = self._proc
         self._jobs, self._results = self._ctx.Queue(), self._ctx.Queue()
         self._proc = self._ctx.Process(
             target=_child_main, args=(self.make_evaluator, self._jobs, self._results), daemon=True
         )
-        self._proc.start()
+
+        def start(new=self._proc) -> None:
+            if old is not None and old.pid is not None:
+                old.join(timeout=5)  # reap the killed one
+            new.start()
+
+        self._starter = threading.Thread(target=start, name="control-worker-start", daemon=True)
+        self._starter.start()
+
+    def _started(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for the child's start to return; whether it has."""
+        if self._starter is not None:
+            self._starter.join(timeout_s)
+        return self._starter is None or not self._starter.is_alive()
 
     def _restart_child(self) -> None:
-        """Kill the child (its job is given up) and start a fresh one."""
-        if self._proc is not None and self._proc.is_alive():
+        """Kill the child (its job is given up) and start a fresh one. A job runs only on a
+        ready child, whose start has returned, so nothing here waits on a start."""
+        if self._started(0) and self._proc is not None and self._proc.is_alive():
             self._proc.kill()
-            self._proc.join(timeout=5)
         self._start_child()
 
     # ------------------------------------------------------------ ControlWorker
@@ -267,6 +289,10 @@ class ProcessWorker(ControlWorker):
 
     def close(self) -> None:
         if self._proc is None:
+            return
+        if not self._started(10):  # a start still under way: the child may not be there to stop
+            log.warning("control worker: its process was still starting at shutdown; it exits with the server")
+            self._proc = None
             return
         try:
             self._jobs.put(None)

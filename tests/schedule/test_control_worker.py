@@ -3,6 +3,8 @@ when it comes back, tunings never queue, and a process worker keeps a CPU budget
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import threading
 import time
 
 import pytest
@@ -197,3 +199,31 @@ def test_a_job_past_its_limit_is_cancelled_and_the_next_replays_less():
 def test_the_budget_is_validated_with_a_fix():
     with pytest.raises(ValueError, match="--control-cpu-share"):
         BudgetConfig(cpu_share=0.0)
+
+
+def test_a_cancel_never_waits_on_the_new_process_start(monkeypatch):
+    """A spawned child's start can take seconds on a busy machine (its pickled replay waits
+    for the child's interpreter); the step loop cancels replays, so the start runs on a thread
+    of its own and the cancel returns at once. The replacement still comes up and runs jobs."""
+    real_start = mp.get_context("spawn").Process.start
+    started_on: list[str] = []
+
+    def slow_start(self):
+        started_on.append(threading.current_thread().name)
+        time.sleep(2.0)
+        real_start(self)
+
+    clock = Clock()
+    worker = ProcessWorker(make_spin, BudgetConfig(job_limit_s=5.0), clock=clock)
+    try:
+        _ready(worker)
+        monkeypatch.setattr(type(worker._proc), "start", slow_start)
+        assert worker.submit(1, _job())
+        t0 = time.monotonic()
+        worker.cancel()
+        assert time.monotonic() - t0 < 1.0  # the 2 s start did not run here
+        assert not worker.ready and not worker.busy
+        _ready(worker)
+        assert started_on == ["control-worker-start"]
+    finally:
+        worker.close()
