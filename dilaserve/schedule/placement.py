@@ -126,7 +126,7 @@ class Placement:
         if not self._load_dirty and self.now - self._last_load_control < interval:
             return
         acc = np.flatnonzero(self.pool.accepting)
-        instances = [(int(self.pool.tp[s]), int(self.pool.max_batch[s]), self.pool.ids[s]) for s in acc]
+        instances = [(int(self.pool.tp[s]), int(self.pool.max_batch[s])) for s in acc]
         self.controller.control_load(list(self.requests.values()), instances, self.now)
         self._last_load_control, self._load_dirty = self.now, False
 
