@@ -7,14 +7,12 @@ from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.config import ClusterConfig
 from dilaserve.reconfig.plan import layout_from_node_counts, static_layout
-from dilaserve.schedule.policies import get_policy
 from dilaserve.schedule.window import LayoutJob, WindowArrival, plan_slice
 from dilaserve.sim.progress import ReplayProgress
 from dilaserve.sim.run import BaseSimulator
 from dilaserve.sim.simulator import SimConfig
-from dilaserve.sim.window_replay import WindowReplay
 from dilaserve.sim.workload import Workload, WorkloadRequest
-from tests.sim.builders import predictors, quality, small_setting, varied_dynamics
+from tests.sim.builders import predictors, quality, small_setting, tp1_dilaserve_replay, varied_dynamics
 
 CLUSTER = ClusterConfig(nodes=4, gpus_per_node=4)
 ARRIVALS = [WindowArrival(0.01 * i, 100, 128, 1.0, i % 3, 0.0) for i in range(2000)]
@@ -65,12 +63,7 @@ def test_a_candidate_that_cannot_beat_the_best_stops_early_and_scores_below_it()
     """On a window that overloads the cluster at 0.9, pinning 0.5 serves more on time. Replayed
     after 0.5, 0.9 stops once its losses exceed what 0.5 lost: its score is a bound, at
     least its full replay's and still below 0.5's, so the choice is the full replays'."""
-    dyn = varied_dynamics()
-    table = ReplayTable(dyn)
-    setting = small_setting(dyn, tp_degrees=(1,))
-    replay = WindowReplay(
-        setting, ReplayProgress(table, quality()), predictors(table), SimConfig(), get_policy("dilaserve")
-    )
+    replay, setting = tp1_dilaserve_replay()
     arrivals = [WindowArrival(0.02 * i, 200, 256, 0.6, 0, 0.0) for i in range(300)]
     layout = static_layout(setting.cluster, 1)
     fast, slow = OperatingPoint.static(0.5), OperatingPoint.static(0.9)

@@ -12,7 +12,11 @@ from dilaserve.predict.replay import ReplayTable
 from dilaserve.predict.rollouts import STEP_CONF_COLUMNS
 from dilaserve.profile.types import LatencyProfile, StepCurve
 from dilaserve.reconfig.config import ClusterConfig
+from dilaserve.schedule.policies import get_policy
+from dilaserve.sim.progress import ReplayProgress
 from dilaserve.sim.setting import ClusterSetting, Predictors, with_dynamics
+from dilaserve.sim.simulator import SimConfig
+from dilaserve.sim.window_replay import WindowReplay
 
 THRESHOLDS = CANDIDATE_THRESHOLDS
 
@@ -64,3 +68,15 @@ def small_setting(dyn: StepDynamics, nodes: int = 1, tp_degrees=(1, 2, 4)) -> Cl
 def predictors(table: ReplayTable) -> Predictors:
     spt = {t: table.block_steps(t, 32)[0] / 32 for t in THRESHOLDS}
     return Predictors(learned=OneShotPredictor(spt), oneshot=OneShotPredictor(spt))
+
+
+def tp1_dilaserve_replay():
+    """The dilaserve window replay on one node of TP-1 instances over :func:`varied_dynamics`,
+    and its setting: the cluster the replay tests overload."""
+    dyn = varied_dynamics()
+    table = ReplayTable(dyn)
+    setting = small_setting(dyn, tp_degrees=(1,))
+    replay = WindowReplay(
+        setting, ReplayProgress(table, quality()), predictors(table), SimConfig(), get_policy("dilaserve")
+    )
+    return replay, setting

@@ -13,7 +13,7 @@ from dilaserve.schedule.tuner import WindowArrival
 from dilaserve.sim.progress import ReplayProgress
 from dilaserve.sim.simulator import SimConfig
 from dilaserve.sim.window_replay import WindowReplay, layout_slice
-from tests.sim.builders import predictors, quality, small_setting, varied_dynamics
+from tests.sim.builders import predictors, quality, small_setting, tp1_dilaserve_replay, varied_dynamics
 
 
 def test_layouts_from_node_counts_pack_aligned_groups():
@@ -81,12 +81,7 @@ def test_a_warm_replay_starts_loaded_and_scores_the_second_copy_alone():
     """An overloaded window replayed from an empty cluster flatters it: its queue has no
     time to build. Warm, the same window runs twice and the second copy, scored alone,
     starts behind the first's queue, as the live cluster does."""
-    dyn = varied_dynamics()
-    table = ReplayTable(dyn)
-    setting = small_setting(dyn, tp_degrees=(1,))
-    replay = WindowReplay(
-        setting, ReplayProgress(table, quality()), predictors(table), SimConfig(), get_policy("dilaserve")
-    )
+    replay, setting = tp1_dilaserve_replay()
     arrivals = [WindowArrival(0.05 * i, 200, 256, 2.0, 0, 0.0) for i in range(100)]
     layout = static_layout(setting.cluster, 1)
     point = [OperatingPoint.static(0.9).with_admit(False)]
