@@ -29,6 +29,12 @@ search starts). With ``--json`` it ends with ``{"target", "criterion", "quality_
 "best_static": {"policy", "rate", ...}, "dilaserve": {"rate", "goodput", ...}, "ratio"}``
 (:mod:`dilaserve.eval.max_rate`).
 
+``capacity`` runs no simulation: per setting, the requests/s a static cluster of every
+instance at one TP degree sustains at each candidate threshold, with the model's accuracy
+there (what load control and reconfiguration can trade). With ``--json`` it ends with
+``{"capacity": {SETTING: {"law", "lengths", "thresholds", "accuracy", "rps": {TP: [...]}}}}``
+(:mod:`dilaserve.eval.capacity_table`).
+
 ``frontier --hindsight`` runs the static grid on the one trace workload instead (each
 candidate threshold x admission on/off x static TP mix, and one threshold per tier by
 a local search run until no single move gains, with ``--slo-tiers``;
@@ -53,6 +59,7 @@ import sys
 import time
 
 from dilaserve.artifacts import MissingArtifactError
+from dilaserve.eval.capacity_table import capacity_table
 from dilaserve.eval.context import SETTINGS, EvalContext, EvalOptions
 from dilaserve.eval.experiments import ALL_EXPERIMENTS, EXPERIMENTS
 from dilaserve.eval.fidelity import run_fidelity
@@ -68,7 +75,7 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool, str | None]:
     ap = argparse.ArgumentParser(
         prog="python -m dilaserve.eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("experiment", choices=[*EXPERIMENTS, "all", "fidelity", "max-rate", "report"])
+    ap.add_argument("experiment", choices=[*EXPERIMENTS, "all", "fidelity", "max-rate", "capacity", "report"])
     ap.add_argument("--json", action="store_true", help="end with one JSON line of per-policy results")
     ap.add_argument(
         "--record",
@@ -116,7 +123,9 @@ def main(argv: list[str]) -> int:
     if names == ["fidelity"]:
         return _fidelity(ctx, as_json)
     if names == ["max-rate"]:
-        return _max_rate(ctx, as_json, record_as, argv)
+        return _one_document("max-rate", max_rate, ctx, as_json, record_as, argv)
+    if names == ["capacity"]:
+        return _one_document("capacity", capacity_table, ctx, as_json, record_as, argv)
     policies: dict[str, dict] = {}
     extras: dict[str, dict] = {}
     walls: dict[str, float] = {}  # each policy's wall seconds (the headline runs)
@@ -145,10 +154,11 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _max_rate(ctx: EvalContext, as_json: bool, record_as: str | None, argv: list[str]) -> int:
-    print(f"running max-rate{' (quick)' if ctx.options.quick else ''} ...", file=sys.stderr, flush=True)
+def _one_document(name: str, run, ctx: EvalContext, as_json: bool, record_as: str | None, argv: list[str]) -> int:
+    """Run an experiment that makes one JSON document and its markdown (``run(ctx)``)."""
+    print(f"running {name}{' (quick)' if ctx.options.quick else ''} ...", file=sys.stderr, flush=True)
     try:
-        out, text = max_rate(ctx)
+        out, text = run(ctx)
     except (MissingArtifactError, TraceFormatError, LayoutError, MaxRateError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ Two kinds of result are read:
   dilaserve, dilaserve without reconfiguration, the margin, and where dilaserve ran);
 * an ``ablation`` run: each variant's goodput against the policy it takes one piece from;
 * any run started from a named cluster (``--static-tp``): each policy per load phase on it;
+* a ``capacity`` run: requests/s per TP degree and threshold, with accuracy;
 * a ``max-rate`` run: the highest rate dilaserve holds at the target attainment against the
   best static policy's, with the goodput of each there and the ratio.
 """
@@ -125,8 +126,9 @@ def load_control_rows(docs: dict[str, dict]) -> list[str]:
             continue
         words = doc["command"].split()
         load = words[words.index("--high-load") + 1] + "x" if "--high-load" in words[:-1] else "default"
+        setting = words[words.index("--settings") + 1] if "--settings" in words[:-1] else "default"
         on, off = pol["dilaserve-paper"], pol["dilaserve-paper-no-load-control"]
-        cells = [load, _pct(on["slo_attainment"]), _pct(off["slo_attainment"])]
+        cells = [f"`{setting}`", load, _pct(on["slo_attainment"]), _pct(off["slo_attainment"])]
         cells += [f"{100 * (on['slo_attainment'] - off['slo_attainment']):+.1f}"]
         cells += [_pct(on["slo_attainment_high"]), _pct(off["slo_attainment_high"])]
         rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
@@ -225,6 +227,38 @@ def max_rate_rows(docs: dict[str, dict]) -> list[str]:
         ]
         rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
     return rows
+
+
+def capacity_markdown(run: str, capacity: dict) -> list[str]:
+    """A ``capacity`` run's tables, one per setting: per TP degree, the requests/s of a
+    static cluster of that degree at each candidate threshold and its share of all-TP-1's at
+    the highest threshold; the model's accuracy at each threshold above them."""
+    lines = []
+    for name, s in capacity.items():
+        thresholds = s["thresholds"]
+        base = s["rps"]["1"][-1] if "1" in s["rps"] else None
+        head = f"| `{run}` | `{name}` ({s['law']} step law, {s['lengths']} lengths) |"
+        lines += [
+            "| run | setting | what | " + " | ".join(f"τ={t:g}" for t in thresholds) + " |",
+            "| --- | --- | --- | " + " | ".join("---" for _ in thresholds) + " |",
+            f"{head} accuracy (%) | " + " | ".join(_pct(a) for a in s["accuracy"]) + " |",
+        ]
+        for tp, row in s["rps"].items():
+            lines.append(f"{head} all TP-{tp}, req/s | " + " | ".join(f"{v:.1f}" for v in row) + " |")
+            if base:
+                lines.append(f"{head} all TP-{tp}, share | " + " | ".join(f"{v / base:.2f}x" for v in row) + " |")
+        lines.append("")
+    return lines
+
+
+def capacity_rows(docs: dict[str, dict]) -> list[str]:
+    """Every recorded ``capacity`` run's tables (:func:`capacity_markdown`)."""
+    return [
+        line
+        for run, doc in docs.items()
+        if "capacity" in doc["output"]
+        for line in capacity_markdown(run, doc["output"]["capacity"])
+    ]
 
 
 def load(folder: Path = RESULTS_DIR) -> dict[str, dict]:
@@ -343,12 +377,27 @@ def render(docs: dict[str, dict]) -> str:
                 "The paper's walk (`dilaserve-paper`) with and without its load control, admission off: SLO",
                 "attainment in % overall and in the high phase.",
                 "",
-                "| run | high load | with | without | difference | high phase, with | high phase, without |",
-                "| --- | --- | --- | --- | --- | --- | --- |",
+                "| run | setting | high load | with | without | difference | high phase, with | high phase, without |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- |",
                 *load_control_rows(docs),
                 "",
             ]
             if load_control_rows(docs)
+            else []
+        ),
+        *(
+            [
+                "### What a lower threshold and a larger TP degree buy",
+                "",
+                "`capacity` (no simulation): the requests/s a static cluster of every instance at one TP",
+                "degree sustains at each candidate threshold on the trace's lengths, by the capacity model the",
+                "experiments place their loads with, and its share of all-TP-1 at the highest threshold. Load",
+                "control can only buy what a lower threshold frees; reconfiguration trades TP-1's throughput",
+                "for faster steps.",
+                "",
+                *capacity_rows(docs),
+            ]
+            if capacity_rows(docs)
             else []
         ),
         "## Commands",
