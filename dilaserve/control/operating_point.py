@@ -100,3 +100,41 @@ class OperatingPoint:
         if self.default is not None:
             parts.append(f"*:{self.default}")
         return f"tiers({','.join(parts)})"
+
+    @classmethod
+    def from_label(cls, text: str) -> OperatingPoint:
+        """The point :attr:`label` names (``adaptive``, ``static@0.8``,
+        ``tiers(2:0.7,1:adaptive,*:0.9)``, each with ``+fit`` and ``+take-all`` as it prints
+        them), so a point a run reported can be run again by name."""
+        body, *flags = text.strip().split("+")
+        unknown = set(flags) - {"fit", "take-all"}
+        if unknown:
+            raise ValueError(f"operating point {text!r}: unknown suffix {sorted(unknown)} (use +fit, +take-all)")
+        extra = {"fit": "fit" in flags, "admit": "take-all" not in flags}
+        if body == "adaptive":
+            return cls(**extra)
+        if body.startswith("static@"):
+            return cls(default=_threshold(body[len("static@") :], text), **extra)
+        if not (body.startswith("tiers(") and body.endswith(")")):
+            raise ValueError(
+                f"operating point {text!r}: write adaptive, static@TAU or tiers(PRIORITY:TAU,...,*:TAU), "
+                "e.g. tiers(2:0.7,*:0.9)"
+            )
+        pins, default = [], ADAPTIVE
+        for part in filter(None, body[len("tiers(") : -1].split(",")):
+            key, _, value = part.partition(":")
+            t = None if value == "adaptive" else _threshold(value, text)
+            if key == "*":
+                default = t
+            elif key.isdigit():
+                pins.append((int(key), t))
+            else:
+                raise ValueError(f"operating point {text!r}: {part!r} is not PRIORITY:TAU or *:TAU")
+        return cls(tuple(pins), default, **extra)
+
+
+def _threshold(value: str, text: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"operating point {text!r}: {value!r} is not a threshold (a number like 0.8)") from None

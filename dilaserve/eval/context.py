@@ -13,12 +13,13 @@ from pathlib import Path
 
 from dilaserve import artifacts
 from dilaserve.artifacts import BLOCK_LAW, DYNAMICS_LAWS, EMBEDDED_LAW
+from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.predict.dynamics import StepDynamics
 from dilaserve.predict.quality import ThresholdQuality
 from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig
 from dilaserve.reconfig.plan import names_a_layout, node_counts_from_text
-from dilaserve.schedule.policies import get_policy
+from dilaserve.schedule.policies import fixed_policy_name, get_policy
 from dilaserve.schedule.tuner import TunerConfig
 from dilaserve.sim.arrivals import TRACE_LENGTHS, with_lengths
 from dilaserve.sim.backend import SimBackendConfig
@@ -249,7 +250,7 @@ class EvalOptions:
         if not 0 < self.rate_tol < 1:
             raise ValueError(f"--rate-tol {self.rate_tol} must be a fraction in (0, 1), e.g. 0.05 for rates within 5%")
         for name in self.policies or ():
-            get_policy(name)  # an unknown name fails here, listing the registered ones
+            resolve_policy(name)  # an unknown name fails here, listing the registered ones
         bad = [s for s in self.settings if s not in SETTINGS]
         if bad or not self.settings:
             raise ValueError(f"unknown settings {bad or list(self.settings)}: choose from {sorted(SETTINGS)}")
@@ -385,20 +386,22 @@ class EvalContext:
         """One result per policy. A policy that differs from one already run only by its
         name (``fixed@0.9`` is ``infaas``) reuses that run: runs are deterministic."""
         policies = self.options.policies or policies
-        sim = self.simulator(setting)
-        out, done = [], {}
+        out, done, sims = [], {}, {}  # one simulator per operating point pinned (None: the policy's own)
         for name in policies:
             t0 = time.perf_counter()
-            policy = get_policy(name)
+            base, point = resolve_policy(name)
             same = run_identity(name, setting)
             if same in done:
-                res, how = replace(done[same], policy=policy.name), f"same as {done[same].policy}"
+                res, how = replace(done[same], policy=name), f"same as {done[same].policy}"
             else:
-                res = done[same] = sim.run(policy, workload, slo_s)
+                if point not in sims:
+                    sims[point] = self.simulator(with_point(setting, point))
+                res = sims[point].run(get_policy(base), workload, slo_s)
+                res = done[same] = replace(res, policy=name)
                 how = f"{time.perf_counter() - t0:.0f}s wall"
             s = res.summary
             print(
-                f"  [{setting.name}{label}] {policy.name:<28} attainment {s.slo_attainment:6.1%}  "
+                f"  [{setting.name}{label}] {name:<28} attainment {s.slo_attainment:6.1%}  "
                 f"goodput {s.goodput:6.1%}  mean {s.mean_latency_s:6.2f}s  thr {s.mean_threshold:.3f}  "
                 f"({len(workload)} req, {how})",
                 file=sys.stderr,
@@ -408,9 +411,40 @@ class EvalContext:
         return out
 
 
+#: How a static point with one threshold per SLO tier is named, as ``frontier --hindsight``
+#: reports it: ``tiers(2:0.8,0:0.8,*:0.7)+admission``.
+TIER_POINT_PREFIX = "tiers("
+
+
+def resolve_policy(name: str) -> tuple[str, OperatingPoint | None]:
+    """The registered policy ``name`` runs, and the operating point it pins the setting to:
+    ``(name, None)`` for a registered policy; for a static per-tier point as the hindsight
+    frontier labels it, ``fixed@DEFAULT`` (with ``+admission`` where the label has it) and
+    the point's pins, which is how the frontier ran it."""
+    if not name.startswith(TIER_POINT_PREFIX):
+        get_policy(name)
+        return name, None
+    admission = name.endswith("+admission")
+    point = OperatingPoint.from_label(name.removesuffix("+admission"))
+    if point.default is None or any(t is None for _, t in point.pins):
+        raise ValueError(
+            f"policy {name!r}: a static per-tier point pins every tier, e.g. tiers(2:0.8,*:0.7)+admission "
+            "(no adaptive tier, and a *:TAU for the others)"
+        )
+    base = fixed_policy_name(point.default)
+    get_policy(base)
+    return (f"{base}+admission" if admission else base), point
+
+
+def with_point(setting: ClusterSetting, point: OperatingPoint | None) -> ClusterSetting:
+    """``setting`` whose controller runs at ``point`` (unchanged for None)."""
+    return setting if point is None else replace(setting, control=replace(setting.control, operating_point=point))
+
+
 def run_identity(name: str, setting: ClusterSetting) -> tuple:
     """What a run of policy ``name`` on ``setting`` depends on besides the workload: two
     policies equal up to the name once the threshold override is resolved (``fixed@0.9``
     and ``infaas``) make the same, deterministic run."""
-    policy = get_policy(name)
-    return replace(policy, name="", fixed_threshold=None), policy.control_for(setting.control)
+    base, point = resolve_policy(name)
+    policy = get_policy(base)
+    return replace(policy, name="", fixed_threshold=None), policy.control_for(with_point(setting, point).control)

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from dilaserve.eval.context import EvalContext, run_identity
+from dilaserve.eval.context import TIER_POINT_PREFIX, EvalContext, resolve_policy, run_identity, with_point
 from dilaserve.eval.experiments import STATIC_POLICIES, static_mix
 from dilaserve.eval.workloads import trace_slo, trace_workload
 from dilaserve.sim.metrics import good
@@ -165,7 +165,8 @@ def _probe(policy: str, load: float) -> Probe:
         cache[load] = wl, slo, static_mix(ctx, setting, wl, slo)
     wl, slo, st = cache[load]
     t0 = time.perf_counter()
-    res = ctx.simulator(st).run(policy, wl, slo)
+    base, point = resolve_policy(policy)
+    res = ctx.simulator(with_point(st, point)).run(base, wl, slo)
     peak = max(wl.phases, key=lambda p: p.rate) if wl.phases else None
     rows = res.requests if peak is None else res.requests.filter(pl.col("phase") == peak.name)
     rate = wl.mean_rate if peak is None else peak.rate
@@ -262,7 +263,7 @@ def _at_max(probes: list[Probe], target: float, criterion: str, ceiling: float |
 
 def is_static(policy: str) -> bool:
     """A policy that runs one fixed threshold: a candidate for the best static point."""
-    return policy in STATIC_POLICIES or policy.startswith("fixed@")
+    return policy in STATIC_POLICIES or policy.startswith(("fixed@", TIER_POINT_PREFIX))
 
 
 def max_rate(ctx: EvalContext) -> tuple[dict, str]:
@@ -271,7 +272,8 @@ def max_rate(ctx: EvalContext) -> tuple[dict, str]:
     if "dilaserve" not in names or not any(is_static(n) for n in names):
         raise MaxRateError(
             f"max-rate compares dilaserve with the best static policy: --policies {' '.join(names)} must list "
-            "dilaserve and at least one static policy (infaas, llumnix, fixed@TAU, fixed@TAU+admission)"
+            "dilaserve and at least one static policy (infaas, llumnix, fixed@TAU, fixed@TAU+admission, or one "
+            "threshold per tier as frontier --hindsight names it, tiers(2:0.8,*:0.7)+admission)"
         )
     setting = ctx.settings[0]
     t0 = time.perf_counter()

@@ -95,3 +95,27 @@ def test_placement_by_slack_is_part_of_the_point_and_survives_a_tier_move():
     moved = point.with_pin(1, 0.7)
     assert moved.fit and moved.pin(1) == 0.7 and moved.pin(0) == 0.8
     assert point.with_fit(False) == OperatingPoint.static(0.8) and point != OperatingPoint.static(0.8)
+
+
+@pytest.mark.parametrize(
+    "point",
+    [
+        OperatingPoint.adaptive(),
+        OperatingPoint.static(0.8).with_fit(True),
+        OperatingPoint.per_tier({2: 0.7, 1: None}),
+        OperatingPoint(((2, 0.8), (0, 0.8)), default=0.7, admit=False),
+    ],
+)
+def test_a_point_is_parsed_back_from_its_label(point):
+    assert OperatingPoint.from_label(point.label) == point
+
+
+def test_a_malformed_label_says_how_to_write_one():
+    for text, match in [
+        ("tiers(2:x,*:0.7)", "not a threshold"),
+        ("tiers(a:0.7)", "not PRIORITY:TAU"),
+        ("static@0.7+fast", "unknown suffix"),
+        ("fixed@0.7", "write adaptive, static@TAU"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            OperatingPoint.from_label(text)

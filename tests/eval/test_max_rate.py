@@ -115,3 +115,28 @@ def test_the_goodput_criterion_holds_a_rate_only_with_correct_answers(tmp_path):
 def test_an_unknown_criterion_says_which_exist():
     with pytest.raises(ValueError, match="--criterion 'speed' is unknown: use one of attainment, goodput"):
         EvalOptions(criterion="speed")
+
+
+def test_a_static_point_per_tier_is_searched_as_the_frontier_runs_it(tmp_path):
+    """A point named as ``frontier --hindsight`` names it runs ``fixed@DEFAULT`` with the
+    tiers pinned: on the tiny trace every request is in priority 0, so pinning it to 0.5
+    over a default of 0.9 holds what ``fixed@0.5`` holds, and it counts as a static point."""
+    point = "tiers(0:0.5,*:0.9)"
+    opts = EvalOptions(
+        quick=True,
+        settings=("paper",),
+        phase_s=3.0,
+        out=tmp_path,
+        jobs=1,
+        rate_tol=0.2,
+        policies=("dilaserve", "fixed@0.5", "fixed@0.9", point),
+    )
+    out, text = max_rate(TinyContext(opts))
+    rates = out["rates"]
+    assert rates[point] == rates["fixed@0.5"] != rates["fixed@0.9"]
+    assert out["best_static"]["rate"] == max(rates[p] for p in ("fixed@0.5", "fixed@0.9", point))
+    assert f"| {point} |" in text
+    with pytest.raises(ValueError, match="pins every tier"):
+        EvalOptions(policies=("dilaserve", "tiers(0:0.5)"))
+    with pytest.raises(ValueError, match="tiers\\(PRIORITY:TAU"):
+        EvalOptions(policies=("dilaserve", "tiers(0:0.5,*:0.9"))
