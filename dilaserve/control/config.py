@@ -52,6 +52,24 @@ class ControlConfig:
             adaptive (the default: each request's threshold chosen per step from its allowed
             set). The static frontier runs pinned points; the operating-point tuner moves
             the point online.
+        step_time_quantile: step-time calibration (:mod:`dilaserve.control.step_time`)
+            prices each instance's steps at this weighted quantile of its recent measured
+            over profiled step times (0.5: the weighted median). On a busy machine the
+            ratio is bimodal (a step that gets a core, or one that waits for one), and a
+            queue waits for the slow ones; the server uses 0.9. Inert in a simulation that
+            steps at the profile (every ratio is 1).
+        max_step_ms: a batch is not grown past the tokens whose step, priced as a full
+            recompute on the calibrated profile, exceeds this many milliseconds (vLLM's
+            ``max_num_batched_tokens``, in time): it bounds the time between steps under
+            any load, and a request that finds every batch at its cap waits, so admission
+            prices the wait. An instance with no requests takes any one that fits its
+            batch. None: batches grow to the instance's ``max_batch_tokens``.
+        recheck_queue: with SLO-aware admission, refuse (HTTP 429, with the reason) a
+            request that waits for room once the steps measured since it was admitted
+            predict it will miss its SLO: admission decides a burst's arrivals before its
+            first step finishes, and a waiting request that runs late only slows the
+            others. Checked when step-time calibration rescales the profile, else every
+            1 s. The server turns it on; off, an admitted request always runs.
     """
 
     thresholds: tuple[float, ...] = CANDIDATE_THRESHOLDS
@@ -65,6 +83,9 @@ class ControlConfig:
     ration_window_s: float | None = 10.0
     ration_utilisation: float = 1.0
     deadline_spare: float = 0.5
+    step_time_quantile: float = 0.5
+    max_step_ms: float | None = None
+    recheck_queue: bool = False
     # Set at run time (the tuner, the static frontier), not a flag.
     operating_point: OperatingPoint = field(default=OperatingPoint(), metadata={"cli": False})
 
@@ -126,6 +147,16 @@ class ControlConfig:
             raise ValueError(
                 f"ControlConfig.operating_point pins thresholds {bad_pins} that are not candidates {thr}: "
                 "pin each tier to one of the candidate thresholds"
+            )
+        if not 0 < self.step_time_quantile < 1:
+            raise ValueError(
+                f"ControlConfig.step_time_quantile={self.step_time_quantile} must lie in (0, 1) "
+                "(0.5 prices steps at the weighted median of their measured time; 0.9 at the slow tenth)"
+            )
+        if self.max_step_ms is not None and not self.max_step_ms > 0:
+            raise ValueError(
+                f"ControlConfig.max_step_ms={self.max_step_ms} must be positive milliseconds (e.g. 750), "
+                "or None for batches as large as the instance allows"
             )
         if self.capacity_batch_grid < 1:
             raise ValueError("ControlConfig.capacity_batch_grid must be >= 1 (try 64)")

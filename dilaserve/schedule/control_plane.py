@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from dilaserve.cluster.base import Backend
 from dilaserve.control.config import ControlConfig
 from dilaserve.control.controller import ThresholdController
-from dilaserve.control.step_time import StepTimeCalibration, scale_profile
+from dilaserve.control.step_time import StepTimeCalibration, StepTimeConfig, scale_profile
 from dilaserve.predict.base import StepPredictor
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConfig
@@ -120,7 +120,7 @@ def build_control_plane(
         # The controller prices on its own copy, rescaled as the machine is learned; the
         # instances' profile (a simulation's truth) and the planner's stay as measured.
         profile = scale_profile(spec.profile, {})
-        calibration = StepTimeCalibration(profile)
+        calibration = StepTimeCalibration(profile, StepTimeConfig(quantile=spec.control.step_time_quantile))
     controller = build_controller(pol, profile, spec.control, predictor, spec.accuracy)
     reconfigurator = None
     if pol.reconfig and spec.reconfig is not None:

@@ -31,6 +31,11 @@ API_KEY_ENV = "DILASERVE_API_KEY"
 #: The server re-plans every minute by default (the class's 300 s suits hour-long traces).
 SERVE_RECONFIG_INTERVAL_S = 60.0
 
+#: The server prices steps at the slow tenth of their measured time (``--step-time-quantile``)
+#: and grows no batch past a 500-ms step on the calibrated profile (``--max-step-ms``).
+SERVE_STEP_TIME_QUANTILE = 0.9
+SERVE_MAX_STEP_MS = 500.0
+
 
 def reconfig_or_off(**fields) -> ReconfigConfig | None:
     """``--reconfig-interval-s 0`` switches reconfiguration off (no reconfigurator)."""
@@ -110,7 +115,19 @@ class ServeConfig:
         "it changes the cluster, so keep the port private when it is on",
     )
     # The per-concern configs; the step law comes from the artifacts at start-up.
-    control: ControlConfig = nested(ControlConfig, exclude=("step_law",))
+    control: ControlConfig = nested(
+        ControlConfig,
+        exclude=("step_law",),
+        # A live machine's step time is bimodal under load, and a step of a full batch
+        # there can take seconds: the server prices the slow steps, caps a step's time and
+        # refuses the waiting requests its measured steps show will miss (``bench burst
+        # --hog``); a simulation keeps the class's defaults.
+        defaults={
+            "step_time_quantile": SERVE_STEP_TIME_QUANTILE,
+            "max_step_ms": SERVE_MAX_STEP_MS,
+            "recheck_queue": True,
+        },
+    )
     reconfig: ReconfigConfig | None = nested(
         ReconfigConfig,
         prefix="reconfig",

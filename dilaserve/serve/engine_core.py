@@ -72,6 +72,9 @@ class FinalOutput:
 
 
 EngineOutput = Admitted | StepOutput | FinalOutput
+
+#: Seconds of arrivals the core admits before it lets finished steps through.
+ARRIVAL_SLICE_S = 0.005
 OutputSink = Callable[[list[EngineOutput]], None]
 
 
@@ -121,6 +124,9 @@ class EngineCore(SchedulerObserver):
         self._instance_ids = itertools.count()
         self._tick_task: asyncio.Task | None = None
         self._pending: list[EngineOutput] = []
+        #: Arrivals not yet handed to the scheduler, in order, and whether a drain is queued.
+        self._arrivals: dict[str, TrackedRequest] = {}
+        self._draining = False
         self._flush_scheduled = False
         #: When a step last finished on any instance (``time.monotonic``; None before the
         #: first), for ``/health``: the step loop's progress, readable from any thread.
@@ -181,8 +187,9 @@ class EngineCore(SchedulerObserver):
     # ================================================================ interface (any thread)
     def submit(self, req: TrackedRequest) -> None:
         """Hand a new request to the scheduler; an :class:`Admitted` or a :class:`FinalOutput`
-        (refused) follows."""
-        self.loop.call_soon_threadsafe(self._arrive, req)
+        (refused) follows. Arrivals wait in a queue of their own, drained a slice at a time
+        (:meth:`_drain_arrivals`)."""
+        self.loop.call_soon_threadsafe(self._queue_arrival, req)
 
     def abort(self, request_id: str, reason: str = "cancelled by the client") -> None:
         """Withdraw a request (its client left, a stop string ended it, shutdown)."""
@@ -222,6 +229,32 @@ class EngineCore(SchedulerObserver):
             batch, self._pending = self._pending, []
             self._sink(batch)
 
+    def _queue_arrival(self, req: TrackedRequest) -> None:
+        self._arrivals[req.request_id] = req
+        if not self._draining:
+            self._draining = True
+            self.loop.call_soon(self._drain_arrivals)
+
+    def _drain_arrivals(self) -> None:
+        """Admit queued arrivals for up to :data:`ARRIVAL_SLICE_S`, then yield the loop.
+
+        Each arrival costs the control plane milliseconds (placement, admission, the
+        tuner's sample); a burst of hundreds queued as one callback each held a finished
+        step behind all of them, seconds on a 2-core machine (``bench burst``), while the
+        instances sat idle. Between slices the loop runs what became ready meanwhile: the
+        finished steps, which submit the next ones."""
+        deadline = time.perf_counter() + ARRIVAL_SLICE_S
+        while self._arrivals:
+            rid, req = next(iter(self._arrivals.items()))
+            del self._arrivals[rid]
+            self._arrive(req)
+            if time.perf_counter() >= deadline:
+                break
+        if self._arrivals:
+            self.loop.call_soon(self._drain_arrivals)
+        else:
+            self._draining = False
+
     def _arrive(self, req: TrackedRequest) -> None:
         rid = req.request_id
         self._requests[rid] = req
@@ -231,6 +264,8 @@ class EngineCore(SchedulerObserver):
         self._flush()
 
     def _abort(self, request_id: str, reason: str) -> None:
+        if self._arrivals.pop(request_id, None) is not None:
+            return  # withdrawn before the scheduler saw it: nothing to free or answer
         self.scheduler.cancel(request_id, reason)
         self._requests.pop(request_id, None)
         self._flush()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dilaserve.control.step_time import StepTimeCalibration, StepTimeConfig, weighted_median
+from dilaserve.control.step_time import StepTimeCalibration, StepTimeConfig, weighted_median, weighted_quantile
 from dilaserve.engine.state import StepKind
 from tests.control.builders import linear_profile
 
@@ -73,3 +73,38 @@ def test_an_absurd_clock_stays_within_the_bounds():
     for _ in range(8):
         _step(cal, 2000, 1000.0)
     assert cal.factor(1, REC) == 8.0
+
+
+def test_weighted_quantile_at_a_half_is_the_median_and_goes_by_weight():
+    pairs = [(1.0, 1.0), (2.0, 1.0), (3.0, 10.0), (0.5, 2.0)]
+    assert weighted_quantile(pairs, 0.5) == weighted_median(pairs)
+    assert weighted_quantile([(float(v), 1.0) for v in range(1, 11)], 0.9) == 9.5
+    assert weighted_quantile([(1.0, 9.0), (100.0, 1.0)], 0.95) == 100.0
+    assert weighted_quantile([(1.0, 9.0), (100.0, 1.0)], 0.5) == 1.0
+
+
+def test_on_a_bimodal_machine_a_high_quantile_prices_the_slow_steps():
+    # a step gets a core (2x the profile) or waits for one (100x), one in four waiting
+    factors = {}
+    for q in (0.5, 0.9):
+        cal = _calibration(quantile=q)
+        for k in range(32):
+            _step(cal, 200, 150.0 if k % 4 == 0 else 2.0)
+        factors[q] = cal.factor(1, REC)
+    assert factors[0.5] == pytest.approx(2.0)
+    assert factors[0.9] == pytest.approx(150.0)
+
+
+def test_the_quantile_is_validated_with_a_fix():
+    with pytest.raises(ValueError, match="weighted median"):
+        StepTimeConfig(quantile=1.0)
+
+
+def test_the_window_weight_kept_by_steps_is_the_window_sum():
+    cal = _calibration(window=8, min_steps=8)
+    for k in range(40):
+        _step(cal, 100 + 37 * k, 3.0)
+    window = cal._ratios[("i0", REC)]
+    assert cal._weight[("i0", REC)] == pytest.approx(sum(w for _, w in window))
+    cal.forget("i0")
+    assert ("i0", REC) not in cal._weight
