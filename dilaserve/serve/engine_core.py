@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +44,8 @@ from dilaserve.schedule.events import ReconfigTick, RequestArrived, RequestOutco
 from dilaserve.schedule.observer import SchedulerObserver
 
 from .metrics import ServeMetrics
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -247,7 +250,10 @@ class EngineCore(SchedulerObserver):
         while self._arrivals:
             rid, req = next(iter(self._arrivals.items()))
             del self._arrivals[rid]
-            self._arrive(req)
+            try:
+                self._arrive(req)
+            except Exception:  # one arrival's failure must not stall those behind it
+                log.exception("the control plane failed on the arrival of %s", rid)
             if time.perf_counter() >= deadline:
                 break
         if self._arrivals:

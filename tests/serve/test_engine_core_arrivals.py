@@ -65,3 +65,21 @@ def test_an_arrival_withdrawn_before_the_scheduler_saw_it_is_dropped():
     core.loop.run_until_complete(asyncio.sleep(0.01))
     core.loop.close()
     assert log == ["r0", "r2"]
+
+
+def test_an_arrival_that_fails_does_not_stall_those_behind_it(caplog):
+    log: list = []
+    core = _core(log, cost_s=0.0)
+    handle = core.scheduler.handle
+
+    def fail_r1(ev):
+        if ev.request.request_id == "r1":
+            raise RuntimeError("boom")
+        handle(ev)
+
+    core.scheduler.handle = fail_r1
+    for i in range(3):
+        core._queue_arrival(_req(i))
+    core.loop.run_until_complete(asyncio.sleep(0.01))
+    core.loop.close()
+    assert log == ["r0", "r2"] and "arrival of r1" in caplog.text
