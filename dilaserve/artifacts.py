@@ -22,6 +22,7 @@ Layout::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -129,6 +130,33 @@ def root_for_checkpoint(checkpoint: PathLike, root: PathLike | None = None) -> P
         if (REPO_ROOT / folder).resolve() == target:
             return law_root(law, root)
     return artifact_paths(root).root
+
+
+#: The artifacts a simulation replays, relative to each law's root: what a recorded result
+#: depends on besides the code. Timings measured on this machine (``profiles/measured.json``),
+#: tuning wall times and absolute paths are left out, so two builds of the same code match.
+REPLAYED_ARTIFACTS = (
+    "rollouts/step_table.parquet",
+    "dynamics/samples.parquet",
+    "predictor/booster.txt",
+)
+
+
+def fingerprint(root: PathLike | None = None) -> str | None:
+    """A short hash of the replayed artifacts of every step law under ``root`` (None where
+    none is built): two results recorded on the same fingerprint replayed the same inputs.
+    Builds are deterministic for given code, but a change to the model or the pipeline
+    rebuilds different rollouts, and a simulation's goodput moves with them."""
+    digest, found = hashlib.sha256(), False
+    for law in DYNAMICS_LAWS:
+        base = law_root(law, root)
+        for rel in REPLAYED_ARTIFACTS:
+            path = base / rel
+            if path.exists():
+                digest.update(f"{law}/{rel}".encode())
+                digest.update(path.read_bytes())
+                found = True
+    return digest.hexdigest()[:12] if found else None
 
 
 def _need(path: Path, asset: str) -> Path:

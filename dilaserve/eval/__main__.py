@@ -58,7 +58,7 @@ import logging
 import sys
 import time
 
-from dilaserve.artifacts import MissingArtifactError
+from dilaserve.artifacts import MissingArtifactError, fingerprint
 from dilaserve.eval.capacity_table import capacity_table
 from dilaserve.eval.context import SETTINGS, EvalContext, EvalOptions
 from dilaserve.eval.experiments import ALL_EXPERIMENTS, EXPERIMENTS
@@ -150,7 +150,8 @@ def main(argv: list[str]) -> int:
         print(line)
     if record_as:
         args = " ".join(argv)
-        print(f"recorded {record(record_as, f'python -m dilaserve.eval {args}', line)}", file=sys.stderr)
+        recorded = record(record_as, f"python -m dilaserve.eval {args}", line, artifacts=fingerprint(opts.artifacts))
+        print(f"recorded {recorded}", file=sys.stderr)
     return 0
 
 
@@ -168,7 +169,7 @@ def _one_document(name: str, run, ctx: EvalContext, as_json: bool, record_as: st
         print(line)
     if record_as:
         cmd = f"python -m dilaserve.eval {' '.join(argv)}"
-        print(f"recorded {record(record_as, cmd, line)}", file=sys.stderr)
+        print(f"recorded {record(record_as, cmd, line, artifacts=fingerprint(ctx.options.artifacts))}", file=sys.stderr)
     return 0
 
 

@@ -31,11 +31,13 @@ RESULTS_DIR = Path("docs/results")
 RESULTS_DOC = Path("docs/results.md")
 
 
-def record(name: str, command: str, output_line: str, folder: Path = RESULTS_DIR) -> Path:
-    """Store one run's printed JSON line as ``folder/name.json`` with its command."""
+def record(name: str, command: str, output_line: str, folder: Path = RESULTS_DIR, artifacts: str | None = None) -> Path:
+    """Store one run's printed JSON line as ``folder/name.json`` with its command and the
+    fingerprint of the artifacts it replayed (:func:`dilaserve.artifacts.fingerprint`)."""
     folder.mkdir(parents=True, exist_ok=True)
     doc = {
         "command": command,
+        "artifacts": artifacts,
         # Simulated results are deterministic for given artifacts: the machine only dates them.
         "machine": {
             "cpu": platform.processor() or platform.machine(),
@@ -402,7 +404,10 @@ def render(docs: dict[str, dict]) -> str:
         ),
         "## Commands",
         "",
-        *[f"- `{name}`: `{doc['command']}`" for name, doc in docs.items()],
+        *[
+            f"- `{name}`: `{doc['command']}`" + (f" (artifacts {doc['artifacts']})" if doc.get("artifacts") else "")
+            for name, doc in docs.items()
+        ],
         "",
     ]
     return "\n".join(lines)

@@ -129,3 +129,25 @@ def test_a_max_rate_run_gets_a_capacity_row_and_no_other():
         r for r in render({"cap": {"command": "x", "output": by_goodput}}).splitlines() if r.startswith("| `cap`")
     )
     assert "| 90% goodput | 61.2 |" in row
+
+
+def test_a_record_names_the_artifacts_it_replayed_and_the_fingerprint_sees_a_rebuild(tmp_path):
+    from dilaserve.artifacts import REPLAYED_ARTIFACTS, fingerprint, law_root
+
+    root = tmp_path / "artifacts"
+    assert fingerprint(root) is None  # nothing built
+    for law, data in [("embedded", b"a"), ("llada-8b-published", b"b")]:
+        for rel in REPLAYED_ARTIFACTS:
+            path = law_root(law, root) / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data + rel.encode())
+    first = fingerprint(root)
+    (root / "profiles").mkdir()
+    (root / "profiles" / "measured.json").write_text("{}")  # a timing of this machine: not replayed
+    assert fingerprint(root) == first
+    (law_root("llada-8b-published", root) / REPLAYED_ARTIFACTS[0]).write_bytes(b"rebuilt")
+    assert fingerprint(root) != first
+    path = record("demo", "python -m dilaserve.eval trace", json.dumps({"policies": {}}), tmp_path, artifacts=first)
+    doc = json.loads(path.read_text())
+    assert doc["artifacts"] == first
+    assert f"(artifacts {first})" in render({"demo": doc})
