@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 
 #: How remaining steps are priced (see ``ThresholdController``).
 STEP_PRICINGS = ("paper", "mixed_batch")
+#: Requests memoised at most (refused ones never finish: the memo empties at this many).
+_FN_MEMO_MAX = 4096
 
 
 class ThresholdController:
@@ -142,6 +144,8 @@ class ThresholdController:
             else None
         )
         self.cache_step = CacheStepLatency(profile)
+        #: request -> (its state, its prediction, the stamp, {(tp, tokens, requests): remaining fn})
+        self._fn_memo: dict[TrackedRequest, tuple] = {}
         self.predictions = (
             PredictionCache(
                 predictor, config.thresholds, refresh_every_steps or config.refresh_every_steps, calibrate=calibrate
@@ -334,6 +338,7 @@ class ThresholdController:
 
     def on_finish(self, req: TrackedRequest) -> None:
         """A request finished: what it really took calibrates the predictions."""
+        self._fn_memo.pop(req, None)
         if self.predictions is not None:
             self.predictions.observe_finish(req)
 
@@ -341,6 +346,7 @@ class ThresholdController:
         """The profile was rescaled (step-time calibration): drop what was priced on the old one."""
         self.capacity.forget()
         self.cache_step.forget()
+        self._fn_memo.clear()
 
     def refresh(self, reqs: Sequence[TrackedRequest]) -> int:
         """Re-predict the requests whose refresh is due (one batched call)."""
@@ -404,8 +410,25 @@ class ThresholdController:
 
     def _remaining_fn(self, req: TrackedRequest, tp: int, inst_tokens: float, inst_requests: int):
         """``j -> remaining seconds of req at threshold index j`` on a TP-``tp`` instance
-        holding ``inst_tokens`` tokens in ``inst_requests`` requests (:func:`remaining_time`'s prices)."""
+        holding ``inst_tokens`` tokens in ``inst_requests`` requests (:func:`remaining_time`'s prices).
+        Memoised per request while all it reads stands (state and step count, K/V in place,
+        cap, prediction, masked tokens): selection, the step's batch and each arrival's
+        check ask again within an event, and the mixed-batch price is a replay's main cost."""
         st = req.state
+        stamp = (st.steps_done, st.block_cached, req.cap_index, req.masked_left, req.pred_masked)
+        memo = self._fn_memo.get(req)
+        if memo is None or memo[0] is not st or memo[1] is not req.steps_pred or memo[2] != stamp:
+            if len(self._fn_memo) >= _FN_MEMO_MAX:
+                self._fn_memo.clear()
+            memo = self._fn_memo[req] = (st, req.steps_pred, stamp, {})
+        key = (tp, inst_tokens, inst_requests)
+        fn = memo[3].get(key)
+        if fn is None:
+            fn = memo[3][key] = self._price_remaining(req, tp, inst_tokens, inst_requests)
+        return fn
+
+    def _price_remaining(self, req: TrackedRequest, tp: int, inst_tokens: float, inst_requests: int):
+        st = req.state  # :meth:`_remaining_fn` afresh
         if not st.use_cache:
             lp_recompute = self.profile.latency(tp, inst_tokens, StepKind.RECOMPUTE)
             return partial(_remaining_s, req, 0, False, 0.0, lp_recompute, 0.0)

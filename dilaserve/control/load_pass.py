@@ -11,7 +11,6 @@ outlook where the piece asks for one.
 from __future__ import annotations
 
 import statistics
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -50,9 +49,9 @@ class LoadPass:
         self.load_control = load_control
         self.capacity = capacity
         self.accuracy = accuracy
-        #: ``(arrival, load row, allowed row, SLO)`` of the requests admitted over the last
-        #: SLO horizon, oldest first: the outlook's estimate of the work arriving next.
-        self._arrivals: deque[tuple[float, np.ndarray, np.ndarray, float]] = deque()
+        #: The requests admitted over the last SLO horizon, oldest first (their arrival,
+        #: load row, allowed row and SLO): the outlook's estimate of the work arriving next.
+        self._arrivals = _Recent(len(config.thresholds))
         #: The cluster's throughput (token-steps/s) at the last pass.
         self.throughput = 0.0
 
@@ -90,8 +89,7 @@ class LoadPass:
         if outlook is not None:
             # The per-deadline check: each request's time left, against the throughput.
             left = np.array([r.deadline for r in order]) - now
-            slos = np.array([a[3] for a in self._arrivals])
-            outlook = replace(outlook, deadlines=Deadlines(left, throughput, slos, horizon))
+            outlook = replace(outlook, deadlines=Deadlines(left, throughput, self._arrivals.slo, horizon))
         caps = self.load_control.caps(load, allowed, throughput * horizon, outlook)
         for r, c in zip(order, caps.tolist()):
             r.cap_index = c
@@ -102,19 +100,68 @@ class LoadPass:
         """Record the requests load control sees for the first time (each arrival triggers
         it, so that is on arrival, with the work it brings) and drop those older than the
         horizon; the rest are the outlook's expected arrivals over the next horizon."""
+        recent = self._arrivals
         for i, r in enumerate(order):
             if not r.in_outlook:
                 r.in_outlook = True
-                self._arrivals.append((r.arrival, load[i].copy(), allowed[i].copy(), r.slo))
-        while self._arrivals and self._arrivals[0][0] <= now - horizon:
-            self._arrivals.popleft()
+                recent.append(r.arrival, load[i], allowed[i], r.slo)
+        recent.drop_before(now - horizon)
         if self.accuracy is None:
             return None
-        t = len(self.thresholds)
-        if not self._arrivals:
-            return Outlook(self.accuracy, np.zeros((0, t)), np.zeros((0, t), dtype=bool))
-        return Outlook(
-            self.accuracy,
-            np.array([a[1] for a in self._arrivals]),
-            np.array([a[2] for a in self._arrivals]),
-        )
+        return Outlook(self.accuracy, recent.load, recent.allowed)
+
+
+class _Recent:
+    """The outlook's arrivals as arrays kept up to date in place: rows join at the end and
+    leave from the front, and the arrays load control reads are read-only views, not a
+    stack of every row rebuilt on every pass (the pass runs on every arrival)."""
+
+    def __init__(self, thresholds: int, capacity: int = 256):
+        self._arrival = np.zeros(capacity)
+        self._slo = np.zeros(capacity)
+        self._load = np.zeros((capacity, thresholds))
+        self._allowed = np.zeros((capacity, thresholds), dtype=bool)
+        self._start = self._end = 0
+
+    def __len__(self) -> int:
+        return self._end - self._start
+
+    def append(self, arrival: float, load: np.ndarray, allowed: np.ndarray, slo: float) -> None:
+        if self._end == len(self._arrival):
+            self._make_room()
+        e = self._end
+        self._arrival[e], self._load[e], self._allowed[e], self._slo[e] = arrival, load, allowed, slo
+        self._end += 1
+
+    def drop_before(self, time: float) -> None:
+        """Drop the rows that arrived at or before ``time`` (oldest first, as they came)."""
+        while self._start < self._end and self._arrival[self._start] <= time:
+            self._start += 1
+
+    def _make_room(self) -> None:
+        """Move the live rows to the front, and double the arrays where that is not enough."""
+        n, cap = len(self), len(self._arrival)
+        size = cap * 2 if n > cap // 2 else cap
+        for name in ("_arrival", "_slo", "_load", "_allowed"):
+            old = getattr(self, name)
+            new = np.zeros((size, *old.shape[1:]), dtype=old.dtype)
+            new[:n] = old[self._start : self._end]
+            setattr(self, name, new)
+        self._start, self._end = 0, n
+
+    def _view(self, a: np.ndarray) -> np.ndarray:
+        v = a[self._start : self._end]
+        v.flags.writeable = False
+        return v
+
+    @property
+    def load(self) -> np.ndarray:
+        return self._view(self._load)
+
+    @property
+    def allowed(self) -> np.ndarray:
+        return self._view(self._allowed)
+
+    @property
+    def slo(self) -> np.ndarray:
+        return self._view(self._slo)

@@ -79,7 +79,8 @@ class PredictionCache:
         if not self.calibrate or req.first_pred is None or not req.state.thresholds_used:
             return
         used = req.state.thresholds_used
-        j = int(np.argmin([abs(t - float(np.median(used))) for t in self.thresholds]))
+        median = float(np.median(used))  # once, not once per candidate threshold
+        j = int(np.argmin([abs(t - median) for t in self.thresholds]))
         predicted = max(req.first_pred[j], 1.0)
         ratio = float(np.log(max(req.state.steps_done, 1) / predicted))
         self._log_scale = self._blend(self._log_scale, ratio)

@@ -24,6 +24,7 @@ import polars as pl
 
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
+from dilaserve.predict.row_memo import RowMemo
 from dilaserve.schedule.policies import SchedulerPolicy
 from dilaserve.schedule.window import WindowArrival
 from dilaserve.sim.metrics import good
@@ -63,7 +64,12 @@ class WindowReplay:
         config: SimConfig,
         policy: SchedulerPolicy,
     ):
-        self.setting, self.predictors = setting, predictors
+        self.setting = setting
+        # Candidates and overlapping windows ask the predictor the same rows again.
+        learned = predictors.learned
+        if learned is not None and not isinstance(learned, RowMemo):
+            predictors = replace(predictors, learned=RowMemo(learned))
+        self.predictors = predictors
         self.table, self.quality = progress.table, progress.quality_table
         self.seed, self.block_causal = progress.seed, progress.block_causal
         self.sample = config.tuner.sample
