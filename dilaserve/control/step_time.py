@@ -141,6 +141,9 @@ class StepTimeCalibration:
         #: (instance, kind) -> the profiled seconds in its window, kept as steps come and go
         #: (summing the window on every step was the step loop's hot path)
         self._weight: dict[tuple[str, StepKind], float] = {}
+        #: (instance, kind) -> the quantile of its window, until a step changes the window
+        #: (a refit after one instance's step asks every instance of its degree again)
+        self._quantile: dict[tuple[str, StepKind], float] = {}
         self._tp_of: dict[str, int] = {}
         #: steps seen per instance: the factors are refitted every ``min_steps`` of them,
         #: and sooner when the steps since the last refit carry a quarter of the profiled
@@ -182,6 +185,7 @@ class StepTimeCalibration:
                     self._weight[key] -= window[0][1]
                 window.append((ratio, part))
                 self._weight[key] += part
+                self._quantile.pop(key, None)
         self._seen[instance_id] = self._seen.get(instance_id, 0) + 1
         self._fresh[instance_id] = self._fresh.get(instance_id, 0.0) + total
         return self._due(instance_id) and self._refit(tp)
@@ -209,6 +213,7 @@ class StepTimeCalibration:
         for kind in KINDS:
             self._ratios.pop((instance_id, kind), None)
             self._weight.pop((instance_id, kind), None)
+            self._quantile.pop((instance_id, kind), None)
 
     def factor(self, tp: int, kind: StepKind) -> float:
         """Measured over profiled step time on TP-``tp`` for ``kind`` (1.0 until learned)."""
@@ -217,14 +222,20 @@ class StepTimeCalibration:
     def _estimate(self, tp: int, kind: StepKind) -> float | None:
         cfg = self.config
         per_instance = [
-            weighted_quantile(w, cfg.quantile)
-            for (iid, k), w in self._ratios.items()
-            if k == kind and self._tp_of.get(iid) == tp and len(w) >= cfg.min_steps
+            self._window_quantile(key, w)
+            for key, w in self._ratios.items()
+            if key[1] == kind and self._tp_of.get(key[0]) == tp and len(w) >= cfg.min_steps
         ]
         if not per_instance:
             return None
         lo, hi = cfg.bounds
         return min(max(math.exp(float(np.median(per_instance))), lo), hi)
+
+    def _window_quantile(self, key: tuple[str, StepKind], window: deque[tuple[float, float]]) -> float:
+        q = self._quantile.get(key)
+        if q is None:
+            q = self._quantile[key] = weighted_quantile(window, self.config.quantile)
+        return q
 
     def _refit(self, tp: int) -> bool:
         changed = False
