@@ -56,17 +56,14 @@ def test_the_search_stops_at_its_bounds():
     assert odd.held == 1.0 and odd.missed == 1.2
 
 
+def _tiny(tmp_path, policies, **options) -> TinyContext:
+    """The tiny cluster and trace, 3-s phases, a coarse tolerance: a search in seconds."""
+    opts = dict(quick=True, settings=("paper",), phase_s=3.0, out=tmp_path, jobs=1, rate_tol=0.2)
+    return TinyContext(EvalOptions(**opts, policies=policies, **options))
+
+
 def test_max_rate_reports_each_policy_the_best_static_one_and_the_ratio(tmp_path):
-    opts = EvalOptions(
-        quick=True,
-        settings=("paper",),
-        phase_s=3.0,
-        out=tmp_path,
-        jobs=1,
-        rate_tol=0.2,
-        policies=("dilaserve", "infaas", "fixed@0.9", "fixed@0.5+admission"),
-    )
-    out, text = max_rate(TinyContext(opts))
+    out, text = max_rate(_tiny(tmp_path, ("dilaserve", "infaas", "fixed@0.9", "fixed@0.5+admission")))
     assert set(out) == {"target", "criterion", "quality_ceiling", "rates", "best_static", "dilaserve", "ratio"}
     rates = out["rates"]
     assert set(rates) == {"dilaserve", "infaas", "fixed@0.9", "fixed@0.5+admission"}
@@ -97,10 +94,9 @@ def test_the_goodput_criterion_holds_a_rate_only_with_correct_answers(tmp_path):
     """Under ``--criterion goodput`` a rate held by fast wrong answers is not held: a policy
     at threshold 0.5 (whose answers are mostly wrong on the embedded law) holds no more than
     under attainment, and every rate reported holds the target of the quality ceiling."""
-    opts = dict(quick=True, settings=("paper",), phase_s=3.0, out=tmp_path, jobs=1, rate_tol=0.2)
     policies = ("dilaserve", "fixed@0.5+admission", "fixed@0.8+admission")
-    by_attainment, _ = max_rate(TinyContext(EvalOptions(**opts, policies=policies)))
-    by_goodput, text = max_rate(TinyContext(EvalOptions(**opts, policies=policies, criterion="goodput")))
+    by_attainment, _ = max_rate(_tiny(tmp_path, policies))
+    by_goodput, text = max_rate(_tiny(tmp_path, policies, criterion="goodput"))
     assert by_attainment["criterion"] == "attainment" and by_attainment["quality_ceiling"] is None
     ceiling = by_goodput["quality_ceiling"]
     assert by_goodput["criterion"] == "goodput" and 0 < ceiling <= 1
@@ -122,16 +118,7 @@ def test_a_static_point_per_tier_is_searched_as_the_frontier_runs_it(tmp_path):
     tiers pinned: on the tiny trace every request is in priority 0, so pinning it to 0.5
     over a default of 0.9 holds what ``fixed@0.5`` holds, and it counts as a static point."""
     point = "tiers(0:0.5,*:0.9)"
-    opts = EvalOptions(
-        quick=True,
-        settings=("paper",),
-        phase_s=3.0,
-        out=tmp_path,
-        jobs=1,
-        rate_tol=0.2,
-        policies=("dilaserve", "fixed@0.5", "fixed@0.9", point),
-    )
-    out, text = max_rate(TinyContext(opts))
+    out, text = max_rate(_tiny(tmp_path, ("dilaserve", "fixed@0.5", "fixed@0.9", point)))
     rates = out["rates"]
     assert rates[point] == rates["fixed@0.5"] != rates["fixed@0.9"]
     assert out["best_static"]["rate"] == max(rates[p] for p in ("fixed@0.5", "fixed@0.9", point))
