@@ -20,16 +20,21 @@ MAX_WIDTH_IN = 22.0
 
 
 #: Line colours for many policies: tab10 then its light shades (twenty without red, which is
-#: dilaserve's), then the same again dashed, so that no two of a report's lines look alike.
+#: dilaserve's), then the same again in other line styles, so that no two of a report's lines
+#: look alike.
 _PALETTE = [c for i, c in enumerate(plt.get_cmap("tab20").colors) if i not in (6, 7)]
 _PALETTE = _PALETTE[::2] + _PALETTE[1::2]
+#: Each pass through the palette in another line style: a converged per-tier frontier runs
+#: forty and more static points, past what two styles tell apart.
+_LINE_STYLES = ("-", "--", "-.", ":")
 
 
 def line_style(policy: str, index: int = 0) -> dict:
     """dilaserve in red and bold; every other policy a colour of its own (:data:`_PALETTE`)."""
     if policy == "dilaserve":
         return {"color": "tab:red", "lw": 2.2, "zorder": 3}
-    return {"color": _PALETTE[index % len(_PALETTE)], "ls": "-" if index < len(_PALETTE) else "--", "lw": 1.2}
+    style = _LINE_STYLES[(index // len(_PALETTE)) % len(_LINE_STYLES)]
+    return {"color": _PALETTE[index % len(_PALETTE)], "ls": style, "lw": 1.2}
 
 
 def legend_beside(ax) -> None:
@@ -79,7 +84,7 @@ def _by_setting(frame: pl.DataFrame):
     policy: a hindsight run has twenty and more)."""
     settings = frame["setting"].unique(maintain_order=True).to_list()
     names = frame["policy"].unique().to_list() if "policy" in frame.columns else []
-    fig, axes = _grid(len(settings), 4.5 + _legend_width(names), 4)
+    fig, axes = _grid(len(settings), 4.5 + _legend_width(names), _legend_height(len(names) + 1))
     return settings, fig, axes
 
 
@@ -90,6 +95,14 @@ def _legend_width(labels: Sequence[str]) -> float:
         return 0.0
     columns = 1 if len(labels) <= LEGEND_ROWS else 2
     return columns * (0.6 + 0.065 * max(len(str(label)) for label in labels))
+
+
+def _legend_height(entries: int) -> float:
+    """Inches a panel needs for a :func:`legend_beside` of ``entries`` (8 pt rows about 0.17 in
+    apart, and the title and axis labels around it): at least 4, more for a converged
+    per-tier frontier's forty and more points."""
+    columns = 1 if entries <= LEGEND_ROWS else 2
+    return max(4.0, 0.17 * -(-entries // columns) + 1.3)
 
 
 #: Legend entries in one column; more go into two.

@@ -17,7 +17,7 @@ from dilaserve.predict.base import OneShotPredictor
 from dilaserve.reconfig.config import MonitorConfig, ReconfigConfig
 from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.schedule.tuner import TunerConfig
-from dilaserve.serve.config import ServeConfig
+from dilaserve.serve.config import SERVE_MAX_STEP_MS, SERVE_STEP_TIME_QUANTILE, ServeConfig
 from dilaserve.serve.control_inputs import ControlInputs
 from dilaserve.serve.control_setup import control_plane_spec
 from dilaserve.utils.cli import add_dataclass_arguments, build_dataclass, field_docs, parse_dataclass, plain, values_for
@@ -51,8 +51,16 @@ def test_settings_the_concerns_own_are_flags_of_the_server():
         "--quality-budget",
         "none",
     )
+    # The server's own defaults for a live machine (a step-time cap, the queue recheck) stand
+    # beside the flags given.
     assert cfg.control == ControlConfig(
-        thresholds=(0.7, 0.9), refresh_every_steps=2, load_control_interval_s=0.5, quality_budget=None
+        thresholds=(0.7, 0.9),
+        refresh_every_steps=2,
+        load_control_interval_s=0.5,
+        quality_budget=None,
+        step_time_quantile=SERVE_STEP_TIME_QUANTILE,
+        max_step_ms=SERVE_MAX_STEP_MS,
+        recheck_queue=True,
     )
     assert cfg.reconfig.min_improvement == 0.2 and cfg.reconfig.interval_s == 60.0
     assert cfg.monitor == MonitorConfig(input_edges=(64, 512), window_s=30.0)
@@ -188,7 +196,7 @@ def test_the_server_parses_its_flags_without_importing_torch():
     code = (
         "import sys\n"
         "from dilaserve.serve.__main__ import main\n"
-        "from dilaserve.serve.config import ServeConfig\n"
+        "from dilaserve.serve.config import SERVE_MAX_STEP_MS, SERVE_STEP_TIME_QUANTILE, ServeConfig\n"
         "from dilaserve.utils.cli import parse_dataclass\n"
         "parse_dataclass(ServeConfig, ['--port', '8001'])\n"
         "heavy = sorted(m for m in ('torch', 'transformers', 'ray', 'fastapi', 'uvicorn', 'polars') if m in sys.modules)\n"
