@@ -5,11 +5,13 @@ simulator, which runs this same control plane, once per candidate operating poin
 tier pinned to each threshold the quality budget allows, and the adaptive walk (with
 tiers, each tier's alternatives with the others held). New arrivals then run at the point
 that made the most goodput on the replay; the current point is kept unless another beats
-it by ``min_gain``. A reconfiguration plan is replayed the same way (the window at the
-current point, on the current layout and on the plan's) and applied only where it gains.
-The candidates include every static point the budget allows, so over a
-stationary stretch the cluster runs at the best static point in hindsight of the last
-window, and where the load or the tier mix moves it follows (docs/architecture.md,
+it by ``min_gain``. With tiers the candidates are several times one tier's, so a tuning
+first screens them all on a small slice and replays only the current point and the best
+few on the full sample (``TunerConfig.screen``). A reconfiguration plan is replayed the
+same way (the window at the current point, on the current layout and on the plan's) and
+applied only where it gains. The candidates include every static point the budget allows,
+so over a stationary stretch the cluster runs at the best static point in hindsight of the
+last window, and where the load or the tier mix moves it follows (docs/architecture.md,
 "Operating points"). A point and a layout were chosen on their window's load: when the
 arrivals of the last seconds rise well past it, the tuner does not wait for the next
 interval but tunes at once on a forecast that the new rate holds.
@@ -70,6 +72,17 @@ class TunerConfig:
             Over a stationary stretch the replays then cost a fraction of what tuning
             every interval does, and a rise of the load still trips a tuning at once.
             1: every ``interval_s``.
+        screen: a tuning whose window holds more than one priority tier (its candidates
+            are several times one tier's) first replays every candidate on this share of
+            the cluster (and of the arrivals), then the current point and the
+            ``finalists`` best on ``sample``, and decides on that second replay alone.
+            None (or not below ``sample``): every candidate on ``sample``. A window of one
+            tier is never screened.
+        finalists: how many candidates past the current point a screen passes on.
+        local_moves: with tiers, each tier is moved alone to adaptive and to the thresholds
+            one step above and below its pin (every threshold where it is adaptive), not to
+            every threshold: the uniform points still offer every jump, and a tier's best
+            pin moves a step at a time between tunings. False: every threshold.
     """
 
     interval_s: float = 60.0
@@ -81,8 +94,16 @@ class TunerConfig:
     rise_window_s: float = 5.0
     rise_sigmas: float = 3.0
     max_backoff: float = 4.0
+    screen: float | None = 0.125
+    finalists: int = 1
+    local_moves: bool = True
 
     def __post_init__(self) -> None:
+        if self.screen is not None and not (0 < self.screen <= 1 and self.finalists >= 1):
+            raise ValueError(
+                f"TunerConfig.screen={self.screen} must lie in (0, 1] with finalists={self.finalists} >= 1 "
+                "(e.g. 0.125 and 1), or be None to replay every candidate on sample"
+            )
         if self.max_backoff < 1:
             raise ValueError(
                 f"TunerConfig.max_backoff={self.max_backoff} must be >= 1 (a multiple of interval_s; 1 tunes "
@@ -192,8 +213,13 @@ class OperatingPointTuner:
             self._pending.clear()
         self._tuned_rate = rate
         scale = self.worker.scale
-        candidates = candidates_within(self.candidates(base, {a.priority for a in arrivals}, now), scale)
-        job = PointJob(tuple(arrivals), tuple(layout), tuple(candidates), None if scale >= 1 else cfg.sample * scale)
+        priorities = {a.priority for a in arrivals}
+        candidates = candidates_within(self.candidates(base, priorities, now), scale)
+        sample = None if scale >= 1 else cfg.sample * scale
+        if cfg.screen is not None and cfg.screen < cfg.sample and len(priorities) > 1:
+            job = PointJob(tuple(arrivals), tuple(layout), tuple(candidates), sample, cfg.screen * scale, cfg.finalists)
+        else:
+            job = PointJob(tuple(arrivals), tuple(layout), tuple(candidates), sample)
         tag = next(self._tags)
         self._pending[tag] = _Pending(now, candidates=candidates, base=base, rate=rate, rose=rose)
         if not self.worker.submit(tag, job):
@@ -394,16 +420,16 @@ class OperatingPointTuner:
         self, current: OperatingPoint, priorities: set[int], now: float = float("inf")
     ) -> list[OperatingPoint]:
         """``current`` first, then every uniform point (each threshold, and adaptive), then,
-        with tiers, each tier moved alone to each alternative, all placed and admitted as
+        with tiers, each tier moved alone to each alternative (with ``local_moves``, to
+        adaptive and the thresholds next to its pin), all placed and admitted as
         ``current`` is; last, with ``placement``, ``current`` placed the other way, and with
         ``admission``, ``current`` admitted the other way (taking every arrival only once a
         window has passed since the arrival rate last rose)."""
         uniform = [OperatingPoint.adaptive(), *(OperatingPoint.static(t) for t in self.thresholds)]
         out = [current, *(p.with_fit(current.fit).with_admit(current.admit) for p in uniform)]
         if len(priorities) > 1:
-            options = (None, *self.thresholds)
             for p in sorted(priorities, reverse=True):
-                out.extend(current.with_pin(p, t) for t in options)
+                out.extend(current.with_pin(p, t) for t in self._moves(current.pin(p)))
         if self.placement:
             out.append(current.with_fit(not current.fit))
         if self.admission and (not current.admit or now >= self._take_all_after):
@@ -415,6 +441,15 @@ class OperatingPointTuner:
                 seen.add(key)
                 unique.append(point)
         return unique
+
+    def _moves(self, pin: float | None) -> tuple[float | None, ...]:
+        """Where a tier pinned at ``pin`` may move in one tuning: adaptive and every
+        threshold, or with ``local_moves`` adaptive and the thresholds next to ``pin``."""
+        if not self.config.local_moves or pin is None or pin not in self.thresholds:
+            return (None, *self.thresholds)
+        ordered = sorted(self.thresholds)
+        i = ordered.index(pin)
+        return (None, *ordered[max(i - 1, 0) : i + 2])
 
 
 @dataclass

@@ -35,7 +35,9 @@ class WindowEvaluator(Protocol):
     """Replays ``arrivals`` on a cluster of ``layout`` once per point; returns each point's
     goodput (share of the replayed requests on time and correct). ``sample``: the share of
     the cluster (and of the arrivals) replayed; None: the evaluator's own. ``warm``: the
-    arrivals run twice and only the second copy is scored, so the cluster starts loaded."""
+    arrivals run twice and only the second copy is scored, so the cluster starts loaded.
+    ``keep``: only the ``keep`` best points need their own goodput; a point that cannot
+    reach the ``keep``-th best may return a bound below it (a screen's ranking)."""
 
     def __call__(
         self,
@@ -44,23 +46,62 @@ class WindowEvaluator(Protocol):
         points: Sequence[OperatingPoint],
         sample: float | None = None,
         warm: bool = False,
+        keep: int = 1,
     ) -> list[float]: ...
+
+
+#: The score of a candidate a screened tuning did not replay at the full sample: it never wins.
+NOT_FINALIST = float("-inf")
 
 
 @dataclass(frozen=True)
 class PointJob:
-    """Replay the window once per candidate point; the result is each candidate's goodput."""
+    """Replay the window once per candidate point; the result is each candidate's goodput.
+
+    With ``screen`` (a share of the cluster, below the one replayed) and ``finalists``,
+    the job runs in two stages: every candidate past the current point (the first) on the
+    small ``screen`` slice, then the current point and the ``finalists`` best of the others
+    on the full sample. The decision rests on the second stage alone, where every finalist
+    replays the same sample the current point does; the others score
+    :data:`NOT_FINALIST`. A screen costs a fraction of a full replay per candidate, so many
+    candidates (a tiered tuning's) cost little more than a few (docs/architecture.md,
+    "Operating points")."""
 
     arrivals: tuple[WindowArrival, ...]
     layout: tuple[InstanceSpec, ...]
     candidates: tuple[OperatingPoint, ...]
     #: share of the cluster replayed; None: the evaluator's own
     sample: float | None = None
+    #: share of the cluster the first stage replays; None: one stage
+    screen: float | None = None
+    #: candidates past the current point that go on to the second stage
+    finalists: int = 0
 
     def run(self, evaluate: WindowEvaluator) -> list[float]:
-        if self.sample is None:
-            return evaluate(self.arrivals, self.layout, self.candidates)
-        return evaluate(self.arrivals, self.layout, self.candidates, sample=self.sample)
+        if self.screen is None or len(self.candidates) <= self.finalists + 1:
+            return self._replay(evaluate, self.candidates, self.sample)
+        # The screen ranks the others among themselves (the current point goes on anyway),
+        # from the end of the list: the current point placed or admitted the other way and
+        # each tier's moves, the candidates nearest it, run first, so the far ones (the
+        # uniform points, likelier worse) stop early once they cannot reach the finalists.
+        others = list(range(len(self.candidates) - 1, 0, -1))
+        screened = evaluate(
+            self.arrivals, self.layout, [self.candidates[i] for i in others], sample=self.screen, keep=self.finalists
+        )
+        # Best first: a finalist replayed after a better one may stop early on the full
+        # sample, and the scores go back to their candidates, so the order decides nothing.
+        ranked = [i for _, i in sorted(zip(screened, others), key=lambda pair: -pair[0])]
+        picks = [0, *ranked[: self.finalists]]
+        second = self._replay(evaluate, [self.candidates[i] for i in picks], self.sample)
+        scores = [NOT_FINALIST] * len(self.candidates)
+        for i, score in zip(picks, second):
+            scores[i] = score
+        return scores
+
+    def _replay(self, evaluate: WindowEvaluator, points: Sequence[OperatingPoint], sample: float | None) -> list[float]:
+        if sample is None:
+            return evaluate(self.arrivals, self.layout, points)
+        return evaluate(self.arrivals, self.layout, points, sample=sample)
 
 
 @dataclass(frozen=True)

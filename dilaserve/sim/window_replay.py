@@ -86,7 +86,10 @@ class WindowReplay:
         points: Sequence[OperatingPoint],
         sample: float | None = None,
         warm: bool = False,
+        keep: int = 1,
     ) -> list[float]:
+        """Each point's goodput on the window; ``keep``: only the ``keep`` best need their
+        own score (a screen's finalists), the others may stop early with a bound below it."""
         self.calls += 1
         part = layout_slice(layout, self.sample if sample is None else sample)
         # Arrivals are sampled by the slice's share of the GPUs, not of the instances: one
@@ -138,9 +141,9 @@ class WindowReplay:
             setting = replace(base, control=replace(base.control, operating_point=point))
             progress = ReplayProgress(self.table, self.quality, seed=self.seed, block_causal=self.block_causal)
             # Past the first (the current point), a candidate stops once it can no longer
-            # beat the best so far: it scores its bound, below the best, so the tuner's
-            # choice is what the full replays would give.
-            cutoff = _Cutoff(len(kept), max(out), warm) if out else None
+            # beat the best so far (the ``keep``-th best): it scores its bound, below that,
+            # so the tuner's choice is what the full replays would give.
+            cutoff = _Cutoff(len(kept), sorted(out)[-keep], warm) if len(out) >= keep else None
             res = BaseSimulator(setting, progress, self.predictors, config).run(self.policy, wl, slo, cutoff)
             if cutoff is not None and cutoff.stopped:
                 out.append(cutoff.bound)

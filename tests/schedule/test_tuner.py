@@ -17,10 +17,11 @@ class ScriptedReplay:
     """A replay whose goodput per point is a given function of the point (recorded calls)."""
 
     def __init__(self, score):
-        self.score, self.calls = score, []
+        self.score, self.calls, self.samples = score, [], []
 
-    def __call__(self, arrivals, layout, points, sample=None, warm=False):
+    def __call__(self, arrivals, layout, points, sample=None, warm=False, keep=1):
         self.calls.append((len(arrivals), list(layout), list(points)))
+        self.samples.append(sample)
         return [self.score(p) for p in points]
 
 
@@ -254,3 +255,48 @@ def test_a_tuning_that_keeps_the_point_puts_the_next_off_and_a_switch_brings_it_
     assert point == OperatingPoint.static(0.8)
     with pytest.raises(ValueError, match="max_backoff"):
         TunerConfig(max_backoff=0.5)
+
+
+def test_a_tiered_tuning_screens_every_candidate_and_decides_among_the_finalists_alone():
+    current = OperatingPoint.static(0.8)
+    # On the screen (the small slice) pinning tier 1 to 0.7 looks best; on the full sample it
+    # is the worst finalist and pinning tier 0 to 0.9 wins.
+    screen = {current.with_pin(1, 0.7): 0.9, current.with_pin(0, 0.9): 0.8, current.with_pin(0, 0.7): 0.7}
+    full = {current.with_pin(1, 0.7): 0.4, current.with_pin(0, 0.9): 0.95, current.with_pin(0, 0.7): 0.6}
+    replay = ScriptedReplay(lambda p: 0.5)
+    replay.score = lambda p: (screen if replay.samples[-1] == 0.125 else full).get(p, 0.5)
+    cfg = TunerConfig(interval_s=10, window_s=10, sample=0.5, min_arrivals=10, screen=0.125, finalists=3)
+    tuner = OperatingPointTuner(replay, (0.7, 0.8, 0.9), cfg)
+    _fill(tuner, 100, 0.0, 9.0, priorities=(0, 1))
+    assert tuner.maybe_tune(10.0, LAYOUT, current) == current.with_pin(0, 0.9)
+    (_, _, screened), (_, _, finals) = replay.calls
+    assert replay.samples == [0.125, None]  # the screen's slice, then the tuner's own sample
+    cands = tuner.candidates(current, {0, 1}, 10.0)
+    assert sorted(screened, key=cands.index) == cands[1:]  # every other candidate is screened, once
+    assert finals[0] == current and set(finals[1:]) == set(screen)  # the current point and the three best
+    scores = tuner.history[-1][2]
+    assert sum(s == float("-inf") for s in scores.values()) == len(cands) - 4  # the rest never win
+
+
+def test_a_window_of_one_tier_is_never_screened():
+    replay = ScriptedReplay(lambda p: 0.5)
+    cfg = TunerConfig(interval_s=10, window_s=10, sample=0.5, min_arrivals=10, screen=0.125)
+    tuner = OperatingPointTuner(replay, (0.7, 0.8, 0.9), cfg)
+    _fill(tuner, 100, 0.0, 9.0)
+    tuner.maybe_tune(10.0, LAYOUT, OperatingPoint.adaptive())
+    assert replay.samples == [None] and len(replay.calls[0][2]) == 4  # every candidate once, on the sample
+    with pytest.raises(ValueError, match="screen"):
+        TunerConfig(screen=0.0)
+
+
+def test_with_local_moves_a_tier_moves_a_step_from_its_pin_or_anywhere_from_adaptive():
+    thresholds = (0.5, 0.6, 0.7, 0.8, 0.9)
+    local = OperatingPointTuner(ScriptedReplay(lambda p: 0.5), thresholds, TunerConfig(local_moves=True))
+    wide = OperatingPointTuner(ScriptedReplay(lambda p: 0.5), thresholds, TunerConfig(local_moves=False))
+    current = OperatingPoint.per_tier({1: 0.7})  # tier 0 adaptive
+    cands = local.candidates(current, {0, 1})
+    tier1 = {c.pin(1) for c in cands if c.pin(0) is None and c.default is None}
+    assert tier1 == {None, 0.6, 0.7, 0.8}  # a step either way, or adaptive
+    assert {c.pin(0) for c in cands if c.pin(1) == 0.7} == {None, *thresholds}  # from adaptive: anywhere
+    assert all(OperatingPoint.static(t) in cands for t in thresholds)  # the uniform jumps stay
+    assert set(cands) < set(wide.candidates(current, {0, 1}))

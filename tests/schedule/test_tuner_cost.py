@@ -71,6 +71,7 @@ def test_a_candidate_that_cannot_beat_the_best_stops_early_and_scores_below_it()
     best, bound = replay(arrivals, layout, [fast, slow])
     assert alone <= bound < best
     assert replay(arrivals, layout, [slow, fast])[0] == alone  # the first candidate always runs to its end
+    assert replay(arrivals, layout, [fast, slow], keep=2) == [best, alone]  # a screen ranks the two best exactly
 
 
 def test_a_run_given_up_stops_at_once():
