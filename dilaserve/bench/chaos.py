@@ -55,6 +55,9 @@ class Result:
     response_id: str | None = None
     duplicated: bool = False
     detail: str = ""
+    #: whether the server says it met the SLO, timed from when the request reached it
+    #: (None: no answer said)
+    server_slo_met: bool | None = None
 
 
 async def pick_worker(c: httpx.AsyncClient, rng: random.Random, killed: set[int], wait_s: float = 60.0) -> int | None:
@@ -98,7 +101,8 @@ async def _plain(c: httpx.AsyncClient, body: dict) -> Result:
     if choice.get("finish_reason") not in ("stop", "length"):
         return Result("lost", 200, lat, False, d.get("id"), detail=f"finish_reason {choice.get('finish_reason')}")
     dup = len(choice["text"].split()) > d["usage"]["completion_tokens"]
-    return Result("completed", 200, lat, False, d["id"], dup)
+    met = (d.get("dilaserve") or {}).get("slo_met")
+    return Result("completed", 200, lat, False, d["id"], dup, server_slo_met=met)
 
 
 async def _streamed(c: httpx.AsyncClient, body: dict) -> Result:

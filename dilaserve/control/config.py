@@ -56,8 +56,17 @@ class ControlConfig:
             prices each instance's steps at this weighted quantile of its recent measured
             over profiled step times (0.5: the weighted median). On a busy machine the
             ratio is bimodal (a step that gets a core, or one that waits for one), and a
-            queue waits for the slow ones; the server uses 0.9. Inert in a simulation that
-            steps at the profile (every ratio is 1).
+            queue waits for the slow ones. Inert in a simulation that steps at the profile
+            (every ratio is 1).
+        step_time_estimator: ``"quantile"`` (``step_time_quantile``) or ``"mean"``: each
+            instance's steps are priced at their measured over profiled seconds, each
+            step's ratio clipped at its window's 90th percentile (one stall cannot move
+            it). A queue waits for the mean step, which on a bimodal machine no quantile
+            measures; the server uses the mean. Inert where every ratio is 1.
+        step_time_hold_s: a TP degree's step-time factor is the highest estimate of the
+            last this many seconds (0: the latest): a spell of light traffic on a loaded
+            machine runs its steps fast, between the busy processes, and a burst then runs
+            at its share of a core; the server holds for 60 s. Inert where every ratio is 1.
         max_step_ms: a batch is not grown past the tokens whose step, priced as a full
             recompute on the calibrated profile, exceeds this many milliseconds (vLLM's
             ``max_num_batched_tokens``, in time): it bounds the time between steps under
@@ -84,6 +93,8 @@ class ControlConfig:
     ration_utilisation: float = 1.0
     deadline_spare: float = 0.5
     step_time_quantile: float = 0.5
+    step_time_estimator: str = "quantile"
+    step_time_hold_s: float = 0.0
     max_step_ms: float | None = None
     recheck_queue: bool = False
     # Set at run time (the tuner, the static frontier), not a flag.
@@ -152,6 +163,15 @@ class ControlConfig:
             raise ValueError(
                 f"ControlConfig.step_time_quantile={self.step_time_quantile} must lie in (0, 1) "
                 "(0.5 prices steps at the weighted median of their measured time; 0.9 at the slow tenth)"
+            )
+        if self.step_time_estimator not in ("quantile", "mean"):
+            raise ValueError(
+                f"ControlConfig.step_time_estimator={self.step_time_estimator!r} must be 'quantile' "
+                "(steps priced at step_time_quantile of their measured time) or 'mean' (at their clipped mean)"
+            )
+        if self.step_time_hold_s < 0:
+            raise ValueError(
+                f"ControlConfig.step_time_hold_s={self.step_time_hold_s} must be >= 0 seconds (0: no hold; e.g. 60)"
             )
         if self.max_step_ms is not None and not self.max_step_ms > 0:
             raise ValueError(

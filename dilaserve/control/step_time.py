@@ -15,8 +15,9 @@ profile's curves hardly see (the call to the instance, waking a process on a bus
 machine), which makes the ratio of a one-request step of a few milliseconds several times
 that of a full batch; it is the full batches whose time a queue waits for, and after a
 quiet spell of small steps the first few of them must outweigh it. The server takes a
-higher weighted quantile than the median (:attr:`StepTimeConfig.quantile`): on a busy
-machine the ratio is bimodal, and a queue waits for the slow mode. When
+higher weighted quantile than the median (:attr:`StepTimeConfig.quantile`), or the mean
+(:attr:`StepTimeConfig.estimator`): on a busy machine the ratio is bimodal, and a queue
+waits for the *mean* step, the slow mode in proportion to its share. When
 a degree's factor moves by more than ``tolerance`` from the one in force, the control
 plane's own copy of the profile is rescaled; the simulated instances' profile (the truth
 in a simulation) is never touched.
@@ -34,6 +35,8 @@ from dilaserve.engine.state import StepKind
 from dilaserve.profile.types import LatencyProfile, StepCurve
 
 KINDS = (StepKind.RECOMPUTE, StepKind.CACHE)
+#: How an instance's window of measured over profiled step times becomes its estimate.
+ESTIMATORS = ("quantile", "mean")
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,25 @@ class StepTimeConfig:
         shorter than its full batches took. A higher quantile prices the slow mode, which
         is what a queue waits for. A simulation that steps at the profile measures a ratio
         of exactly 1, whatever the quantile.
+    estimator: ``"quantile"`` (the weighted ``quantile`` above) or ``"mean"``: the measured
+        seconds of the window's steps over their profiled seconds, each step's ratio first
+        clipped at the window's weighted ``clip_quantile`` (a winsorised mean). A queue
+        waits for the mean step: where one step in four waits for a core at 75x and the
+        others run at 2x, the median says 2x, a high quantile 75x, and the queue sees
+        about 20x. Clipped, a stall in fewer than a tenth of the window's profiled seconds
+        moves it no further than the slowest of the other steps. (In a trace of ``bench
+        burst --hog`` the last quiet steps before the burst ran at 2x, which took the
+        median from 62x to 15x just as the burst arrived; its steps then ran at 50 to 200x.)
+    clip_quantile: where the mean clips each step's ratio (the weighted quantile of the
+        window).
+    hold_s: a degree's factor is the highest estimate of the last this many seconds: it
+        rises at once and comes down only once the machine has been faster for that long
+        (0: the latest estimate). A spell of light traffic measures a loaded machine as it
+        is *between* bursts: a process that sleeps between single-request steps wakes ahead
+        of the busy ones and runs them at 2x the profile, while under a burst it gets its
+        fair share of a core and runs at 50 to 200x. In ``bench burst --hog`` the last
+        quiet steps took the factor from 75x to 14x a second before the burst arrived.
+        Inert where the ratio does not move.
     """
 
     window: int = 32
@@ -65,6 +87,9 @@ class StepTimeConfig:
     tolerance: float = 0.05
     bounds: tuple[float, float] = (0.5, 1000.0)
     quantile: float = 0.5
+    estimator: str = "quantile"
+    clip_quantile: float = 0.9
+    hold_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.window < 1 or not 1 <= self.min_steps <= self.window:
@@ -77,6 +102,17 @@ class StepTimeConfig:
             raise ValueError(
                 f"StepTimeConfig tolerance={self.tolerance} must be >= 0 and bounds={self.bounds} must hold 1 "
                 "with a positive lower end (e.g. (0.5, 1000.0))"
+            )
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(
+                f"StepTimeConfig estimator={self.estimator!r} is not one of {ESTIMATORS}: 'quantile' prices "
+                "steps at a weighted quantile of their measured time, 'mean' at their clipped mean"
+            )
+        if self.hold_s < 0:
+            raise ValueError(f"StepTimeConfig hold_s={self.hold_s} must be >= 0 seconds (0: no hold; e.g. 60)")
+        if not 0 < self.clip_quantile <= 1:
+            raise ValueError(
+                f"StepTimeConfig clip_quantile={self.clip_quantile} must lie in (0, 1] (e.g. 0.9; 1 clips nothing)"
             )
         if not 0 < self.quantile < 1:
             raise ValueError(
@@ -103,6 +139,16 @@ def weighted_quantile(pairs, q: float) -> float:
     lo = v[min(np.searchsorted(np.cumsum(w), q * total), len(v) - 1)]
     hi = v[::-1][min(np.searchsorted(np.cumsum(w[::-1]), (1.0 - q) * total), len(v) - 1)]
     return float(0.5 * (lo + hi))
+
+
+def clipped_mean_log(pairs, clip_quantile: float) -> float:
+    """The log of the weighted mean ratio of ``(log ratio, weight)`` pairs, each ratio
+    clipped at the pairs' weighted ``clip_quantile`` first: the measured over the profiled
+    seconds of a window of steps, where one stall cannot move it past the other steps."""
+    logs, weights = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+    top = weighted_quantile(pairs, clip_quantile) if clip_quantile < 1 else float(logs.max())
+    ratios = np.exp(np.minimum(logs, top))
+    return float(np.log(np.dot(ratios, weights) / weights.sum()))
 
 
 def scale_profile(profile: LatencyProfile, factors: dict[tuple[int, StepKind], float]) -> LatencyProfile:
@@ -153,6 +199,8 @@ class StepTimeCalibration:
         self._fresh: dict[str, float] = {}
         #: (tp, kind) -> the factor the profile is scaled by now
         self.factors: dict[tuple[int, StepKind], float] = {}
+        #: (tp, kind) -> ``(time, estimate)`` of the refits of the last ``hold_s`` seconds
+        self._held: dict[tuple[int, StepKind], deque[tuple[float, float]]] = {}
         #: instance -> (seconds its last measured step took, the profile's seconds for
         #: it): the step-time cap reads it (a batch whose step already took too long is not
         #: grown, and one grows by at most a step's worth at a time, learned factor or not)
@@ -164,10 +212,13 @@ class StepTimeCalibration:
         cac = self.base.latency(tp, cache_tokens, StepKind.CACHE) if cache_tokens else 0.0
         return rec, cac
 
-    def observe(self, instance_id: str, tp: int, expected: tuple[float, float], measured_s: float) -> bool:
+    def observe(
+        self, instance_id: str, tp: int, expected: tuple[float, float], measured_s: float, now: float = 0.0
+    ) -> bool:
         """Learn from one step: ``expected`` (recompute, cache seconds the measured profile
-        gives it) against ``measured_s``. A mixed step's ratio counts for both its kinds.
-        Returns True when the profile was rescaled."""
+        gives it) against ``measured_s``, finished at ``now`` (seconds, for ``hold_s``). A
+        mixed step's ratio counts for both its kinds. Returns True when the profile was
+        rescaled."""
         total = sum(expected)
         if total <= 0 or not measured_s > 0 or not math.isfinite(measured_s):
             return False
@@ -188,7 +239,7 @@ class StepTimeCalibration:
                 self._quantile.pop(key, None)
         self._seen[instance_id] = self._seen.get(instance_id, 0) + 1
         self._fresh[instance_id] = self._fresh.get(instance_id, 0.0) + total
-        return self._due(instance_id) and self._refit(tp)
+        return self._due(instance_id) and self._refit(tp, now)
 
     def _due(self, instance_id: str) -> bool:
         """Whether to refit after this step: every ``min_steps`` steps, or as soon as the
@@ -234,15 +285,22 @@ class StepTimeCalibration:
     def _window_quantile(self, key: tuple[str, StepKind], window: deque[tuple[float, float]]) -> float:
         q = self._quantile.get(key)
         if q is None:
-            q = self._quantile[key] = weighted_quantile(window, self.config.quantile)
+            cfg = self.config
+            q = (
+                clipped_mean_log(window, cfg.clip_quantile)
+                if cfg.estimator == "mean"
+                else weighted_quantile(window, cfg.quantile)
+            )
+            self._quantile[key] = q
         return q
 
-    def _refit(self, tp: int) -> bool:
+    def _refit(self, tp: int, now: float) -> bool:
         changed = False
         for kind in KINDS:
             new = self._estimate(tp, kind)
             if new is None:
                 continue
+            new = self._hold((tp, kind), new, now)
             old = self.factor(tp, kind)
             if abs(new / old - 1.0) > self.config.tolerance:
                 self.factors[(tp, kind)] = new
@@ -251,3 +309,13 @@ class StepTimeCalibration:
             fresh = scale_profile(self.base, self.factors)
             self.profile.recompute, self.profile.cache = fresh.recompute, fresh.cache
         return changed
+
+    def _hold(self, key: tuple[int, StepKind], estimate: float, now: float) -> float:
+        """The highest of ``estimate`` and the estimates of the last ``hold_s`` seconds."""
+        if self.config.hold_s <= 0:
+            return estimate
+        held = self._held.setdefault(key, deque())
+        while held and held[0][0] < now - self.config.hold_s:
+            held.popleft()
+        held.append((now, estimate))
+        return max(e for _, e in held)

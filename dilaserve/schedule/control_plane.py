@@ -120,7 +120,14 @@ def build_control_plane(
         # The controller prices on its own copy, rescaled as the machine is learned; the
         # instances' profile (a simulation's truth) and the planner's stay as measured.
         profile = scale_profile(spec.profile, {})
-        calibration = StepTimeCalibration(profile, StepTimeConfig(quantile=spec.control.step_time_quantile))
+        calibration = StepTimeCalibration(
+            profile,
+            StepTimeConfig(
+                quantile=spec.control.step_time_quantile,
+                estimator=spec.control.step_time_estimator,
+                hold_s=spec.control.step_time_hold_s,
+            ),
+        )
     controller = build_controller(pol, profile, spec.control, predictor, spec.accuracy)
     reconfigurator = None
     if pol.reconfig and spec.reconfig is not None:

@@ -371,7 +371,7 @@ class GlobalScheduler(Placement, Moves, PlanDriver):
             self.step_time.forget(instance_id)
 
     def _learn_step_time(self, instance_id: str, tp: int, expected: tuple[float, float], took_s: float) -> None:
-        if self.step_time.observe(instance_id, tp, expected, took_s):
+        if self.step_time.observe(instance_id, tp, expected, took_s, self.now):
             self.controller.profile_changed()
             log.info(
                 "step time on TP-%d: %.2fx the profile for recompute steps, %.2fx for cache steps",

@@ -40,6 +40,7 @@ from .protocol import (
     now,
     parse_request,
 )
+from .received import RECEIVED_AT, StampReceived
 from .responses import CompletionResult, RequestHandle
 from .runtime import ServingRuntime
 
@@ -149,6 +150,7 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
                 await runtime.shutdown()
 
     app = FastAPI(title="DiLaServe", lifespan=lifespan)
+    app.add_middleware(StampReceived)  # each request's SLO runs from when it reached the server
     #: On every /v1 and admin route: the API key, when the server has one.
     guard = [Depends(key_check(runtime.cfg.api_key))]
 
@@ -230,7 +232,7 @@ def build_app(runtime: ServingRuntime, manage_lifecycle: bool = True) -> FastAPI
             body, prepared = await asyncio.to_thread(_parse_and_prepare, raw, cls)
         else:
             body, prepared = _parse_and_prepare(raw, cls)
-        handle = await runtime.submit(prepared)
+        handle = await runtime.submit(prepared, getattr(request.state, RECEIVED_AT, None))
         rid = new_id("chatcmpl" if chat else "cmpl")
         if body.stream:
             return StreamingResponse(_sse(request, handle, rid, chat), media_type="text/event-stream")

@@ -31,11 +31,18 @@ API_KEY_ENV = "DILASERVE_API_KEY"
 #: The server re-plans every minute by default (the class's 300 s suits hour-long traces).
 SERVE_RECONFIG_INTERVAL_S = 60.0
 
-#: The server prices steps at the weighted median of their measured over profiled time
-#: (``--step-time-quantile``: on a quiet machine the slow tenth turned away a third of a burst
-#: the median served on time, and the queue recheck keeps a loaded machine's promises) and
-#: grows no batch past a 500-ms step on the calibrated profile (``--max-step-ms``).
+#: The server prices steps at the clipped mean of their measured over profiled time
+#: (``--step-time-estimator mean``: a queue waits for the mean step; on a quiet machine the
+#: slow tenth, ``--step-time-quantile 0.9``, turned away a third of a burst the median
+#: served on time, and under a busy loop per core the median promised a burst steps four
+#: times shorter than they were) and grows no batch past a 500-ms step on the calibrated
+#: profile (``--max-step-ms``).
 SERVE_STEP_TIME_QUANTILE = 0.5
+SERVE_STEP_TIME_ESTIMATOR = "mean"
+#: and holds a degree's factor at its highest of the last minute (``--step-time-hold-s``): a
+#: quiet spell on a loaded machine runs its steps between the busy processes, at a few times
+#: the profile, and the burst that follows runs at its share of a core, at fifty and more.
+SERVE_STEP_TIME_HOLD_S = 60.0
 SERVE_MAX_STEP_MS = 500.0
 
 
@@ -126,6 +133,8 @@ class ServeConfig:
         # keeps the class's defaults.
         defaults={
             "step_time_quantile": SERVE_STEP_TIME_QUANTILE,
+            "step_time_estimator": SERVE_STEP_TIME_ESTIMATOR,
+            "step_time_hold_s": SERVE_STEP_TIME_HOLD_S,
             "max_step_ms": SERVE_MAX_STEP_MS,
             "recheck_queue": True,
         },

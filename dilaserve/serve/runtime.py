@@ -29,6 +29,7 @@ from dilaserve.model.adapters import describe_checkpoint
 from dilaserve.schedule import GlobalScheduler
 from dilaserve.schedule.control_plane import build_control_plane
 from dilaserve.schedule.policies import get_policy
+from dilaserve.serve.received import waited_s
 
 from .config import ServeConfig
 from .control_inputs import load_control_inputs
@@ -231,16 +232,19 @@ class ServingRuntime:
         """
         return self.preparer.prepare(body)
 
-    async def submit(self, prep: PreparedRequest) -> RequestHandle:
+    async def submit(self, prep: PreparedRequest, received_at: float | None = None) -> RequestHandle:
         """Hand one prepared request to the engine core and wait for its admission; raises
-        :class:`ServeError` subclasses (a refusal comes before any stream starts)."""
+        :class:`ServeError` subclasses (a refusal comes before any stream starts).
+        ``received_at``: the ``time.monotonic()`` the request reached the server
+        (:mod:`dilaserve.serve.received`); its arrival and deadline date from there, so the
+        time spent reading, parsing and tokenising it counts against its SLO."""
         self.check_accepting()
         if len(self.handles) >= self.cfg.max_queue:
             raise Overloaded(
                 f"{len(self.handles)} requests in flight (limit --max-queue {self.cfg.max_queue}); retry later",
                 retry_after_s=1.0,
             )
-        now = self.core.backend.clock()  # a monotonic clock: safe from any thread
+        now = self.core.backend.clock() - waited_s(received_at)  # a monotonic clock: safe from any thread
         rid = f"cmpl-{next(self._ids)}-{int(time.time() * 1000) % 10**8}"
         state = new_request(
             rid,

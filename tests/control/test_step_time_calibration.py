@@ -108,3 +108,55 @@ def test_the_window_weight_kept_by_steps_is_the_window_sum():
     assert cal._weight[("i0", REC)] == pytest.approx(sum(w for _, w in window))
     cal.forget("i0")
     assert ("i0", REC) not in cal._weight
+
+
+def test_the_mean_prices_a_bimodal_machine_at_what_a_queue_waits_for():
+    # one step in four waits for a core (75x the profile), the others get one (2x): the
+    # median says 2x, and a queue of these steps takes the mean, about 20x
+    cal = _calibration(estimator="mean")
+    for k in range(32):
+        _step(cal, 200, 75.0 if k % 4 == 0 else 2.0)
+    assert cal.factor(1, REC) == pytest.approx((75.0 + 3 * 2.0) / 4)
+
+
+def test_the_mean_clips_a_lone_stall():
+    cal = _calibration(estimator="mean")
+    for k in range(32):
+        _step(cal, 200, 500.0 if k == 20 else 3.0)
+    assert cal.factor(1, REC) == pytest.approx(3.0)
+    # without the clip the one stall would have moved it to about 18.5x
+    unclipped = _calibration(estimator="mean", clip_quantile=1.0)
+    for k in range(32):
+        _step(unclipped, 200, 500.0 if k == 20 else 3.0)
+    assert unclipped.factor(1, REC) > 15.0
+
+
+def _timed_steps(cal: StepTimeCalibration, tokens: float, slower: float, start: float, n: int) -> float:
+    expected = cal.expected(1, tokens, 0.0)
+    for k in range(n):
+        cal.observe("i0", 1, expected, slower * sum(expected), start + 0.1 * k)
+    return start + 0.1 * n
+
+
+def test_a_held_factor_comes_down_only_after_the_hold():
+    cal = _calibration(hold_s=10.0)
+    now = _timed_steps(cal, 200, 60.0, 0.0, 32)
+    assert cal.factor(1, REC) == pytest.approx(60.0)
+    # a quiet spell runs its steps fast: within the hold the factor stays where the load was
+    now = _timed_steps(cal, 200, 2.0, now, 32)
+    assert cal.factor(1, REC) == pytest.approx(60.0)
+    # once the hold has passed with the machine fast, the factor follows it
+    _timed_steps(cal, 200, 2.0, now + 10.0, 32)
+    assert cal.factor(1, REC) == pytest.approx(2.0)
+    # without a hold it had followed at once
+    free = _calibration()
+    now = _timed_steps(free, 200, 60.0, 0.0, 32)
+    _timed_steps(free, 200, 2.0, now, 32)
+    assert free.factor(1, REC) == pytest.approx(2.0)
+
+
+def test_the_estimator_and_hold_are_validated_with_a_fix():
+    with pytest.raises(ValueError, match="clipped mean"):
+        StepTimeConfig(estimator="max")
+    with pytest.raises(ValueError, match="no hold"):
+        StepTimeConfig(hold_s=-1.0)

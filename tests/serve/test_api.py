@@ -260,3 +260,24 @@ def test_the_server_process_runs_at_its_configured_gil_switch_interval(server):
 
     assert sys.getswitchinterval() == pytest.approx(server.cfg.switch_interval_ms / 1000.0)
     assert server.cfg.switch_interval_ms < 5.0
+
+
+def test_a_request_is_timed_from_when_it_reached_the_server(server):
+    # A body that trickles in for over a second: the request's SLO runs from its headers, so
+    # the latency the server reports counts the upload, as its client's clock does.
+    body = json.dumps(
+        {"model": server.runtime.model_name, "prompt": "list : c a f b", "max_tokens": 8, "slo_ms": 60000}
+    ).encode()
+
+    async def trickle():
+        yield body[:10]
+        await asyncio.sleep(1.5)
+        yield body[10:]
+
+    async def send():
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
+            return await c.post("/v1/completions", content=trickle(), headers={"Content-Type": "application/json"})
+
+    r = asyncio.run(send())
+    assert r.status_code == 200, r.text
+    assert r.json()["dilaserve"]["latency_ms"] >= 1500

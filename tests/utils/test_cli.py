@@ -17,7 +17,13 @@ from dilaserve.predict.base import OneShotPredictor
 from dilaserve.reconfig.config import MonitorConfig, ReconfigConfig
 from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.schedule.tuner import TunerConfig
-from dilaserve.serve.config import SERVE_MAX_STEP_MS, SERVE_STEP_TIME_QUANTILE, ServeConfig
+from dilaserve.serve.config import (
+    SERVE_MAX_STEP_MS,
+    SERVE_STEP_TIME_ESTIMATOR,
+    SERVE_STEP_TIME_HOLD_S,
+    SERVE_STEP_TIME_QUANTILE,
+    ServeConfig,
+)
 from dilaserve.serve.control_inputs import ControlInputs
 from dilaserve.serve.control_setup import control_plane_spec
 from dilaserve.utils.cli import add_dataclass_arguments, build_dataclass, field_docs, parse_dataclass, plain, values_for
@@ -59,6 +65,8 @@ def test_settings_the_concerns_own_are_flags_of_the_server():
         load_control_interval_s=0.5,
         quality_budget=None,
         step_time_quantile=SERVE_STEP_TIME_QUANTILE,
+        step_time_estimator=SERVE_STEP_TIME_ESTIMATOR,
+        step_time_hold_s=SERVE_STEP_TIME_HOLD_S,
         max_step_ms=SERVE_MAX_STEP_MS,
         recheck_queue=True,
     )
