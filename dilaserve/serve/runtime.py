@@ -244,7 +244,11 @@ class ServingRuntime:
                 f"{len(self.handles)} requests in flight (limit --max-queue {self.cfg.max_queue}); retry later",
                 retry_after_s=1.0,
             )
-        now = self.core.backend.clock() - waited_s(received_at)  # a monotonic clock: safe from any thread
+        waited = waited_s(received_at)
+        now = self.core.backend.clock() - waited  # a monotonic clock: safe from any thread
+        # A deadline was turned into seconds left when the body was read: from the stamp it is
+        # that much further off (a budget, slo_ms, runs from the stamp as it is).
+        slo_s = prep.slo_s + waited if prep.slo_field == "deadline" else prep.slo_s
         rid = f"cmpl-{next(self._ids)}-{int(time.time() * 1000) % 10**8}"
         state = new_request(
             rid,
@@ -258,14 +262,14 @@ class ServingRuntime:
             max_tokens=prep.max_tokens,
             block_causal=self.info.block_causal,
         )
-        handle = RequestHandle(rid, len(prep.ids), prep.slo_s, now, slo_field=prep.slo_field, stops=prep.stops)
+        handle = RequestHandle(rid, len(prep.ids), slo_s, now, slo_field=prep.slo_field, stops=prep.stops)
         loop = asyncio.get_running_loop()
         handle.admitted, handle.done = loop.create_future(), loop.create_future()
         if not self.handles:
             self.busy_since = time.monotonic()
         self.handles[rid] = handle
         req = TrackedRequest(
-            state, arrival=now, deadline=now + prep.slo_s, priority=prep.priority, min_threshold=prep.min_threshold
+            state, arrival=now, deadline=now + slo_s, priority=prep.priority, min_threshold=prep.min_threshold
         )
         self.core.submit(req)
         await handle.admitted  # a refusal raises here, before any stream starts

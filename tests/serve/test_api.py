@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import time
 
 import httpx
 import pytest
@@ -262,17 +263,14 @@ def test_the_server_process_runs_at_its_configured_gil_switch_interval(server):
     assert server.cfg.switch_interval_ms < 5.0
 
 
-def test_a_request_is_timed_from_when_it_reached_the_server(server):
-    # A body that trickles in for over a second: the request's SLO runs from its headers, so
-    # the latency the server reports counts the upload, as its client's clock does.
-    body = json.dumps(
-        {"model": server.runtime.model_name, "prompt": "list : c a f b", "max_tokens": 8, "slo_ms": 60000}
-    ).encode()
+def _trickled(server, **slo) -> dict:
+    """A completion whose body trickles in over 1.5 s after its headers; its ``dilaserve`` info."""
+    body = json.dumps({"model": server.runtime.model_name, "prompt": "list : c a f b", "max_tokens": 8, **slo})
 
     async def trickle():
-        yield body[:10]
+        yield body[:10].encode()
         await asyncio.sleep(1.5)
-        yield body[10:]
+        yield body[10:].encode()
 
     async def send():
         async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
@@ -280,4 +278,14 @@ def test_a_request_is_timed_from_when_it_reached_the_server(server):
 
     r = asyncio.run(send())
     assert r.status_code == 200, r.text
-    assert r.json()["dilaserve"]["latency_ms"] >= 1500
+    return r.json()["dilaserve"]
+
+
+def test_a_request_is_timed_from_when_it_reached_the_server(server):
+    # The request's SLO runs from its headers, so the latency the server reports counts the
+    # upload, as its client's clock does.
+    assert _trickled(server, slo_ms=60000)["latency_ms"] >= 1500
+    # A deadline is a time, not a budget: the upload takes nothing off the SLO it makes from
+    # the headers on (read off the body, it would have been 1.5 s short).
+    info = _trickled(server, deadline=time.time() + 60)
+    assert info["latency_ms"] >= 1500 and 59000 <= info["slo_ms"] <= 60000
