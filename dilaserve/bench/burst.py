@@ -122,7 +122,7 @@ async def _drive(url: str, model: str, args) -> tuple[list, Counter]:
         health = asyncio.create_task(_health(url, seen, stop))
         quiet = [one_request(c, model, p, False, float(t), args.slo_ms) for p, t in zip(prompts, at)]
         await asyncio.gather(*quiet)
-        burst = [one_request(c, model, p, False, 0.0, args.slo_ms) for p in prompts[quiet_n:]]
+        burst = [one_request(c, model, p, False, 0.0, args.slo_ms, args.deadline) for p in prompts[quiet_n:]]
         results = await asyncio.gather(*burst)
         stop.set()
         await health
@@ -141,6 +141,12 @@ def main(argv=None) -> int:
     p.add_argument("--quiet-s", type=float, default=None, help="seconds of quiet traffic (default 180, 30 quick)")
     p.add_argument("--quiet-rps", type=float, default=1.0, help="arrivals per second in the quiet spell")
     p.add_argument("--slo-ms", type=float, default=10000.0, help="the SLO of every request")
+    p.add_argument(
+        "--deadline",
+        action="store_true",
+        help="the burst's requests carry their SLO as an absolute deadline (unix time) rather than slo_ms, "
+        "so the server also counts the time before it sees them",
+    )
     p.add_argument("--artifacts", default="data/artifacts", help="the pipeline's artifacts (the tuner replays them)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -199,7 +205,7 @@ def main(argv=None) -> int:
         "step_time_factors": {f"TP-{tp} {kind.value}": round(f, 2) for (tp, kind), f in sorted(learned.items())},
         "wall_s": round(wall, 1),
         "settings": {
-            **{k: getattr(args, k) for k in ("quick", "hog", "burst", "quiet_s", "quiet_rps", "slo_ms")},
+            **{k: getattr(args, k) for k in ("quick", "hog", "burst", "quiet_s", "quiet_rps", "slo_ms", "deadline")},
             "tuner": {k: getattr(tuner, k) for k in ("interval_s", "window_s", "min_arrivals", "sample")},
         },
         "machine": machine_info(),

@@ -137,9 +137,14 @@ async def _streamed(c: httpx.AsyncClient, body: dict) -> Result:
     return Result("completed", 200, lat, True, rid, words > final["usage"]["completion_tokens"])
 
 
-async def one_request(c: httpx.AsyncClient, model: str, p: Prompt, stream: bool, at: float, slo_ms: float) -> Result:
+async def one_request(
+    c: httpx.AsyncClient, model: str, p: Prompt, stream: bool, at: float, slo_ms: float, deadline: bool = False
+) -> Result:
+    """Send one request ``at`` seconds from now with an SLO of ``slo_ms`` (with ``deadline``,
+    as the absolute time ``slo_ms`` after it is sent)."""
     await asyncio.sleep(at)
-    body = {"model": model, "prompt": p.text, "max_tokens": p.max_tokens, "slo_ms": slo_ms}
+    body = {"model": model, "prompt": p.text, "max_tokens": p.max_tokens}
+    body.update({"deadline": time.time() + slo_ms / 1000} if deadline else {"slo_ms": slo_ms})
     t0 = time.perf_counter()
     try:
         return await (_streamed(c, body) if stream else _plain(c, body))
