@@ -1,5 +1,5 @@
-"""When a request reached the server: its SLO runs from there (docs/architecture.md,
-"Serving").
+"""When a request reached the server: its SLO runs from there (docs/architecture.md, "The
+burst, continued").
 
 A client's SLO counts from when it sent the request. Before the engine core sees it, the
 server accepts the connection, reads and parses the body and tokenises the prompt, and
