@@ -57,8 +57,8 @@ class Placement:
     now: float
     _last_load_control: float
     _load_dirty: bool
-    #: (the profile's curves, event time) at the last recheck of the queue
-    _last_recheck: tuple[dict, float]
+    #: (the profile's curves, event time) at the last recheck of the queue (None: none yet)
+    _last_recheck: tuple[dict, float] | None
     #: tp -> (the calibrated curve, its max batch, the tokens a capped step holds)
     _step_caps: dict[int, tuple[StepCurve, int, int]]
     step_time: StepTimeCalibration | None
@@ -115,9 +115,7 @@ class Placement:
         most whose full-recompute step on the controller's (calibrated) profile fits it;
         recomputed when step-time calibration rescales the profile."""
         curve = self.controller.profile.curve(tp, StepKind.RECOMPUTE)
-        caps = getattr(self, "_step_caps", None)
-        if caps is None:
-            caps = self._step_caps = {}
+        caps = self._step_caps
         known = caps.get(tp)
         if known is None or known[0] is not curve or known[1] != max_batch:
             seconds = self.controller.config.max_step_ms / 1000.0
@@ -199,7 +197,7 @@ class Placement:
         if not (ctl.config.recheck_queue and ctl.admission_on and self.deferred):
             return
         curves = ctl.profile.recompute  # replaced whole when the profile is rescaled
-        last = getattr(self, "_last_recheck", None)
+        last = self._last_recheck
         if last is not None and last[0] is curves and self.now - last[1] < RECHECK_EVERY_S:
             return
         self._last_recheck = (curves, self.now)

@@ -124,6 +124,8 @@ class GlobalScheduler(Placement, Moves, PlanDriver):
         self.migrations = 0
         self._last_load_control = -np.inf
         self._load_dirty = False
+        self._step_caps: dict[int, tuple] = {}
+        self._last_recheck: tuple[dict, float] | None = None
         self._last_warn: dict[str, float] = {}
         self._queue: list[Event] = []
         self._handling = False
