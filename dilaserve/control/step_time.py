@@ -78,7 +78,8 @@ class StepTimeConfig:
         is *between* bursts: a process that sleeps between single-request steps wakes ahead
         of the busy ones and runs them at 2x the profile, while under a burst it gets its
         fair share of a core and runs at 50 to 200x. In ``bench burst --hog`` the last
-        quiet steps took the factor from 75x to 14x a second before the burst arrived.
+        quiet steps took the factor from 53x to 14x in the five seconds before the burst
+        (it had been 75x earlier in the spell), and the burst's steps averaged 99x.
         Inert where the ratio does not move.
     """
 
