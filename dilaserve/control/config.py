@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.control.step_law import StepLaw
+from dilaserve.control.step_time import ESTIMATORS
 from dilaserve.control.thresholds import CANDIDATE_THRESHOLDS
 
 
@@ -164,7 +165,7 @@ class ControlConfig:
                 f"ControlConfig.step_time_quantile={self.step_time_quantile} must lie in (0, 1) "
                 "(0.5 prices steps at the weighted median of their measured time; 0.9 at the slow tenth)"
             )
-        if self.step_time_estimator not in ("quantile", "mean"):
+        if self.step_time_estimator not in ESTIMATORS:
             raise ValueError(
                 f"ControlConfig.step_time_estimator={self.step_time_estimator!r} must be 'quantile' "
                 "(steps priced at step_time_quantile of their measured time) or 'mean' (at their clipped mean)"

@@ -67,9 +67,7 @@ class StepTimeConfig:
         waits for the mean step: where one step in four waits for a core at 75x and the
         others run at 2x, the median says 2x, a high quantile 75x, and the queue sees
         about 20x. Clipped, a stall in fewer than a tenth of the window's profiled seconds
-        moves it no further than the slowest of the other steps. (In a trace of ``bench
-        burst --hog`` the last quiet steps before the burst ran at 2x, which took the
-        median from 62x to 15x just as the burst arrived; its steps then ran at 50 to 200x.)
+        moves it no further than the slowest of the other steps.
     clip_quantile: where the mean clips each step's ratio (the weighted quantile of the
         window).
     hold_s: a degree's factor is the highest estimate of the last this many seconds: it
@@ -188,9 +186,9 @@ class StepTimeCalibration:
         #: (instance, kind) -> the profiled seconds in its window, kept as steps come and go
         #: (summing the window on every step was the step loop's hot path)
         self._weight: dict[tuple[str, StepKind], float] = {}
-        #: (instance, kind) -> the quantile of its window, until a step changes the window
+        #: (instance, kind) -> the estimate of its window, until a step changes the window
         #: (a refit after one instance's step asks every instance of its degree again)
-        self._quantile: dict[tuple[str, StepKind], float] = {}
+        self._estimates: dict[tuple[str, StepKind], float] = {}
         self._tp_of: dict[str, int] = {}
         #: steps seen per instance: the factors are refitted every ``min_steps`` of them,
         #: and sooner when the steps since the last refit carry a quarter of the profiled
@@ -237,7 +235,7 @@ class StepTimeCalibration:
                     self._weight[key] -= window[0][1]
                 window.append((ratio, part))
                 self._weight[key] += part
-                self._quantile.pop(key, None)
+                self._estimates.pop(key, None)
         self._seen[instance_id] = self._seen.get(instance_id, 0) + 1
         self._fresh[instance_id] = self._fresh.get(instance_id, 0.0) + total
         return self._due(instance_id) and self._refit(tp, now)
@@ -265,7 +263,7 @@ class StepTimeCalibration:
         for kind in KINDS:
             self._ratios.pop((instance_id, kind), None)
             self._weight.pop((instance_id, kind), None)
-            self._quantile.pop((instance_id, kind), None)
+            self._estimates.pop((instance_id, kind), None)
 
     def factor(self, tp: int, kind: StepKind) -> float:
         """Measured over profiled step time on TP-``tp`` for ``kind`` (1.0 until learned)."""
@@ -274,7 +272,7 @@ class StepTimeCalibration:
     def _estimate(self, tp: int, kind: StepKind) -> float | None:
         cfg = self.config
         per_instance = [
-            self._window_quantile(key, w)
+            self._window_estimate(key, w)
             for key, w in self._ratios.items()
             if key[1] == kind and self._tp_of.get(key[0]) == tp and len(w) >= cfg.min_steps
         ]
@@ -283,8 +281,8 @@ class StepTimeCalibration:
         lo, hi = cfg.bounds
         return min(max(math.exp(float(np.median(per_instance))), lo), hi)
 
-    def _window_quantile(self, key: tuple[str, StepKind], window: deque[tuple[float, float]]) -> float:
-        q = self._quantile.get(key)
+    def _window_estimate(self, key: tuple[str, StepKind], window: deque[tuple[float, float]]) -> float:
+        q = self._estimates.get(key)
         if q is None:
             cfg = self.config
             q = (
@@ -292,7 +290,7 @@ class StepTimeCalibration:
                 if cfg.estimator == "mean"
                 else weighted_quantile(window, cfg.quantile)
             )
-            self._quantile[key] = q
+            self._estimates[key] = q
         return q
 
     def _refit(self, tp: int, now: float) -> bool:
