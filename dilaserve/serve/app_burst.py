@@ -53,8 +53,9 @@ class BurstRequest:
 #: The serving app's burst. At three quarters of the slowest one's latency alone the longer
 #: requests cannot finish at the top threshold in a burst: the controller lowers thresholds and
 #: refuses what it cannot finish, with its reason; the three tight ones are refused as
-#: infeasible. Measured on an idle 2-core machine without the artifacts: 7 admitted, all
-#: lowered, 5 refused. At half, an idle machine's SLO fell below the start-up profile's
+#: infeasible. Measured on a 2-core machine without the artifacts, at the server's defaults,
+#: 9 runs: 2 to 8 admitted (which ones depends on the order in which the 12 arrive), every
+#: one of them lowered, the rest refused. At half, an idle machine's SLO fell below the start-up profile's
 #: floor and every request was refused; at 1 x a server on the artifacts lowered none
 #: (tests/notebooks/test_serve_burst.py runs it).
 DEFAULT_BURST = BurstRequest(12, 0.75, 3)
