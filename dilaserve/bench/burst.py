@@ -7,7 +7,10 @@ It sends a quiet stream (``--quiet-rps`` for ``--quiet-s``; short under ``--quic
 ``--burst`` requests at once, each with ``--slo-ms``. ``--hog`` starts one busy-loop
 process per core beside it, as a loaded machine. The clients run in a process of their own,
 as clients do: in the server's process they took its interpreter lock, and under the hog
-their own work added up to 5 s to a burst request's latency that no server could see.
+their own work added up to 5 s to a burst request's latency that no server could see. The
+burst's requests are built before its clock starts and sent at once by a lean sender
+(:mod:`dilaserve.bench.lean_client`), each on its own connection, all timed from the
+burst's start.
 
 The server's tuner (:class:`~dilaserve.schedule.tuner.TunerConfig`) tunes every 60 s on a
 60-s window of at least 40 sampled arrivals: a quick run's 30 quiet arrivals never reach
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing as mp
 import os
 import threading
@@ -48,11 +52,13 @@ from concurrent.futures import ProcessPoolExecutor
 import httpx
 import numpy as np
 
-from dilaserve.bench.chaos import one_request
+from dilaserve.bench.chaos import Result, one_request, plain_result
 from dilaserve.bench.common import emit, machine_info
 from dilaserve.bench.inprocess import InProcessServer
+from dilaserve.bench.lean_client import Reply, encode_post, send_at_once
 from dilaserve.bench.serve import load_prompts
 from dilaserve.schedule.tuner import TunerConfig
+from dilaserve.serve.client import auth_headers
 
 #: The tuner of a quick run: its quiet spell (30 arrivals, a quarter of them sampled) is
 #: enough to tune on, every 10 s, so the burst meets control at work.
@@ -104,6 +110,16 @@ async def _health(url: str, seen: Counter, stop: asyncio.Event) -> None:
             await asyncio.sleep(0.5)
 
 
+def _result(reply: Reply) -> Result:
+    """How a burst request ended: no answer, or an answer that is not a completion, is lost."""
+    try:
+        if reply.status:
+            return plain_result(reply.status, reply.text, reply.latency_s)
+    except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+        pass
+    return Result("lost", reply.status, reply.latency_s, False, detail=reply.text[:200])
+
+
 def _drive_in_process(url: str, model: str, args) -> tuple[list, Counter]:
     """:func:`_drive` in this (the clients') process."""
     return asyncio.run(_drive(url, model, args))
@@ -122,8 +138,12 @@ async def _drive(url: str, model: str, args) -> tuple[list, Counter]:
         health = asyncio.create_task(_health(url, seen, stop))
         quiet = [one_request(c, model, p, False, float(t), args.slo_ms) for p, t in zip(prompts, at)]
         await asyncio.gather(*quiet)
-        burst = [one_request(c, model, p, False, 0.0, args.slo_ms, args.deadline) for p in prompts[quiet_n:]]
-        results = await asyncio.gather(*burst)
+        # Built before the clock starts, then sent at once by the lean sender (an httpx client
+        # starved by --hog put some on the wire seconds late: lean_client's docstring).
+        slo = {"deadline": time.time() + args.slo_ms / 1000} if args.deadline else {"slo_ms": args.slo_ms}
+        body = lambda p: {"model": model, "prompt": p.text, "max_tokens": p.max_tokens, **slo}  # noqa: E731
+        raw = [encode_post(url, "/v1/completions", body(p), auth_headers()) for p in prompts[quiet_n:]]
+        results = [_result(r) for r in await send_at_once(url, raw)]
         stop.set()
         await health
     return results, seen

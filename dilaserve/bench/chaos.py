@@ -81,28 +81,38 @@ async def pick_worker(c: httpx.AsyncClient, rng: random.Random, killed: set[int]
 def _failed(r: httpx.Response, latency_s: float, stream: bool) -> Result:
     """A non-200 answer: a reported error if it is a 4xx or 503 with an OpenAI-style body
     (the server refused or gave up on the request and said so), else lost."""
+    return failed_result(r.status_code, r.text, latency_s, stream)
+
+
+def failed_result(status: int, text: str, latency_s: float, stream: bool = False) -> Result:
+    """:func:`_failed` from the status and the body's text."""
     try:
-        err = r.json()["error"]
+        err = json.loads(text)["error"]
         clean = isinstance(err, dict) and bool(err.get("message")) and "type" in err
     except (ValueError, KeyError, TypeError):
         clean = False
-    kind = "error" if clean and (r.status_code < 500 or r.status_code == 503) else "lost"
-    return Result(kind, r.status_code, latency_s, stream, detail=r.text[:200])
+    kind = "error" if clean and (status < 500 or status == 503) else "lost"
+    return Result(kind, status, latency_s, stream, detail=text[:200])
+
+
+def plain_result(status: int, text: str, latency_s: float) -> Result:
+    """How a non-streamed completion ended, from its status and body."""
+    if status != 200:
+        return failed_result(status, text, latency_s)
+    d = json.loads(text)
+    choice = d["choices"][0]
+    if choice.get("finish_reason") not in ("stop", "length"):
+        return Result("lost", 200, latency_s, False, d.get("id"), detail=f"finish_reason {choice.get('finish_reason')}")
+    dup = len(choice["text"].split()) > d["usage"]["completion_tokens"]
+    met = (d.get("dilaserve") or {}).get("slo_met")
+    return Result("completed", 200, latency_s, False, d["id"], dup, server_slo_met=met)
 
 
 async def _plain(c: httpx.AsyncClient, body: dict) -> Result:
     t0 = time.perf_counter()
     r = await c.post("/v1/completions", json=body)
     lat = time.perf_counter() - t0
-    if r.status_code != 200:
-        return _failed(r, lat, False)
-    d = r.json()
-    choice = d["choices"][0]
-    if choice.get("finish_reason") not in ("stop", "length"):
-        return Result("lost", 200, lat, False, d.get("id"), detail=f"finish_reason {choice.get('finish_reason')}")
-    dup = len(choice["text"].split()) > d["usage"]["completion_tokens"]
-    met = (d.get("dilaserve") or {}).get("slo_met")
-    return Result("completed", 200, lat, False, d["id"], dup, server_slo_met=met)
+    return plain_result(r.status_code, r.text, lat)
 
 
 async def _streamed(c: httpx.AsyncClient, body: dict) -> Result:
