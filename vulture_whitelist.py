@@ -84,3 +84,9 @@ top_logprobs
 
 # Ray reads this module constant (set by dilaserve.cluster.ray_local.loopback_only)
 ENABLE_RAY_CLUSTER
+
+# http.server calls its handler's methods and reads its attributes by name (a test's
+# loopback server: tests/bench/test_lean_client.py)
+protocol_version
+do_POST
+log_message
