@@ -11,10 +11,10 @@ import asyncio
 import threading
 import time
 
-import httpx
 import uvicorn
 
 from dilaserve.serve.api import build_app
+from dilaserve.serve.client import answers_health
 from dilaserve.serve.config import ServeConfig
 from dilaserve.serve.runtime import ServingRuntime
 from dilaserve.utils.cli import build_dataclass
@@ -37,11 +37,8 @@ class InProcessServer:
         self.thread.start()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
+            if answers_health(self.url):
+                return self
             if not self.thread.is_alive():
                 raise RuntimeError("the server thread died during start-up")
             time.sleep(0.2)

@@ -104,6 +104,14 @@ def parse_completion(body: dict) -> Completion:
     )
 
 
+def answers_health(url: str, timeout_s: float = 2.0) -> bool:
+    """Whether ``/health`` answers 200 (ok or degraded): a start-up poll, on the shared pool."""
+    try:
+        return _http().get(url + "/health", timeout=timeout_s).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def health(url: str, timeout_s: float = 5.0) -> dict | None:
     """The ``/health`` body (model, policy, candidate thresholds, ...), or None if the server
     is not healthy or unreachable."""

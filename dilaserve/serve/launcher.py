@@ -24,8 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
+from dilaserve.serve.client import answers_health
 from dilaserve.utils.net import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -58,10 +57,7 @@ class ServerHandle:
     def healthy(self) -> bool:
         if not self.alive:
             return False
-        try:
-            return httpx.get(self.url + "/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
+        return answers_health(self.url)
 
     def wait_healthy(self, timeout_s: float = 240.0, poll_s: float = 0.5) -> bool:
         """Block until ``/health`` answers 200; False if the process died or time ran out."""
