@@ -78,14 +78,9 @@ async def pick_worker(c: httpx.AsyncClient, rng: random.Random, killed: set[int]
     return None
 
 
-def _failed(r: httpx.Response, latency_s: float, stream: bool) -> Result:
+def failed_result(status: int, text: str, latency_s: float, stream: bool = False) -> Result:
     """A non-200 answer: a reported error if it is a 4xx or 503 with an OpenAI-style body
     (the server refused or gave up on the request and said so), else lost."""
-    return failed_result(r.status_code, r.text, latency_s, stream)
-
-
-def failed_result(status: int, text: str, latency_s: float, stream: bool = False) -> Result:
-    """:func:`_failed` from the status and the body's text."""
     try:
         err = json.loads(text)["error"]
         clean = isinstance(err, dict) and bool(err.get("message")) and "type" in err
@@ -120,7 +115,7 @@ async def _streamed(c: httpx.AsyncClient, body: dict) -> Result:
     async with c.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
         if r.status_code != 200:
             await r.aread()
-            return _failed(r, time.perf_counter() - t0, True)
+            return failed_result(r.status_code, r.text, time.perf_counter() - t0, True)
         words, final, done, rid, err = 0, None, False, None, None
         async for line in r.aiter_lines():
             if not line.startswith("data: "):

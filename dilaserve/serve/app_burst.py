@@ -58,9 +58,9 @@ class BurstRequest:
 #: one of them lowered, the rest refused; once the client shared one connection pool (the
 #: 12 then reach the server within 25 ms, not 140), 5 runs: 2 to 4 admitted, all lowered.
 #: Without the artifacts most admitted requests still miss this SLO: the fallback step law
-#: promises fewer steps at the lowest threshold than the embedded model takes. At half, an idle machine's SLO fell below the start-up profile's
-#: floor and every request was refused; at 1 x a server on the artifacts lowered none
-#: (tests/notebooks/test_serve_burst.py runs it).
+#: promises fewer steps at the lowest threshold than the embedded model takes. At half, an
+#: idle machine's SLO fell below the start-up profile's floor and every request was refused;
+#: at 1 x a server on the artifacts lowered none (tests/notebooks/test_serve_burst.py runs it).
 DEFAULT_BURST = BurstRequest(12, 0.75, 3)
 
 
