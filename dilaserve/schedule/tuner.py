@@ -36,7 +36,15 @@ from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.control.request import TrackedRequest
 from dilaserve.schedule.control_worker import ControlWorker, InlineWorker, candidates_within
-from dilaserve.schedule.window import LayoutJob, LayoutVerdict, PointJob, WindowArrival, WindowEvaluator
+from dilaserve.schedule.window import (
+    LayoutJob,
+    LayoutVerdict,
+    PointJob,
+    WindowArrival,
+    WindowEvaluator,
+    at_rate,
+    rate_onset,
+)
 
 __all__ = ["OperatingPointTuner", "TunerConfig", "WindowArrival", "WindowEvaluator"]
 
@@ -67,6 +75,16 @@ class TunerConfig:
             on and no point that takes every arrival until a whole window has passed.
         rise_sigmas: the rise that trips it, in standard deviations of the Poisson count
             the chosen window's rate predicts for ``rise_window_s``.
+        rise_onset: a rise's forecast runs at the rate since the rise began, not the rise
+            window's: the window still holds the seconds before it, so a step in the rate
+            was forecast at part of its height and tripped the rise again every second
+            until the window held the new rate alone (on the quick tiered trace, five
+            tunings in four seconds). The onset is the split of the rise window's arrivals
+            that best fits two rates (:func:`~dilaserve.schedule.window.rate_onset`); the
+            window's arrivals are compressed in time to the later rate, and the tuner's
+            window then starts at the onset: a tuning at the next interval replays (and
+            compares later rises with) the new rate alone, not its average with the
+            seconds before it. False (the default): the rise window's rate.
         max_backoff: after a tuning that kept the point, the next comes twice as late, up
             to this many ``interval_s``; a switch or a rise brings it back to ``interval_s``.
             Over a stationary stretch the replays then cost a fraction of what tuning
@@ -98,6 +116,7 @@ class TunerConfig:
     warm_plans: bool = True
     rise_window_s: float = 5.0
     rise_sigmas: float = 3.0
+    rise_onset: bool = False
     max_backoff: float = 4.0
     screen: float | None = None
     finalists: int = 1
@@ -171,6 +190,8 @@ class OperatingPointTuner:
         self._take_all_after = float("-inf")
         #: ``(time, arrivals)`` the last tuning replayed, for a plan checked at that moment
         self._evidence: tuple[float, list[WindowArrival]] | None = None
+        #: where the last rise began (``rise_onset``): the window holds no arrival before it
+        self._onset = float("-inf")
         #: times the tuner tuned early on a rise of the arrival rate
         self.rises: list[float] = []
         #: ``(time, point label, replayed goodput per candidate label)`` of every tuning.
@@ -279,7 +300,8 @@ class OperatingPointTuner:
         return chosen
 
     def _trim(self, now: float) -> None:
-        while self._window and self._window[0].arrival < now - self.config.window_s:
+        start = max(now - self.config.window_s, self._onset)
+        while self._window and self._window[0].arrival < start:
             self._window.popleft()
 
     def _window_rate(self, now: float) -> float:
@@ -310,14 +332,21 @@ class OperatingPointTuner:
 
     def _forecast(self, now: float) -> tuple[list[WindowArrival], float]:
         """The arrivals of the last ``rise_window_s``, repeated back over a whole window
-        (the forecast that the new rate holds), and that rate."""
+        (the forecast that the new rate holds), and that rate. With ``rise_onset`` the rate
+        is the one since the rise began (:func:`~dilaserve.schedule.window.rate_onset`) and
+        the arrivals are compressed in time to it; the window then starts at the onset."""
         cfg = self.config
         recent = self._recent(now)
-        copies = int(cfg.window_s // cfg.rise_window_s) or 1
-        shifted = [
-            replace(a, arrival=a.arrival - k * cfg.rise_window_s) for k in range(copies - 1, -1, -1) for a in recent
-        ]
-        return shifted, len(recent) / cfg.rise_window_s
+        rate, period = len(recent) / cfg.rise_window_s, cfg.rise_window_s
+        if cfg.rise_onset:
+            onset, since = rate_onset([a.arrival for a in recent], now - cfg.rise_window_s, now)
+            faster = at_rate(recent, since) if since > rate else None
+            if faster is not None:
+                # the compressed seconds repeat back to back, at the new rate throughout
+                recent, rate, period, self._onset = faster, since, len(faster) / since, onset
+        copies = int(cfg.window_s // period) or 1
+        shifted = [replace(a, arrival=a.arrival - k * period) for k in range(copies - 1, -1, -1) for a in recent]
+        return shifted, rate
 
     def _arrivals(self, now: float) -> list[WindowArrival]:
         """What a plan checked now replays: the last tuning's arrivals when it ran at this

@@ -228,3 +228,29 @@ def at_rate(arrivals: Sequence[WindowArrival], rate: float) -> list[WindowArriva
         return None
     scale = len(arrivals) / span / rate
     return [replace(a, arrival=end - (end - a.arrival) * scale) for a in arrivals]
+
+
+def rate_onset(
+    times: Sequence[float], start: float, end: float, min_share: float = 0.2, min_count: int = 10
+) -> tuple[float, float]:
+    """``(onset, rate)``: the most likely change point of ``times`` (ascending, within
+    ``[start, end]``) and the arrival rate since it. The onset splits the arrivals into an
+    earlier and a later constant rate with the highest Poisson likelihood, the later
+    segment holding at least ``min_share`` of the arrivals and ``min_count`` of them (a
+    few close arrivals at the end are no new rate). Where no split has a faster later
+    rate: ``(start, the mean rate over [start, end])``."""
+    n = len(times)
+    mean = n / (end - start) if end > start else 0.0
+    if n < 2 or end <= start:
+        return start, mean
+    t = np.asarray(times, dtype=float)
+    k = np.arange(1, n)  # arrivals before the split at times[k]
+    ok = (n - k >= max(min_share * n, min_count)) & (t[1:] > start) & (t[1:] < end)
+    if not ok.any():
+        return start, mean
+    k, split = k[ok], t[1:][ok]
+    before, after = k / (split - start), (n - k) / (end - split)
+    # The log-likelihood of two rates, up to terms every split shares.
+    fit = k * np.log(before) + (n - k) * np.log(after)
+    best = int(np.argmax(np.where(after > before, fit, -np.inf)))
+    return (float(split[best]), float(after[best])) if after[best] > before[best] else (start, mean)

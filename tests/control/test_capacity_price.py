@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from dilaserve.control import ControlConfig, ThresholdController
-from dilaserve.control.capacity_price import per_work_optimum, price_caps
+from dilaserve.control.capacity_price import Deadlines, per_work_optimum, price_caps
 from dilaserve.control.policies import Outlook, load_controls
 from dilaserve.profile.types import LatencyProfile, StepCurve
 from tests.control.builders import TablePredictor, make_request
@@ -172,3 +172,22 @@ def test_capacity_price_without_a_quality_table_is_the_feasible_prefix_walk(capl
         piece.caps(load, allowed, 1e9, outlook),
         load_controls.get("feasible_prefix")(ControlConfig()).caps(load, allowed, 1e9),
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    pins=hst.lists(hst.integers(0, 4), min_size=1, max_size=12),
+    arriving=hst.lists(hst.integers(0, 4), max_size=6),
+    capacity=hst.floats(0.0, 8000.0),
+)
+def test_every_load_control_leaves_a_pinned_request_its_one_threshold(pins, arriving, capacity):
+    """A request pinned to one threshold (a static operating point) is capped at it by every
+    load control, at any load: the load pass skips the walk where all are pinned."""
+    eye = np.eye(5, dtype=bool)
+    allowed, load = eye[pins], np.tile(WORK, (len(pins), 1))
+    deadlines = Deadlines(np.linspace(0.5, 5.0, len(pins)), capacity / 5.0, np.full(len(arriving), 2.0), 5.0)
+    outlook = Outlook(STEEP, np.tile(WORK, (len(arriving), 1)), eye[arriving].reshape(-1, 5), deadlines)
+    for name in load_controls.names():
+        piece = load_controls.get(name)(ControlConfig())
+        caps = piece.caps(load, allowed, capacity, outlook if piece.needs_outlook else None)
+        assert caps.tolist() == pins, name

@@ -3,11 +3,13 @@ the best, with hysteresis, and only when a tuning is due."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.schedule.tuner import OperatingPointTuner, TunerConfig
+from dilaserve.schedule.window import rate_onset
 from tests.control.builders import make_request
 
 LAYOUT = [InstanceSpec(f"i{g}", 1, 0, (g,), 4096) for g in range(4)]
@@ -255,6 +257,38 @@ def test_a_tuning_that_keeps_the_point_puts_the_next_off_and_a_switch_brings_it_
     assert point == OperatingPoint.static(0.8)
     with pytest.raises(ValueError, match="max_backoff"):
         TunerConfig(max_backoff=0.5)
+
+
+def test_the_onset_rate_is_the_rate_since_a_step_and_the_mean_without_one():
+    rng = np.random.default_rng(0)
+    before, after = np.sort(rng.uniform(0.0, 4.0, 120)), np.sort(rng.uniform(4.0, 5.0, 70))
+    onset, rate = rate_onset([*before, *after], 0.0, 5.0)
+    assert 3.5 < onset < 4.2 and 60 < rate < 80  # 30/s, then 70/s for the last second
+    steady = np.sort(rng.uniform(0.0, 5.0, 300)).tolist()
+    assert 55 < rate_onset(steady, 0.0, 5.0)[1] < 70  # no step: about the mean, 60/s
+    assert rate_onset([4.9, 4.95, 4.99], 0.0, 5.0) == (0.0, 3 / 5.0)  # three arrivals are no new rate
+
+
+def test_with_rise_onset_a_step_in_the_rate_trips_one_tuning_at_its_height():
+    """A step from 10 to 60 arrivals a second: the rise window's rate forecasts part of the
+    step and trips again as the window fills; the onset's forecasts the new rate at once."""
+
+    def run(onset: bool) -> tuple[list[float], int, int]:
+        replay = ScriptedReplay(lambda p: 0.5)
+        cfg = TunerConfig(interval_s=10, window_s=10, sample=1.0, rise_window_s=2.5, min_arrivals=10, rise_onset=onset)
+        tuner = OperatingPointTuner(replay, (0.8,), cfg)
+        _, point = _arrive(tuner, 0.0, 10.5, 10.0, OperatingPoint.static(0.8))
+        calls = len(replay.calls)
+        _arrive(tuner, 10.5, 14.0, 60.0, point)
+        first = replay.calls[calls][0]  # the first rise's forecast: arrivals over one window
+        _arrive(tuner, 14.0, 22.0, 60.0, point)  # the interval's tuning, ten seconds after the rise
+        low = sum(1 for a in tuner._window if a.arrival < 10.5)  # what it replayed of the low rate
+        return tuner.rises, first, low
+
+    (window_rises, window_first, window_low), (onset_rises, onset_first, onset_low) = run(False), run(True)
+    assert len(onset_rises) < len(window_rises)
+    assert onset_first > 1.5 * window_first  # forecast nearer 60/s x 10 s than the window's average
+    assert window_low > 0 and onset_low <= 2  # the window starts where the rise did (give or take)
 
 
 def test_a_tiered_tuning_screens_every_candidate_and_decides_among_the_finalists_alone():
