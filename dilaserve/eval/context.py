@@ -31,6 +31,7 @@ from dilaserve.sim.setting import ClusterSetting, Predictors, with_dynamics
 from dilaserve.sim.simulator import SimConfig, SimResult, Simulator
 from dilaserve.sim.slo import DEFAULT_SLO_TIERS, parse_slo_tiers
 from dilaserve.sim.traces import AZURE_CONV, Trace, load_trace
+from dilaserve.utils.cli import nested
 
 log = logging.getLogger(__name__)
 
@@ -189,6 +190,10 @@ class EvalOptions:
         policy that holds a rate by answering fast and wrong does not hold it).
     rate_tol: with ``max-rate``: the search stops once the highest rate held and the lowest
         rate missed are within this fraction of each other (0.05: 5%).
+    tuner: the operating-point tuner of the policies that tune (``--tuner-*``: its sample,
+        hysteresis, rise trigger and the opt-in economies, ``--tuner-rise-onset``,
+        ``--tuner-screen``), so a run with one of them is a command others can repeat.
+        Its interval and window are the run's: 10 s and 15 s when quick.
     """
 
     quick: bool = False
@@ -211,8 +216,16 @@ class EvalOptions:
     target: float = 0.9
     criterion: str = "attainment"
     rate_tol: float = 0.05
+    tuner: TunerConfig = nested(TunerConfig, prefix="tuner", exclude=("interval_s", "window_s"))
+
+    @property
+    def run_tuner(self) -> TunerConfig:
+        """The tuner the runs use: ``tuner``, every 10 s on a 15-s window when quick (phases
+        of a minute or so)."""
+        return replace(self.tuner, interval_s=10.0, window_s=15.0) if self.quick else self.tuner
 
     def __post_init__(self) -> None:
+        _ = self.run_tuner  # a rise window longer than a quick run's window fails here, as a flag error
         if self.phase_s is not None and self.phase_s <= 0:
             raise ValueError(f"--phase-s {self.phase_s} must be positive: seconds per load phase, e.g. 900")
         if self.lengths is not None and self.lengths not in LENGTHS:
@@ -365,9 +378,9 @@ class EvalContext:
                 backend=replace(backend, launch_time_s=5.0),
                 reconfig_tick_s=30.0,
                 telemetry_bin_s=10.0,
-                tuner=TunerConfig(interval_s=10.0, window_s=15.0),
+                tuner=self.options.run_tuner,
             )
-        return SimConfig(backend=backend)
+        return SimConfig(backend=backend, tuner=self.options.run_tuner)
 
     def simulator(self, setting: ClusterSetting) -> Simulator:
         law = self.law_of(setting)

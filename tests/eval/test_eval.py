@@ -6,7 +6,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from dilaserve.eval.__main__ import main
+from dilaserve.eval.__main__ import main, parse
 from dilaserve.eval.context import EvalContext, EvalOptions
 from dilaserve.eval.report import extra_json, policies_json, write
 from dilaserve.profile.analytic import analytic_profile
@@ -160,6 +160,17 @@ def test_options_are_validated_with_the_fix(capsys):
     with pytest.raises(SystemExit):
         main(["trace", "--high-load", "0"])
     assert "--high-load 0.0 must be a positive fraction of nominal capacity" in capsys.readouterr().err
+
+
+def test_tuner_flags_reach_the_simulated_tuner_and_a_quick_run_keeps_its_interval(capsys):
+    _, opts, _, _ = parse(["trace", "--quick", "--tuner-rise-onset", "--tuner-sample", "0.5"])
+    tuner = EvalContext(opts).sim_config().tuner
+    assert tuner.rise_onset and tuner.sample == 0.5 and (tuner.interval_s, tuner.window_s) == (10.0, 15.0)
+    _, plain, _, _ = parse(["trace", "--quick"])
+    assert not EvalContext(plain).sim_config().tuner.rise_onset  # off unless asked
+    with pytest.raises(SystemExit):
+        parse(["trace", "--quick", "--tuner-rise-window-s", "20"])  # longer than a quick run's 15-s window
+    assert "rise_window_s=20.0 must lie in (0, window_s=15.0]" in capsys.readouterr().err
 
 
 def test_runs_that_differ_only_by_name_are_run_once_with_the_same_result(tmp_path):
