@@ -86,16 +86,17 @@ class LoadPass:
         throughput = sum(self.capacity.throughput(tp, mb, split) for tp, mb in instances if self.profile.has(tp))
         self.throughput = throughput
         outlook = self._outlook(order, load, allowed, now, horizon) if self.load_control.needs_outlook else None
-        if outlook is not None:
-            # The per-deadline check: each request's time left, against the throughput.
-            left = np.array([r.deadline for r in order]) - now
-            outlook = replace(outlook, deadlines=Deadlines(left, throughput, self._arrivals.slo, horizon))
         if (allowed.sum(axis=1) == 1).all():
             # Every request is pinned to one threshold (a static operating point): every
             # load control caps a row at its only allowed index, and the pass is a tuned
-            # run's most-run code, its replays' above all.
+            # run's most-run code, its replays' above all. The outlook above still records
+            # the arrivals, for the passes after a tier goes adaptive.
             caps = np.argmax(allowed, axis=1)
         else:
+            if outlook is not None:
+                # The per-deadline check: each request's time left, against the throughput.
+                left = np.array([r.deadline for r in order]) - now
+                outlook = replace(outlook, deadlines=Deadlines(left, throughput, self._arrivals.slo, horizon))
             caps = self.load_control.caps(load, allowed, throughput * horizon, outlook)
         for r, c in zip(order, caps.tolist()):
             r.cap_index = c

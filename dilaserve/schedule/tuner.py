@@ -221,7 +221,8 @@ class OperatingPointTuner:
         self._last = now
         self._trim(now)
         if rose:
-            arrivals, rate = self._forecast(now)
+            arrivals, rate, onset = self._forecast(now)
+            self._onset = max(self._onset, onset)  # the window starts there from now on
             self.rises.append(now)
             self._take_all_after = now + cfg.window_s
             base = current.with_admit(True)  # a take-all point's evidence is gone
@@ -330,23 +331,24 @@ class OperatingPointTuner:
         expected = self._tuned_rate * cfg.rise_window_s
         return len(self._recent(now)) > expected + cfg.rise_sigmas * max(expected, 1.0) ** 0.5
 
-    def _forecast(self, now: float) -> tuple[list[WindowArrival], float]:
+    def _forecast(self, now: float) -> tuple[list[WindowArrival], float, float]:
         """The arrivals of the last ``rise_window_s``, repeated back over a whole window
-        (the forecast that the new rate holds), and that rate. With ``rise_onset`` the rate
-        is the one since the rise began (:func:`~dilaserve.schedule.window.rate_onset`) and
-        the arrivals are compressed in time to it; the window then starts at the onset."""
+        (the forecast that the new rate holds), that rate, and where the rise began (-inf:
+        unknown). With ``rise_onset`` the rate is the one since the rise began
+        (:func:`~dilaserve.schedule.window.rate_onset`) and the arrivals are compressed in
+        time to it."""
         cfg = self.config
         recent = self._recent(now)
-        rate, period = len(recent) / cfg.rise_window_s, cfg.rise_window_s
+        rate, period, onset = len(recent) / cfg.rise_window_s, cfg.rise_window_s, float("-inf")
         if cfg.rise_onset:
-            onset, since = rate_onset([a.arrival for a in recent], now - cfg.rise_window_s, now)
+            start, since = rate_onset([a.arrival for a in recent], now - cfg.rise_window_s, now)
             faster = at_rate(recent, since) if since > rate else None
             if faster is not None:
                 # the compressed seconds repeat back to back, at the new rate throughout
-                recent, rate, period, self._onset = faster, since, len(faster) / since, onset
+                recent, rate, period, onset = faster, since, len(faster) / since, start
         copies = int(cfg.window_s // period) or 1
         shifted = [replace(a, arrival=a.arrival - k * period) for k in range(copies - 1, -1, -1) for a in recent]
-        return shifted, rate
+        return shifted, rate, onset
 
     def _arrivals(self, now: float) -> list[WindowArrival]:
         """What a plan checked now replays: the last tuning's arrivals when it ran at this
