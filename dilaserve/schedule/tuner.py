@@ -243,12 +243,14 @@ class OperatingPointTuner:
         priorities = {a.priority for a in arrivals}
         candidates = candidates_within(self.candidates(base, priorities, now), scale)
         sample = None if scale >= 1 else cfg.sample * scale
+        order = list(range(len(candidates)))
         if cfg.screen is not None and cfg.screen < cfg.sample and len(priorities) > 1:
             job = PointJob(tuple(arrivals), tuple(layout), tuple(candidates), sample, cfg.screen * scale, cfg.finalists)
         else:
-            job = PointJob(tuple(arrivals), tuple(layout), tuple(candidates), sample)
+            order = self._replay_order(candidates)
+            job = PointJob(tuple(arrivals), tuple(layout), tuple(candidates[i] for i in order), sample)
         tag = next(self._tags)
-        self._pending[tag] = _Pending(now, candidates=candidates, base=base, rate=rate, rose=rose)
+        self._pending[tag] = _Pending(now, candidates=candidates, base=base, rate=rate, rose=rose, order=order)
         if not self.worker.submit(tag, job):
             del self._pending[tag]  # over its CPU budget: serve on at the point there is
         tunings = len(self.history)
@@ -282,8 +284,24 @@ class OperatingPointTuner:
             self._pending.clear()  # nothing is out: what is left was cancelled
         return None if chosen is None or chosen == current else chosen
 
-    def _adopt_point(self, job: _Pending, scores: Sequence[float]) -> OperatingPoint:
+    def _replay_order(self, candidates: Sequence[OperatingPoint]) -> list[int]:
+        """The order the candidates replay in: the current point first (every other is
+        weighed against it, so it always replays whole), then best first by the goodput the
+        last tuning replayed for each (one it did not replay ranks as the current point
+        did). A candidate stops once it cannot beat the best replayed before it, so a good
+        one replayed early stops the others sooner. The order decides nothing: the current
+        point and the best replay whole in any order, and their scores go back to their
+        candidates (ties too break as in the candidates' own order)."""
+        last = self.history[-1][2] if self.history else {}
+        neutral = last.get(candidates[0].label, 0.0)
+        rest = sorted(range(1, len(candidates)), key=lambda i: -last.get(candidates[i].label, neutral))
+        return [0, *rest]
+
+    def _adopt_point(self, job: _Pending, replayed: Sequence[float]) -> OperatingPoint:
         candidates, base = job.candidates, job.base
+        scores = [0.0] * len(candidates)
+        for k, i in enumerate(job.order or range(len(candidates))):
+            scores[i] = replayed[k]
         by_label = {p.label: s for p, s in zip(candidates, scores)}
         best = max(range(len(candidates)), key=lambda i: scores[i])
         chosen = candidates[best] if scores[best] > scores[0] + self.config.min_gain else base
@@ -499,4 +517,6 @@ class _Pending:
     base: OperatingPoint | None = None
     rate: float | None = None
     rose: bool = False
+    #: the order the candidates were replayed in (indices into ``candidates``)
+    order: list[int] = field(default_factory=list)
     on_verdict: Callable[[bool], None] | None = None

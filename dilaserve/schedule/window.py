@@ -37,7 +37,9 @@ class WindowEvaluator(Protocol):
     the cluster (and of the arrivals) replayed; None: the evaluator's own. ``warm``: the
     arrivals run twice and only the second copy is scored, so the cluster starts loaded.
     ``keep``: only the ``keep`` best points need their own goodput; a point that cannot
-    reach the ``keep``-th best may return a bound below it (a screen's ranking)."""
+    reach the ``keep``-th best may return a bound below it (a screen's ranking).
+    ``floor``: only a goodput of at least ``floor`` matters; a point that cannot reach it
+    may return a bound below it (a plan's check, once the answer is no)."""
 
     def __call__(
         self,
@@ -47,6 +49,7 @@ class WindowEvaluator(Protocol):
         sample: float | None = None,
         warm: bool = False,
         keep: int = 1,
+        floor: float | None = None,
     ) -> list[float]: ...
 
 
@@ -142,23 +145,35 @@ class LayoutJob:
         arrivals, current, target, share = plan_slice(
             self.arrivals, self.current, self.target, self.sample, self.min_arrivals
         )
+        # Each replay past the first may stop once the plan can no longer pay (a goodput is at
+        # most 1, so the target's floor assumes the transition replays perfectly): it then
+        # scores a bound below its floor, and the verdict is the one the full replays give.
         (before,) = evaluate(arrivals, current, [point], sample=1.0, warm=warm)
-        (after,) = evaluate(arrivals, target, [point], sample=1.0, warm=warm)
+        need = before + self.min_gain
         share_during = min(max(self.transition_share, 0.0), 1.0)
+        floor = (need - share_during) / (1 - share_during) if share_during < 1 else None
+        (after,) = evaluate(arrivals, target, [point], sample=1.0, warm=warm, floor=floor)
         kept_ids = {s.instance_id for s in target}
         kept = [s for s in current if s.instance_id in kept_ids]
         if share_during > 0:
-            (during,) = evaluate(arrivals, kept, [point], sample=1.0, warm=warm) if kept else (0.0,)
+            if floor is not None and after < floor - 1e-9:
+                during = 1.0  # the plan cannot pay whatever the transition replays
+            elif kept:
+                floor = (need - (1 - share_during) * after) / share_during
+                (during,) = evaluate(arrivals, kept, [point], sample=1.0, warm=warm, floor=floor)
+            else:
+                during = 0.0
             after = share_during * during + (1 - share_during) * after
-        pays = after >= before + self.min_gain
+        pays = after >= need
         if not (pays and self.peak_rate):
             return LayoutVerdict(before, after, pays, True)
         peak = at_rate(arrivals, self.peak_rate * share)
         if peak is None:
             return LayoutVerdict(before, after, pays, True)
         (peak_before,) = evaluate(peak, current, [point], sample=1.0, warm=warm)
-        (peak_after,) = evaluate(peak, target, [point], sample=1.0, warm=warm)
-        held = peak_after >= peak_before - self.min_gain
+        floor = peak_before - self.min_gain
+        (peak_after,) = evaluate(peak, target, [point], sample=1.0, warm=warm, floor=floor)
+        held = peak_after >= floor
         return LayoutVerdict(before, after, pays and held, held, (peak_before, peak_after))
 
 

@@ -87,9 +87,11 @@ class WindowReplay:
         sample: float | None = None,
         warm: bool = False,
         keep: int = 1,
+        floor: float | None = None,
     ) -> list[float]:
         """Each point's goodput on the window; ``keep``: only the ``keep`` best need their
-        own score (a screen's finalists), the others may stop early with a bound below it."""
+        own score (a screen's finalists), the others may stop early with a bound below it;
+        ``floor``: every point may stop early with a bound below ``floor``."""
         self.calls += 1
         part = layout_slice(layout, self.sample if sample is None else sample)
         # Arrivals are sampled by the slice's share of the GPUs, not of the instances: one
@@ -143,7 +145,9 @@ class WindowReplay:
             # Past the first (the current point), a candidate stops once it can no longer
             # beat the best so far (the ``keep``-th best): it scores its bound, below that,
             # so the tuner's choice is what the full replays would give.
-            cutoff = _Cutoff(len(kept), sorted(out)[-keep], warm) if len(out) >= keep else None
+            bars = [sorted(out)[-keep]] if len(out) >= keep else []
+            bars += [floor] if floor is not None else []
+            cutoff = _Cutoff(len(kept), max(bars), warm) if bars else None
             res = BaseSimulator(setting, progress, self.predictors, config).run(self.policy, wl, slo, cutoff)
             if cutoff is not None and cutoff.stopped:
                 out.append(cutoff.bound)

@@ -20,7 +20,7 @@ def _scheduler(judged: list):
     """One node of four TP-1 instances that may become a TP-4, with a tuner whose replay
     favours a layout with a TP-4 (and records the layouts it was asked about)."""
 
-    def replay(arrivals, layout, points, sample=None, warm=False):
+    def replay(arrivals, layout, points, sample=None, warm=False, floor=None):
         judged.append(sorted(s.tp for s in layout))
         return [0.9 if any(s.tp == 4 for s in layout) else 0.5 for _ in points]
 

@@ -113,7 +113,7 @@ def test_a_rise_replaces_the_running_tuning_and_turns_admission_on_at_once():
     assert moved is not None and moved.admit  # admission is back before the replay returns
 
 
-def _constant(arrivals, layout, points, sample=None, warm=False):
+def _constant(arrivals, layout, points, sample=None, warm=False, floor=None):
     return [float(len(arrivals))] * len(points)
 
 
@@ -122,7 +122,7 @@ def make_constant():
     return _constant
 
 
-def _spin(arrivals, layout, points, sample=None, warm=False):
+def _spin(arrivals, layout, points, sample=None, warm=False, floor=None):
     time.sleep(60)
     return [0.0] * len(points)
 

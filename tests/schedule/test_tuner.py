@@ -21,7 +21,7 @@ class ScriptedReplay:
     def __init__(self, score):
         self.score, self.calls, self.samples = score, [], []
 
-    def __call__(self, arrivals, layout, points, sample=None, warm=False, keep=1):
+    def __call__(self, arrivals, layout, points, sample=None, warm=False, keep=1, floor=None):
         self.calls.append((len(arrivals), list(layout), list(points)))
         self.samples.append(sample)
         return [self.score(p) for p in points]
@@ -43,6 +43,24 @@ def test_moves_to_the_best_replayed_point_once_a_tuning_is_due():
     assert n == 50 and layout == LAYOUT
     labels = [p.label for p in points]
     assert labels[0] == "adaptive" and set(labels) == {"adaptive", "static@0.7", "static@0.8", "static@0.9"}
+
+
+def test_the_last_tunings_best_replays_right_after_the_current_point_and_the_order_decides_nothing():
+    """A candidate stops once it cannot beat the best replayed before it, so the tuner
+    replays the last tuning's best candidates first; the scores go back to their
+    candidates, so a tie still breaks in the candidates' own order."""
+    scores = {"static@0.7": 0.85, "static@0.8": 0.9}
+    replay = ScriptedReplay(lambda p: scores.get(p.label, 0.5))
+    tuner = OperatingPointTuner(replay, (0.7, 0.8, 0.9), TunerConfig(interval_s=10, window_s=10, sample=1.0))
+    _fill(tuner, 50, 0.0, 10.0)
+    assert tuner.maybe_tune(10.0, LAYOUT, OperatingPoint.adaptive()) == OperatingPoint.static(0.8)
+    scores.update({"adaptive": 0.95, "static@0.7": 0.95})  # a tie, replayed in the other order
+    _fill(tuner, 50, 10.0, 20.0)
+    assert tuner.maybe_tune(20.0, LAYOUT, OperatingPoint.static(0.8)) == OperatingPoint.adaptive()
+    order = [p.label for p in replay.calls[1][2]]
+    assert order[:2] == ["static@0.8", "static@0.7"] and order.index("static@0.7") < order.index("adaptive")
+    assert [c for c in tuner.candidates(OperatingPoint.static(0.8), {0})][1] == OperatingPoint.adaptive()
+    assert tuner.history[-1][2] == {"static@0.8": 0.9, "adaptive": 0.95, "static@0.7": 0.95, "static@0.9": 0.5}
 
 
 def test_keeps_the_current_point_unless_another_beats_it_by_the_margin():
@@ -79,7 +97,7 @@ def test_a_plan_is_applied_only_where_its_layout_replays_better():
 
     # A replay that scores the layout, not the point: more instances, more goodput.
     class LayoutReplay(ScriptedReplay):
-        def __call__(self, arrivals, layout, points, sample=None, warm=False):
+        def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None):
             assert sample == 1.0  # a plan is judged on the whole window and cluster
             self.calls.append((len(arrivals), list(layout), list(points)))
             return [0.1 * len(layout) for _ in points]
@@ -100,7 +118,7 @@ def test_a_plan_must_also_repay_its_transition():
     half its lifetime in transition the move is worth 0.2, no gain; at a tenth, 0.28."""
 
     class LayoutReplay(ScriptedReplay):
-        def __call__(self, arrivals, layout, points, sample=None, warm=False):
+        def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None):
             self.calls.append((len(arrivals), list(layout), list(points)))
             return [0.1 * len(layout) for _ in points]
 
@@ -121,7 +139,7 @@ def test_a_plan_that_loses_at_the_peak_rate_is_refused():
     tp4 = [InstanceSpec("big", 4, 0, (0, 1, 2, 3), 16384)]
 
     class RateReplay(ScriptedReplay):
-        def __call__(self, arrivals, layout, points, sample=None, warm=False):
+        def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None):
             rate = len(arrivals) / (arrivals[-1].arrival - arrivals[0].arrival)
             self.calls.append(rate)
             big = len(layout) == 1
@@ -212,7 +230,7 @@ def test_a_rise_in_arrivals_tunes_at_once_on_the_new_rate_with_admission_on():
 
 def test_a_plan_checked_at_a_rise_replays_the_forecast():
     class LayoutReplay(ScriptedReplay):
-        def __call__(self, arrivals, layout, points, sample=None, warm=False):
+        def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None):
             self.calls.append((len(arrivals), list(layout), list(points)))
             return [0.5 for _ in points]
 

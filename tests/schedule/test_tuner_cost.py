@@ -3,6 +3,10 @@ layouts, and a candidate replay stops once it can no longer beat the best one so
 
 from __future__ import annotations
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.config import ClusterConfig
@@ -46,7 +50,7 @@ def test_a_thin_window_or_a_whole_sample_checks_the_whole_cluster():
 def test_a_sampled_plan_check_replays_both_layouts_on_the_same_slice():
     calls = []
 
-    def replay(arrivals, layout, points, sample=None, warm=False):
+    def replay(arrivals, layout, points, sample=None, warm=False, floor=None):
         calls.append((tuple(arrivals), tuple(layout), sample))
         return [0.1 * len(layout) for _ in points]
 
@@ -72,6 +76,59 @@ def test_a_candidate_that_cannot_beat_the_best_stops_early_and_scores_below_it()
     assert alone <= bound < best
     assert replay(arrivals, layout, [slow, fast])[0] == alone  # the first candidate always runs to its end
     assert replay(arrivals, layout, [fast, slow], keep=2) == [best, alone]  # a screen ranks the two best exactly
+
+
+def test_a_replay_under_a_floor_stops_once_it_cannot_reach_it():
+    """A plan's check needs to know only whether a layout reaches a goodput: below that
+    floor a replay stops and scores a bound (still below the floor); above it, its own
+    goodput."""
+    replay, setting = tp1_dilaserve_replay()
+    arrivals = [WindowArrival(0.02 * i, 200, 256, 0.6, 0, 0.0) for i in range(300)]
+    layout = static_layout(setting.cluster, 1)
+    fast, slow = OperatingPoint.static(0.5), OperatingPoint.static(0.9)
+    (best,) = replay(arrivals, layout, [fast])
+    (alone,) = replay(arrivals, layout, [slow])
+    (bound,) = replay(arrivals, layout, [slow], floor=best)
+    assert alone <= bound < best and alone < bound  # stopped before its end
+    assert replay(arrivals, layout, [fast], floor=alone) == [best]
+
+
+_NOW = layout_from_node_counts(CLUSTER, [{1: 4}] * 4)
+_PLAN = layout_from_node_counts(CLUSTER, [{1: 4}] * 3 + [{4: 1}])  # rebuilds node 3: kept alone while it moves
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    scores=st.lists(st.floats(0.0, 1.0) | st.sampled_from([0.0, 0.25, 0.75, 1.0]), min_size=5, max_size=5),
+    share=st.sampled_from([0.0, 0.3, 1.0]) | st.floats(0.0, 1.0),
+    min_gain=st.sampled_from([0.0, 0.005]),
+    peak=st.booleans(),
+)
+def test_a_plans_verdict_with_floors_is_the_verdict_of_the_full_replays(scores, share, min_gain, peak):
+    """Each replay of a plan's check past the first may stop below its floor; whatever a
+    stopped replay scores there (its bound), the check applies the plan exactly where the
+    full replays would."""
+    window, at_peak = ARRIVALS[:200], None
+
+    def truth(arrivals, layout) -> float:
+        which = 1 if any(s.tp == 4 for s in layout) else 0 if len(layout) == len(_NOW) else 2  # now, plan, kept
+        return scores[which if arrivals[0].arrival == window[0].arrival else 3 + min(which, 1)]
+
+    def full(arrivals, layout, points, sample=None, warm=False, floor=None):
+        return [truth(arrivals, layout)]
+
+    def stopping(arrivals, layout, points, sample=None, warm=False, floor=None):
+        score = truth(arrivals, layout)
+        # A real replay stops only once it is short of the floor by more than rounding.
+        return [score if floor is None or score >= floor - 1e-9 else (score + floor - 1e-9) / 2]
+
+    if peak:
+        at_peak = 10 * len(window) / (window[-1].arrival - window[0].arrival)
+    job = LayoutJob(
+        tuple(window), tuple(_NOW), tuple(_PLAN), OperatingPoint.static(0.9), share, min_gain, False, at_peak
+    )
+    assert job.run(stopping).pays == job.run(full).pays
+    assert job.run(stopping).before == pytest.approx(job.run(full).before)
 
 
 def test_a_run_given_up_stops_at_once():
