@@ -1,7 +1,9 @@
 """``python -m dilaserve.eval EXPERIMENT [--quick] [--json] [--trace PATH] ...``
 
 ``report`` writes docs/results.md from the runs recorded with ``--record NAME``
-(:mod:`dilaserve.eval.results_doc`).
+(:mod:`dilaserve.eval.results_doc`); ``rerecord [NAME ...]`` runs their recorded commands
+again, writes the report and says which headline numbers moved
+(:mod:`dilaserve.eval.rerecord`).
 
 Experiments: ``trace``, ``rate-sweep``, ``slo-sweep``, ``ablation``, ``frontier``, ``all``
 (every experiment but ``frontier``, which costs the trace once per load), and ``fidelity``
@@ -59,6 +61,7 @@ import sys
 import time
 
 from dilaserve.artifacts import MissingArtifactError, fingerprint
+from dilaserve.eval import rerecord
 from dilaserve.eval.capacity_table import capacity_table
 from dilaserve.eval.context import SETTINGS, EvalContext, EvalOptions
 from dilaserve.eval.experiments import ALL_EXPERIMENTS, EXPERIMENTS
@@ -75,7 +78,9 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool, str | None]:
     ap = argparse.ArgumentParser(
         prog="python -m dilaserve.eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("experiment", choices=[*EXPERIMENTS, "all", "fidelity", "max-rate", "capacity", "report"])
+    ap.add_argument(
+        "experiment", choices=[*EXPERIMENTS, "all", "fidelity", "max-rate", "capacity", "report", "rerecord"]
+    )
     ap.add_argument("--json", action="store_true", help="end with one JSON line of per-policy results")
     ap.add_argument(
         "--record",
@@ -114,6 +119,8 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool, str | None]:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["rerecord"]:
+        return rerecord.main(argv[1:])  # its own flags: the recorded commands carry the rest
     names, opts, as_json, record_as = parse(argv)
     if names == ["report"]:
         print(f"wrote {write_report()} from {RESULTS_DIR}/*.json")

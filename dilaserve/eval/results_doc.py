@@ -55,7 +55,7 @@ def _pct(v: float) -> str:
     return f"{100 * v:.1f}"
 
 
-def _best(policies: dict, suffix: str) -> tuple[str, float]:
+def best_fixed(policies: dict, suffix: str) -> tuple[str, float]:
     """The best ``fixed@TAU`` (``suffix`` ``""``) or ``fixed@TAU+admission`` by goodput."""
     cands = {
         k: v["goodput"]
@@ -76,8 +76,8 @@ def single_slo_rows(docs: dict[str, dict]) -> list[str]:
         pol = doc["output"].get("policies", {})  # a max-rate run has none
         if "dilaserve" not in pol or "fixed@0.9" not in pol or "best_static" in doc["output"]:
             continue
-        fixed, f_g = _best(pol, "")
-        adm, a_g = _best(pol, "+admission")
+        fixed, f_g = best_fixed(pol, "")
+        adm, a_g = best_fixed(pol, "+admission")
         d = pol["dilaserve"]["goodput"]
         rows.append(
             f"| `{name}` | {_pct(pol['fixed@0.9']['goodput'])} | {_pct(f_g)} ({_tau(fixed)}) | "
