@@ -56,8 +56,8 @@ def headline(output: dict) -> dict[str, float]:
     walls = output.get("policy_wall_s", {})
     for name, wall in walls.items():
         out[f"wall_s:{name}"] = wall
-    if walls.get("dilaserve-no-tuner"):
-        out["tuner_wall_ratio"] = walls.get("dilaserve", float("nan")) / walls["dilaserve-no-tuner"]
+    if walls.get("dilaserve") and walls.get("dilaserve-no-tuner"):
+        out["tuner_wall_ratio"] = walls["dilaserve"] / walls["dilaserve-no-tuner"]
     return out
 
 

@@ -243,8 +243,8 @@ class OperatingPointTuner:
         priorities = {a.priority for a in arrivals}
         candidates = candidates_within(self.candidates(base, priorities, now), scale)
         sample = None if scale >= 1 else cfg.sample * scale
-        order = list(range(len(candidates)))
         if cfg.screen is not None and cfg.screen < cfg.sample and len(priorities) > 1:
+            order = list(range(len(candidates)))  # a screen ranks in its own order
             job = PointJob(tuple(arrivals), tuple(layout), tuple(candidates), sample, cfg.screen * scale, cfg.finalists)
         else:
             order = self._replay_order(candidates)
@@ -300,7 +300,7 @@ class OperatingPointTuner:
     def _adopt_point(self, job: _Pending, replayed: Sequence[float]) -> OperatingPoint:
         candidates, base = job.candidates, job.base
         scores = [0.0] * len(candidates)
-        for k, i in enumerate(job.order or range(len(candidates))):
+        for k, i in enumerate(job.order):
             scores[i] = replayed[k]
         by_label = {p.label: s for p, s in zip(candidates, scores)}
         best = max(range(len(candidates)), key=lambda i: scores[i])

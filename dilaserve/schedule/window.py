@@ -110,7 +110,9 @@ class PointJob:
 @dataclass(frozen=True)
 class LayoutVerdict:
     """A plan's replay: the window's goodput now and on the plan's layout (its transition
-    blended in); at the peak rate, ``(now, on the plan's layout)`` where that was replayed."""
+    blended in); at the peak rate, ``(now, on the plan's layout)`` where that was replayed.
+    Where a replay of the plan's layout stopped once the plan could not pay, its figure is
+    the bound it stopped at (the most it could have made), not its own goodput."""
 
     before: float
     after: float
