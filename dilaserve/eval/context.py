@@ -89,6 +89,11 @@ SETTINGS = {
 LENGTHS = (TRACE_LENGTHS, *LENGTH_MODELS)
 #: The trace experiments' low-load phase, a fraction of nominal capacity.
 TRACE_LOW_LOAD = 0.3
+#: A quick run's tuner: its interval and window (seconds), for phases of a minute or so. A
+#: 15-s window every 10 s replayed a few hundred sampled arrivals per decision, and the
+#: candidates' goodputs differ by less than that evidence resolves; 30 s every 20 s costs
+#: the same per simulated second on twice the evidence (docs/architecture.md, "Operating points").
+QUICK_TUNER_INTERVAL_S, QUICK_TUNER_WINDOW_S = 20.0, 30.0
 
 
 class LawInputs:
@@ -193,7 +198,13 @@ class EvalOptions:
     tuner: the operating-point tuner of the policies that tune (``--tuner-*``: its sample,
         hysteresis, rise trigger and the opt-in economies, ``--tuner-rise-onset``,
         ``--tuner-screen``), so a run with one of them is a command others can repeat.
-        Its interval and window are the run's: 10 s and 15 s when quick.
+        Its interval and window are ``tuner_interval_s`` and ``tuner_window_s``.
+    tuner_interval_s: seconds between two tunings (None: 20 when quick, else the tuner's
+        own, 60).
+    tuner_window_s: seconds of arrivals a tuning replays (None: 30 when quick, else the
+        tuner's own, 60). A replay's cost per simulated second is about the window over
+        the interval, so 30 s every 20 s costs what 15 s every 10 s does, on twice the
+        evidence per decision (docs/architecture.md, "Operating points").
     """
 
     quick: bool = False
@@ -217,12 +228,16 @@ class EvalOptions:
     criterion: str = "attainment"
     rate_tol: float = 0.05
     tuner: TunerConfig = nested(TunerConfig, prefix="tuner", exclude=("interval_s", "window_s"))
+    tuner_interval_s: float | None = None
+    tuner_window_s: float | None = None
 
     @property
     def run_tuner(self) -> TunerConfig:
-        """The tuner the runs use: ``tuner``, every 10 s on a 15-s window when quick (phases
-        of a minute or so)."""
-        return replace(self.tuner, interval_s=10.0, window_s=15.0) if self.quick else self.tuner
+        """The tuner the runs use: ``tuner`` at ``tuner_interval_s`` and ``tuner_window_s``
+        (by default every 20 s on a 30-s window when quick: phases of a minute or so)."""
+        interval = self.tuner_interval_s or (QUICK_TUNER_INTERVAL_S if self.quick else self.tuner.interval_s)
+        window = self.tuner_window_s or (QUICK_TUNER_WINDOW_S if self.quick else self.tuner.window_s)
+        return replace(self.tuner, interval_s=interval, window_s=window)
 
     def __post_init__(self) -> None:
         _ = self.run_tuner  # a rise window longer than a quick run's window fails here, as a flag error

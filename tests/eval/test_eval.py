@@ -165,12 +165,19 @@ def test_options_are_validated_with_the_fix(capsys):
 def test_tuner_flags_reach_the_simulated_tuner_and_a_quick_run_keeps_its_interval(capsys):
     _, opts, _, _ = parse(["trace", "--quick", "--tuner-rise-onset", "--tuner-sample", "0.5"])
     tuner = EvalContext(opts).sim_config().tuner
-    assert tuner.rise_onset and tuner.sample == 0.5 and (tuner.interval_s, tuner.window_s) == (10.0, 15.0)
+    assert tuner.rise_onset and tuner.sample == 0.5 and (tuner.interval_s, tuner.window_s) == (20.0, 30.0)
     _, plain, _, _ = parse(["trace", "--quick"])
     assert not EvalContext(plain).sim_config().tuner.rise_onset  # off unless asked
     with pytest.raises(SystemExit):
-        parse(["trace", "--quick", "--tuner-rise-window-s", "20"])  # longer than a quick run's 15-s window
-    assert "rise_window_s=20.0 must lie in (0, window_s=15.0]" in capsys.readouterr().err
+        parse(["trace", "--quick", "--tuner-rise-window-s", "40"])  # longer than a quick run's 30-s window
+    assert "rise_window_s=40.0 must lie in (0, window_s=30.0]" in capsys.readouterr().err
+    _, narrow, _, _ = parse(["trace", "--quick", "--tuner-interval-s", "10", "--tuner-window-s", "15"])
+    assert (narrow.run_tuner.interval_s, narrow.run_tuner.window_s) == (10.0, 15.0)
+    _, full, _, _ = parse(["trace"])
+    assert (full.run_tuner.interval_s, full.run_tuner.window_s) == (60.0, 60.0)  # the tuner's own
+    with pytest.raises(SystemExit):
+        parse(["trace", "--quick", "--tuner-window-s", "3"])  # shorter than the 5-s rise window
+    assert "rise_window_s=5.0 must lie in (0, window_s=3.0]" in capsys.readouterr().err
 
 
 def test_runs_that_differ_only_by_name_are_run_once_with_the_same_result(tmp_path):

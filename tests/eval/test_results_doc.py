@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dilaserve.eval.results_doc import RESULTS_DIR, RESULTS_DOC, load, record, render
+from dilaserve.eval.results_doc import RESULTS_DIR, RESULTS_DOC, build, load, record, render
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,6 +69,21 @@ def test_record_keeps_the_command_and_the_printed_line(tmp_path):
     assert doc["command"].endswith("trace --quick") and doc["output"]["policies"]["dilaserve"]["goodput"] == 0.5
     with pytest.raises(json.JSONDecodeError):
         record("bad", "cmd", "not json", tmp_path)
+
+
+def test_a_record_names_the_build_that_made_it_and_the_report_says_so(tmp_path):
+    import subprocess
+
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout.strip()
+    made = build()
+    assert made is not None and made.split("+")[0] == head  # this checkout's commit, marked where it differs
+    line = json.dumps({"policies": {"dilaserve": {"goodput": 0.5}}})
+    path = record("demo", "python -m dilaserve.eval trace --quick", line, tmp_path)
+    assert json.loads(path.read_text())["build"] == made
+    old = {"command": "python -m dilaserve.eval trace", "output": {"policies": {}}}  # recorded before the field
+    text = render({"demo": json.loads(path.read_text()), "old": old})
+    assert f"`demo`: `python -m dilaserve.eval trace --quick`, build `{made}`" in text
+    assert "`old`: `python -m dilaserve.eval trace`, build not recorded" in text
 
 
 def test_an_ablation_run_gets_one_row_per_policy_against_its_base():
