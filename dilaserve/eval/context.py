@@ -91,8 +91,9 @@ LENGTHS = (TRACE_LENGTHS, *LENGTH_MODELS)
 TRACE_LOW_LOAD = 0.3
 #: A quick run's tuner: its interval and window (seconds), for phases of a minute or so. A
 #: 15-s window every 10 s replayed a few hundred sampled arrivals per decision, and the
-#: candidates' goodputs differ by less than that evidence resolves; 30 s every 20 s costs
-#: the same per simulated second on twice the evidence (docs/architecture.md, "Operating points").
+#: candidates' goodputs differ by less than that evidence resolves; 30 s every 20 s replays
+#: twice the evidence at the same cost per simulated second, but a rise's tuning replays a
+#: whole window (docs/architecture.md, "Operating points").
 QUICK_TUNER_INTERVAL_S, QUICK_TUNER_WINDOW_S = 20.0, 30.0
 
 
@@ -202,9 +203,10 @@ class EvalOptions:
     tuner_interval_s: seconds between two tunings (None: 20 when quick, else the tuner's
         own, 60).
     tuner_window_s: seconds of arrivals a tuning replays (None: 30 when quick, else the
-        tuner's own, 60). A replay's cost per simulated second is about the window over
-        the interval, so 30 s every 20 s costs what 15 s every 10 s does, on twice the
-        evidence per decision (docs/architecture.md, "Operating points").
+        tuner's own, 60). The regular tunings' cost per simulated second is about the
+        window over the interval, so 30 s every 20 s costs what 15 s every 10 s does, on
+        twice the evidence per decision; a rise's tuning replays a whole window, so it
+        costs twice as much (docs/architecture.md, "Operating points").
     """
 
     quick: bool = False
