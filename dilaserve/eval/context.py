@@ -237,8 +237,11 @@ class EvalOptions:
     def run_tuner(self) -> TunerConfig:
         """The tuner the runs use: ``tuner`` at ``tuner_interval_s`` and ``tuner_window_s``
         (by default every 20 s on a 30-s window when quick: phases of a minute or so)."""
-        interval = self.tuner_interval_s or (QUICK_TUNER_INTERVAL_S if self.quick else self.tuner.interval_s)
-        window = self.tuner_window_s or (QUICK_TUNER_WINDOW_S if self.quick else self.tuner.window_s)
+        quick = (QUICK_TUNER_INTERVAL_S, QUICK_TUNER_WINDOW_S)
+        interval, window = quick if self.quick else (self.tuner.interval_s, self.tuner.window_s)
+        # A flag given as 0 must fail validation, not fall back to the default.
+        interval = interval if self.tuner_interval_s is None else self.tuner_interval_s
+        window = window if self.tuner_window_s is None else self.tuner_window_s
         return replace(self.tuner, interval_s=interval, window_s=window)
 
     def __post_init__(self) -> None:

@@ -3,8 +3,9 @@
 Each recorded result is a JSON file under ``docs/results/``: the command that ran, the
 machine, the build (:func:`build`) and the JSON line the command printed (``{"command",
 "machine", "build", "output"}``; :func:`record` writes one). The report turns them into
-tables, so every number in docs/results.md is one a run printed; ``tests/eval/test_results_doc.py`` checks that each
-number it shows is found in the result file its row names.
+tables, so every number in docs/results.md is one a run printed;
+``tests/eval/test_results_doc.py`` checks that each number it shows is found in the result
+file its row names.
 
 Two kinds of result are read:
 

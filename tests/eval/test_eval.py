@@ -178,6 +178,9 @@ def test_tuner_flags_reach_the_simulated_tuner_and_a_quick_run_keeps_its_interva
     with pytest.raises(SystemExit):
         parse(["trace", "--quick", "--tuner-window-s", "3"])  # shorter than the 5-s rise window
     assert "rise_window_s=5.0 must lie in (0, window_s=3.0]" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse(["trace", "--quick", "--tuner-interval-s", "0"])  # refused, not the quick default
+    assert "interval_s=0.0" in capsys.readouterr().err
 
 
 def test_runs_that_differ_only_by_name_are_run_once_with_the_same_result(tmp_path):
