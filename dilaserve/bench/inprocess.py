@@ -18,19 +18,23 @@ from dilaserve.serve.client import answers_health
 from dilaserve.serve.config import ServeConfig
 from dilaserve.serve.runtime import ServingRuntime
 from dilaserve.utils.cli import build_dataclass
-from dilaserve.utils.net import free_port
+from dilaserve.utils.net import bound_socket
 
 
 class InProcessServer:
     """The server's app on a uvicorn thread of this process, so the bench can reach its loops."""
 
     def __init__(self, **overrides):
-        self.port = free_port()
+        # Held from here on: Ray, started with the app, cannot take the port meanwhile.
+        self.socket = bound_socket("127.0.0.1", 0)
+        self.port = int(self.socket.getsockname()[1])
         self.cfg = build_dataclass(ServeConfig, {"port": self.port, **overrides})
         self.runtime = ServingRuntime(self.cfg)
         config = uvicorn.Config(build_app(self.runtime), host="127.0.0.1", port=self.port, log_level="warning")
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="http", daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, name="http", daemon=True
+        )
         self.url = f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout_s: float = 300) -> InProcessServer:

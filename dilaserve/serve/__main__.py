@@ -24,6 +24,7 @@ def main(argv=None) -> int:
     import uvicorn
 
     from dilaserve.cluster import ray_local
+    from dilaserve.utils.net import bound_socket
 
     from .api import build_app
     from .control_setup import connect_ray
@@ -34,6 +35,13 @@ def main(argv=None) -> int:
         runtime = ServingRuntime(cfg)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    try:
+        # Bound before Ray starts, which takes ephemeral ports of its own; and a taken port is
+        # reported before a cluster is started for nothing.
+        sock = bound_socket(cfg.host, cfg.port)
+    except OSError as e:
+        print(f"error: {e.strerror}", file=sys.stderr)
         return 2
     started_ray = connect_ray(cfg)
     try:
@@ -46,7 +54,7 @@ def main(argv=None) -> int:
             log_level=cfg.log_level,
             timeout_graceful_shutdown=int(cfg.drain_timeout_s) + 5,
         )
-        DrainingServer(config, runtime).run()
+        DrainingServer(config, runtime).run(sockets=[sock])
     finally:
         if not ray_local.disconnect(started_ray):
             # Ray's exit hook would wait a minute on the dead GCS, then print an error: skip it.

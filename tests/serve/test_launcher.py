@@ -41,3 +41,21 @@ def test_serve_command_passes_flags_through():
         "--reconfig-interval-s",
         "0",
     ]
+
+
+def test_a_taken_port_is_an_error_before_any_cluster_starts(tmp_path):
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        out = subprocess.run(
+            serve_command(port, str(tmp_path / "no-artifacts"), []),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert f"error: cannot listen on 127.0.0.1:{port}" in out.stderr
+    assert "Traceback" not in out.stderr and "Ray" not in out.stderr  # refused before Ray started
