@@ -6,7 +6,8 @@ processes, ``--jobs``), and writing docs/results.md from what they recorded. A c
 control plane moves the recorded numbers; this says by how much. It ends with one JSON line:
 
 ``{"rerecorded": [NAME, ...], "failed": {NAME: exit code}, "changes": {NAME: {KEY: [before,
-after]}}, "fell": [NAME.KEY, ...], "wall_s": seconds}``
+after]}}, "fell": [NAME.KEY, ...], "fell_on_other_artifacts": [NAME.KEY, ...], "wall_s":
+seconds}``
 
 where the keys are each result's headline numbers (:func:`headline`): dilaserve's margin
 over the best static point (``margin``, and ``margin_without_admission`` against the best
@@ -15,6 +16,12 @@ a max-rate ``ratio``, each policy's ``goodput:NAME``, and each headline run's wa
 (``wall_s:NAME``), and where ``dilaserve-no-tuner`` ran beside it, dilaserve's wall time over
 its (``tuner_wall_ratio``). ``fell`` lists the margins and gains that fell by more than
 ``--tolerance`` (0.005: half a point of goodput).
+
+Results are compared only on one artifact fingerprint (docs/architecture.md, "What a recorded
+result depends on"): a record re-run on other artifacts (another machine's build, say) shows
+``"artifacts": [before, after]`` among its changes, and a margin of it that fell is listed in
+``fell_on_other_artifacts``, not in ``fell``: the change of inputs alone moves an adaptive
+policy's goodput by tenths of a point, so that fall does not judge the code.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import shlex
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from dilaserve.eval.results_doc import RESULTS_DIR, best_fixed, load, write_report
@@ -61,24 +69,38 @@ def headline(output: dict) -> dict[str, float]:
     return out
 
 
-def compare(before: dict[str, dict], after: dict[str, dict], tolerance: float = 0.005) -> tuple[dict, list[str]]:
-    """``(changes, fell)`` between two sets of recorded docs (:func:`load`): every headline
-    number that moved, ``{NAME: {KEY: [before, after]}}``, and the margins and gains that
-    fell by more than ``tolerance``."""
-    changes: dict[str, dict[str, list[float | None]]] = {}
-    fell: list[str] = []
+@dataclass
+class Comparison:
+    """What moved between two sets of recorded docs (see the module)."""
+
+    #: every headline number that moved, ``{NAME: {KEY: [before, after]}}``, and
+    #: ``"artifacts": [before, after]`` where the fingerprints differ
+    changes: dict[str, dict[str, list]] = field(default_factory=dict)
+    #: margins and gains that fell by more than the tolerance, on the same artifacts
+    fell: list[str] = field(default_factory=list)
+    #: the same, where the record was re-run on other artifacts (not a verdict on the code)
+    fell_on_other_artifacts: list[str] = field(default_factory=list)
+
+
+def compare(before: dict[str, dict], after: dict[str, dict], tolerance: float = 0.005) -> Comparison:
+    """The :class:`Comparison` of two sets of recorded docs (:func:`load`)."""
+    out = Comparison()
     for name in sorted(after):
         old = headline(before[name]["output"]) if name in before else {}
         new = headline(after[name]["output"])
-        moved = {k: [old.get(k), new.get(k)] for k in sorted({*old, *new}) if old.get(k) != new.get(k)}
+        moved: dict[str, list] = {k: [old.get(k), new.get(k)] for k in sorted({*old, *new}) if old.get(k) != new.get(k)}
+        inputs = [before.get(name, {}).get("artifacts"), after[name].get("artifacts")]
+        same_inputs = name not in before or inputs[0] == inputs[1]
+        if not same_inputs:
+            moved["artifacts"] = inputs
         if moved:
-            changes[name] = moved
-        fell += [
+            out.changes[name] = moved
+        (out.fell if same_inputs else out.fell_on_other_artifacts).extend(
             f"{name}.{k}"
             for k in GAINS
             if old.get(k) is not None and new.get(k) is not None and new[k] < old[k] - tolerance
-        ]
-    return changes, fell
+        )
+    return out
 
 
 def rerun(command: str, cwd: Path) -> int:
@@ -120,8 +142,14 @@ def main(argv: list[str]) -> int:
             print(f"[{i}/{len(names)}] {name} failed (exit {code}); its recorded result is kept", file=sys.stderr)
     after = load(folder)
     print(f"wrote {write_report(folder)} from {folder}/*.json", file=sys.stderr)
-    changes, fell = compare(before, {n: after[n] for n in names if n not in failed}, a.tolerance)
+    diff = compare(before, {n: after[n] for n in names if n not in failed}, a.tolerance)
+    elsewhere = sorted(n for n, moved in diff.changes.items() if "artifacts" in moved)
+    if elsewhere:
+        print(
+            f"re-run on other artifacts than recorded (their falls are not judged): {', '.join(elsewhere)}",
+            file=sys.stderr,
+        )
     rerecorded = [n for n in names if n not in failed]
     wall = round(time.perf_counter() - t0, 1)
-    print(json.dumps({"rerecorded": rerecorded, "failed": failed, "changes": changes, "fell": fell, "wall_s": wall}))
+    print(json.dumps({"rerecorded": rerecorded, "failed": failed, **asdict(diff), "wall_s": wall}))
     return 1 if failed else 0

@@ -38,10 +38,21 @@ def test_the_headline_numbers_are_the_margins_the_report_shows():
 def test_a_margin_that_falls_past_the_tolerance_is_listed():
     before = {"a": {"output": _trace(0.8, 0.6, 0.75)}, "b": {"output": _trace(0.8, 0.6, 0.75)}}
     after = {"a": {"output": _trace(0.79, 0.6, 0.75)}, "b": {"output": _trace(0.797, 0.6, 0.75)}}
-    changes, fell = compare(before, after)
-    assert fell == ["a.margin", "a.margin_without_admission"]  # b fell by 0.3 points: within half a point
-    assert changes["a"]["goodput:dilaserve"] == [0.8, 0.79] and "wall_s:dilaserve" not in changes["a"]
-    assert compare(before, before) == ({}, [])
+    diff = compare(before, after)
+    assert diff.fell == ["a.margin", "a.margin_without_admission"]  # b fell by 0.3 points: within half a point
+    assert diff.changes["a"]["goodput:dilaserve"] == [0.8, 0.79] and "wall_s:dilaserve" not in diff.changes["a"]
+    same = compare(before, before)
+    assert same.changes == {} and same.fell == [] and same.fell_on_other_artifacts == []
+
+
+def test_a_fall_on_other_artifacts_is_set_apart_and_the_fingerprints_shown():
+    before = {"a": {"output": _trace(0.8, 0.6, 0.75), "artifacts": "old"}}
+    after = {"a": {"output": _trace(0.79, 0.6, 0.75), "artifacts": "new"}}
+    diff = compare(before, after)
+    assert diff.fell == [] and diff.fell_on_other_artifacts == ["a.margin", "a.margin_without_admission"]
+    assert diff.changes["a"]["artifacts"] == ["old", "new"]
+    unchanged = compare(before, {"a": {"output": _trace(0.8, 0.6, 0.75), "artifacts": "new"}})
+    assert unchanged.changes == {"a": {"artifacts": ["old", "new"]}}
 
 
 def test_rerecord_runs_each_recorded_command_again_and_writes_the_report(tmp_path, monkeypatch, capsys):
@@ -63,6 +74,7 @@ def test_rerecord_runs_each_recorded_command_again_and_writes_the_report(tmp_pat
     assert rerecord.main(["bad", "cap", "other"]) == 1
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert line["rerecorded"] == ["cap"] and set(line["failed"]) == {"bad", "other"}
+    assert line["fell"] == [] and line["fell_on_other_artifacts"] == []
     fresh = json.loads((results / "cap.json").read_text())
     assert fresh["command"] == cap and fresh["output"]["capacity"]["paper"]["rps"]["1"][0] > 10
     assert json.loads((results / "bad.json").read_text()) == bad
