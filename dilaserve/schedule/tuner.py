@@ -58,10 +58,11 @@ class TunerConfig:
     Attributes:
         interval_s: seconds between two tunings (of event time).
         window_s: the arrivals of the last this many seconds are replayed.
-        sample: the share of the window's arrivals, and of the instances, replayed: a
-            quarter of the cluster under a quarter of the traffic keeps each instance's
-            load and costs a quarter of a full replay. A plan's check replays this share
-            of the nodes (at least one of each kind the plan treats alike).
+        sample: the share of the window's arrivals replayed, and of its span
+            (``compress``) or of the instances: a quarter of the traffic at the window's
+            rate on the whole cluster, or on a quarter of it, keeps each instance's load and
+            costs about a quarter of a full replay. A plan's check replays this share of the
+            nodes (at least one of each kind the plan treats alike).
         min_gain: switch only to a point whose replayed goodput beats the current point's
             by at least this much (a share of requests): noise must not flap the point.
         min_arrivals: tune only once the window holds this many (sampled) arrivals.
@@ -102,6 +103,15 @@ class TunerConfig:
             requests per second (docs/architecture.md, "Operating points"): off until a
             screen pays there too.
         finalists: how many candidates past the current point a screen passes on.
+        compress: a tuning's sample replays the whole cluster under ``sample`` of the
+            window's arrivals, compressed in time by the same share (each instance carries
+            the window's load, over that share of its span), rather than ``sample`` of the
+            instances over the whole span. A slice of the instances pools its load over
+            fewer of them: near saturation it queues where the cluster does not, and it
+            ranks faster, lower-threshold points above those a replay of the whole cluster
+            ranks first (docs/architecture.md, "Operating points", "The whole cluster in
+            a sample"). A plan's check is not affected (it slices nodes,
+            :func:`~dilaserve.schedule.window.plan_slice`). False: a slice of the instances.
         local_moves: with tiers, each tier is moved alone to adaptive and to the thresholds
             one step above and below its pin (every threshold where it is adaptive), not to
             every threshold: the uniform points still offer every jump, and a tier's best
@@ -121,6 +131,7 @@ class TunerConfig:
     screen: float | None = None
     finalists: int = 1
     local_moves: bool = False
+    compress: bool = True
 
     def __post_init__(self) -> None:
         if self.screen is not None and not (0 < self.screen <= 1 and self.finalists >= 1):

@@ -93,11 +93,14 @@ class WindowReplay:
         own score (a screen's finalists), the others may stop early with a bound below it;
         ``floor``: every point may stop early with a bound below ``floor``."""
         self.calls += 1
-        part = layout_slice(layout, self.sample if sample is None else sample)
+        asked = self.sample if sample is None else sample
+        # Compressed: the whole cluster, under the sampled arrivals at the window's rate.
+        compress = self.config.tuner.compress and asked < 1
+        part = list(layout) if compress else layout_slice(layout, asked)
         # Arrivals are sampled by the slice's share of the GPUs, not of the instances: one
         # TP-4 instance does the work of about four GPUs, and a slice that kept it while
         # sampling arrivals by instance count would replay a lighter load than the layout's.
-        share = gpu_count(part) / gpu_count(layout)
+        share = asked if compress else gpu_count(part) / gpu_count(layout)
         # The sample, and the step outcomes (seeded by request id), come from the window
         # itself, not from how many replays ran before: a plan checked between two tunings
         # must not change what the next tuning replays (runs with and without
@@ -107,6 +110,8 @@ class WindowReplay:
         if not kept:
             return [0.0] * len(points)
         t0 = kept[0].arrival
+        if compress:
+            kept = [replace(a, arrival=t0 + (a.arrival - t0) * share) for a in kept]
         # The warm-up copy ends one mean gap before the scored copy starts: the rate runs on.
         span = (kept[-1].arrival - t0) * len(kept) / max(len(kept) - 1, 1) if warm else 0.0
         copies = [("warmup", 0.0), ("window", span)] if warm else [("window", 0.0)]

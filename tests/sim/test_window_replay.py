@@ -9,7 +9,7 @@ from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.config import ClusterConfig
 from dilaserve.reconfig.plan import layout_from_node_counts, static_layout
 from dilaserve.schedule.policies import get_policy
-from dilaserve.schedule.tuner import WindowArrival
+from dilaserve.schedule.tuner import TunerConfig, WindowArrival
 from dilaserve.sim.progress import ReplayProgress
 from dilaserve.sim.simulator import SimConfig
 from dilaserve.sim.window_replay import WindowReplay, layout_slice
@@ -92,3 +92,29 @@ def test_a_warm_replay_starts_loaded_and_scores_the_second_copy_alone():
     (cold_light,) = replay(light, layout, point, sample=1.0)
     (warm_light,) = replay(light, layout, point, sample=1.0, warm=True)
     assert warm_light == cold_light
+
+
+def test_a_compressed_sample_replays_the_whole_cluster_as_the_full_window_does():
+    """A quarter of the instances under a quarter of the arrivals pools its load over one
+    instance of four: near saturation it queues where the cluster does not. The same
+    quarter of the arrivals compressed in time onto the whole cluster (``compress``)
+    replays what the full window replays far more closely, at the same number of requests."""
+    dyn = varied_dynamics()
+    table = ReplayTable(dyn)
+    setting = small_setting(dyn, tp_degrees=(1,))
+    layout = static_layout(setting.cluster, 1)
+    assert len(layout) == 4
+
+    def replay(compress: bool, sample: float) -> list[float]:
+        config = SimConfig(tuner=TunerConfig(compress=compress))
+        run = WindowReplay(
+            setting, ReplayProgress(table, quality()), predictors(table), config, get_policy("dilaserve")
+        )
+        arrivals = [WindowArrival(0.02 * i, 50 + 7 * (i % 13), 64 + 32 * (i % 7), 0.6, 0, 0.0) for i in range(800)]
+        return run(arrivals, layout, [OperatingPoint.static(0.9), OperatingPoint.static(0.5)], sample=sample)
+
+    full, sliced, compressed = replay(False, 1.0), replay(False, 0.25), replay(True, 0.25)
+    assert replay(True, 1.0) == full  # the whole window is never compressed
+    for f, s, c in zip(full, sliced, compressed):
+        assert s < f - 0.03  # the slice queues where the cluster does not
+        assert abs(c - f) < 0.01
