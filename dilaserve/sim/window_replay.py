@@ -2,9 +2,9 @@
 
 A :class:`WindowReplay` answers the tuner's question "what goodput would each candidate
 point have made on the last window's arrivals, on this cluster?" by running the window
-through the simulator once per point: a sample of the arrivals, compressed in time by its
-share onto the whole layout (``TunerConfig.compress``; or, without it, on a slice of the
-layout of the same share), so each instance keeps its load; every candidate on the same
+through the simulator once per point: a sample of the arrivals on a slice of the layout
+of the same share (or, with ``TunerConfig.compress``, compressed in time by its share onto
+the whole layout), so each instance keeps its load; every candidate on the same
 sample and the same replayed step outcomes (common random numbers, so the comparison is not
 drowned in sampling noise); the sample depends on the window alone. The replayed policy is
 the tuning policy itself with its point pinned, without tuning or reconfiguration.
