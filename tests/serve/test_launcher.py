@@ -1,6 +1,8 @@
-"""The app-side server handle: dropping it or stopping it ends the server process."""
+"""The app-side server handle: dropping it or stopping it ends the server process, and the
+server refuses a taken port before it starts a cluster."""
 
 import gc
+import socket
 import subprocess
 import sys
 
@@ -44,8 +46,6 @@ def test_serve_command_passes_flags_through():
 
 
 def test_a_taken_port_is_an_error_before_any_cluster_starts(tmp_path):
-    import socket
-
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
