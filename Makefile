@@ -18,7 +18,7 @@ PY := $(VENV)/bin/python
 # The CPU build; a bare `torch` would pull a multi-GB CUDA build.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup run demo artifacts test test-unit lint lint-checks bench clean-venv
+.PHONY: setup run demo artifacts test test-unit lint lint-checks bench clean-venv constraints
 
 # Built once on a fresh checkout (data/artifacts/ is git-ignored); `make artifacts` rebuilds.
 ARTIFACTS_STAMP := data/artifacts/.built
@@ -30,11 +30,13 @@ SERVING_STAMP := data/artifacts/.serving
 SERVING_ASSETS := step_predictor measured_profile threshold_quality step_dynamics
 SERVE_ARGS ?=
 
-$(VENV)/.installed: pyproject.toml
+# constraints.txt holds the versions pyproject.toml's ranges resolved to when it was written, so
+# two machines (and CI) install the same packages and build the same artifacts.
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(if $(strip $(TORCH_SPEC)),$(PY) -m pip install --quiet "$(TORCH_SPEC)")
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test]'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -88,3 +90,15 @@ bench: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# After a change to pyproject.toml's ranges: resolve them afresh in a scratch venv and write the
+# versions it installed (torch and its own dependencies stay out: TORCH_SPEC installs them).
+CONSTRAINTS_VENV := /tmp/dilaserve-constraints-venv
+constraints:
+	rm -rf $(CONSTRAINTS_VENV)
+	$(PYTHON) -m venv $(CONSTRAINTS_VENV)
+	$(CONSTRAINTS_VENV)/bin/pip install --quiet -e '.[test]'
+	{ sed -n '/^#/p' constraints.txt; $(CONSTRAINTS_VENV)/bin/pip freeze --exclude-editable \
+	  | grep -v -i -E '^(torch|sympy|mpmath|networkx|nvidia-[a-z0-9-]+|triton)=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf $(CONSTRAINTS_VENV)
