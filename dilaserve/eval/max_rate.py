@@ -28,11 +28,17 @@ With ``--json`` the last line is ``{"target", "criterion", "quality_ceiling", "r
 "attainment", "load"}, "ratio"}``: ``quality_ceiling`` None under ``attainment``, ``rates`` in requests/s of the busiest phase, ``load``
 the same as a fraction of nominal capacity, ``goodput`` and ``attainment`` over that
 phase's requests at that rate, ``ratio`` dilaserve's rate over the best static policy's
-(None when no static policy holds any rate tried).
+(None when no static policy holds any rate tried), and ``probes``: per policy every run of its
+search, ``{"load", "rate", "attainment", "goodput"}`` in load order.
+
+It also writes ``results/max-rate/`` (``--out``): ``summary.md``, ``max_rate.json`` (that
+object) and ``max_rate.png``, each policy's criterion against the rate, with the target
+and the rate each one holds marked.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import multiprocessing
@@ -41,11 +47,13 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import polars as pl
 
 from dilaserve.eval.context import TIER_POINT_PREFIX, EvalContext, resolve_policy, run_identity, with_point
 from dilaserve.eval.experiments import STATIC_POLICIES, static_mix
+from dilaserve.eval.plots import rate_search
 from dilaserve.eval.workloads import trace_slo, trace_workload
 from dilaserve.sim.metrics import good
 from dilaserve.sim.setting import ClusterSetting
@@ -298,9 +306,34 @@ def max_rate(ctx: EvalContext) -> tuple[dict, str]:
         "best_static": {"policy": best, **point(top[best])},
         "dilaserve": d,
         "ratio": d["rate"] / rates[best] if rates[best] > 0 else None,
+        "probes": {
+            name: [
+                {"load": p.load, "rate": p.rate_rps, "attainment": p.attainment, "goodput": p.goodput}
+                for p in sorted(ps, key=lambda q: q.load)
+            ]
+            for name, ps in probes.items()
+        },
     }
     runs = sum(len(ps) for ps in {id(ps): ps for ps in probes.values()}.values())  # shared searches once
-    return out, _summary(setting, out, top, probes, runs, time.perf_counter() - t0)
+    text = _summary(setting, out, top, probes, runs, time.perf_counter() - t0)
+    _write(Path(ctx.options.out) / "max-rate", out, text, probes, ceiling)
+    return out, text
+
+
+def _write(folder: Path, out: dict, text: str, probes: dict[str, list[Probe]], ceiling: float | None) -> None:
+    """summary.md, max_rate.json and max_rate.png in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "summary.md").write_text(text + "\n")
+    (folder / "max_rate.json").write_text(json.dumps(out, indent=1))
+    criterion = out["criterion"]
+    ylabel = "SLO attainment (%)" if criterion == "attainment" else f"goodput (% of the quality ceiling, {ceiling:.1%})"
+    rate_search(
+        {name: [(p.rate_rps, p.score(criterion, ceiling)) for p in ps] for name, ps in probes.items()},
+        out["rates"],
+        out["target"],
+        ylabel,
+        folder / "max_rate.png",
+    )
 
 
 def _summary(setting, out: dict, top: dict, probes: dict[str, list[Probe]], runs: int, wall_s: float) -> str:

@@ -132,6 +132,31 @@ def _share_vs(summary: pl.DataFrame, x: str, column: str, xlabel: str, ylabel: s
     return _save(fig, path)
 
 
+def rate_search(
+    probes: dict[str, list[tuple[float, float]]], held: dict[str, float], target: float, ylabel: str, path: Path
+) -> Path:
+    """A max-rate search: each policy's ``(rate, score)`` probes joined in rate order, the
+    ``target`` as a dashed line, and a triangle on it at the rate each policy holds
+    (``held``; none where it held no rate tried)."""
+    names = list(probes)
+    fig, (ax,) = _grid(1, 6.0 + _legend_width(names), _legend_height(len(names) + 1))
+    for i, name in enumerate(names):
+        style = line_style(name, i)
+        pts = sorted(probes[name])
+        ax.plot([r for r, _ in pts], [100 * v for _, v in pts], marker="o", ms=4, label=name, **style)
+        if held.get(name):
+            ax.plot(held[name], 100 * target, marker="v", ms=9, ls="none", color=style["color"], zorder=4)
+    ax.axhline(100 * target, color="grey", ls="--", lw=1)
+    ax.set(
+        title=f"the highest rate each policy holds at {target:.0%}",
+        xlabel="rate of the busiest phase (requests/s)",
+        ylabel=ylabel,
+    )
+    ax.grid(alpha=0.3)
+    legend_beside(ax)
+    return _save(fig, path)
+
+
 def frontier(summary: pl.DataFrame, line: Sequence[str], adaptive: Sequence[str], path: Path) -> Path:
     """Each (setting, load ``x``) as a row of two panels, sized for a page (about 880 px wide)
     and for as many policies as a hindsight grid runs (twenty and more):

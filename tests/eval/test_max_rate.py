@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dilaserve.eval.__main__ import parse
@@ -64,7 +66,16 @@ def _tiny(tmp_path, policies, **options) -> TinyContext:
 
 def test_max_rate_reports_each_policy_the_best_static_one_and_the_ratio(tmp_path):
     out, text = max_rate(_tiny(tmp_path, ("dilaserve", "infaas", "fixed@0.9", "fixed@0.5+admission")))
-    assert set(out) == {"target", "criterion", "quality_ceiling", "rates", "best_static", "dilaserve", "ratio"}
+    assert set(out) == {
+        "target",
+        "criterion",
+        "quality_ceiling",
+        "rates",
+        "best_static",
+        "dilaserve",
+        "ratio",
+        "probes",
+    }
     rates = out["rates"]
     assert set(rates) == {"dilaserve", "infaas", "fixed@0.9", "fixed@0.5+admission"}
     assert rates["infaas"] == rates["fixed@0.9"]  # the same run: one search serves both
@@ -75,6 +86,20 @@ def test_max_rate_reports_each_policy_the_best_static_one_and_the_ratio(tmp_path
     assert d["rate"] == rates["dilaserve"] > 0 and 0 <= d["goodput"] <= 1 and d["attainment"] >= 0.9
     assert out["ratio"] == pytest.approx(d["rate"] / best["rate"])
     assert "| dilaserve |" in text and "simulator runs" in text
+    # Every probe of each search, in load order; the rate held is one of them, and above it
+    # the lowest probe missed the target.
+    for name, probes in out["probes"].items():
+        loads = [p["load"] for p in probes]
+        assert loads == sorted(loads) and len(set(loads)) == len(loads)
+        held = [p for p in probes if p["rate"] == rates[name]]
+        assert rates[name] == 0 or (held and held[0]["attainment"] >= 0.9)
+        above = [p for p in probes if p["rate"] > rates[name]]
+        assert not above or above[0]["attainment"] < 0.9
+    assert out["probes"]["infaas"] == out["probes"]["fixed@0.9"]
+    folder = tmp_path / "max-rate"
+    assert json.loads((folder / "max_rate.json").read_text()) == out
+    assert (folder / "summary.md").read_text().strip() == text
+    assert (folder / "max_rate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_max_rate_refuses_a_list_without_dilaserve_or_a_static_policy_and_several_settings(tmp_path):
