@@ -92,13 +92,14 @@ clean-venv:
 	rm -rf $(VENV)
 
 # After a change to pyproject.toml's ranges: resolve them afresh in a scratch venv and write the
-# versions it installed (torch and its own dependencies stay out: TORCH_SPEC installs them).
+# versions it installed. The scratch venv gets no torch (TORCH_SPEC installs it); should a
+# dependency pull torch in, its pin is dropped so a GPU host's own build is not fought.
 CONSTRAINTS_VENV := /tmp/dilaserve-constraints-venv
 constraints:
 	rm -rf $(CONSTRAINTS_VENV)
 	$(PYTHON) -m venv $(CONSTRAINTS_VENV)
 	$(CONSTRAINTS_VENV)/bin/pip install --quiet -e '.[test]'
 	{ sed -n '/^#/p' constraints.txt; $(CONSTRAINTS_VENV)/bin/pip freeze --exclude-editable \
-	  | grep -v -i -E '^(torch|sympy|mpmath|networkx|nvidia-[a-z0-9-]+|triton)=='; } > constraints.txt.new
+	  | grep -v -i '^torch=='; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 	rm -rf $(CONSTRAINTS_VENV)
