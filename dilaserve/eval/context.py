@@ -19,6 +19,7 @@ from dilaserve.predict.quality import ThresholdQuality
 from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig
 from dilaserve.reconfig.plan import names_a_layout, node_counts_from_text
+from dilaserve.schedule.control_worker import ReplayTimeConfig
 from dilaserve.schedule.policies import fixed_policy_name, get_policy
 from dilaserve.schedule.tuner import TunerConfig
 from dilaserve.sim.arrivals import TRACE_LENGTHS, with_lengths
@@ -207,6 +208,10 @@ class EvalOptions:
         window over the interval, so 30 s every 20 s costs what 15 s every 10 s does, on
         twice the evidence per decision; a rise's tuning replays a whole window, so it
         costs twice as much (docs/architecture.md, "Operating points").
+    control: how long the tuner's replays take on simulated time (``--control-*``,
+        :class:`~dilaserve.schedule.control_worker.ReplayTimeConfig`): by default none, as
+        in every recorded run; ``--control-s-per-request 0.001`` makes a run pay what a
+        server's tuning takes (docs/architecture.md, "Control beside the step loop").
     """
 
     quick: bool = False
@@ -232,6 +237,7 @@ class EvalOptions:
     tuner: TunerConfig = nested(TunerConfig, prefix="tuner", exclude=("interval_s", "window_s"))
     tuner_interval_s: float | None = None
     tuner_window_s: float | None = None
+    control: ReplayTimeConfig = nested(ReplayTimeConfig, prefix="control")
 
     @property
     def run_tuner(self) -> TunerConfig:
@@ -399,8 +405,9 @@ class EvalContext:
                 reconfig_tick_s=30.0,
                 telemetry_bin_s=10.0,
                 tuner=self.options.run_tuner,
+                control=self.options.control,
             )
-        return SimConfig(backend=backend, tuner=self.options.run_tuner)
+        return SimConfig(backend=backend, tuner=self.options.run_tuner, control=self.options.control)
 
     def simulator(self, setting: ClusterSetting) -> Simulator:
         law = self.law_of(setting)

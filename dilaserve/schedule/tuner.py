@@ -228,10 +228,17 @@ class OperatingPointTuner:
         A due tuning goes to the worker; its point is returned once its result is back (at
         once for an inline worker, at a later call or :meth:`collect` otherwise). A tuning
         never queues behind another: while one runs, a due tuning is skipped, and a rise of
-        the arrival rate replaces the running one (its result is dropped)."""
+        the arrival rate replaces a running tuning of the window (its result is dropped) but
+        not one of an earlier rise, whose result is adopted first (a later rise then trips
+        against the rate that one chose on)."""
         cfg = self.config
         rose = self._load_rose(now)
         if not rose and (self._last is None or now - self._last < self._interval):
+            return self.collect(now, current)
+        if rose and self._rise_running():
+            # A tuning on a rise's forecast is out: it replays the rise, so let it come back
+            # and weigh what rose since against the rate it chose on. Replacing it at every
+            # arrival of a ramp would leave the cluster on the point it had until the ramp ends.
             return self.collect(now, current)
         self._last = now
         self._trim(now)
@@ -273,6 +280,10 @@ class OperatingPointTuner:
         if len(self.history) > tunings:
             return adopted
         return None if base == current else base  # admission is back on at once after a rise
+
+    def _rise_running(self) -> bool:
+        """A tuning tripped by a rise is out with the worker."""
+        return self.worker.busy and any(job.rose for job in self._pending.values())
 
     @property
     def pending(self) -> bool:

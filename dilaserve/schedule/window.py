@@ -101,6 +101,15 @@ class PointJob:
             scores[i] = score
         return scores
 
+    def replayed_requests(self, default_sample: float) -> float:
+        """About how many requests the job replays, every candidate run to its end (a
+        simulated control worker's cost model); ``default_sample``: the evaluator's own share."""
+        full = self.sample if self.sample is not None else default_sample
+        n = len(self.candidates)
+        if self.screen is None or n <= self.finalists + 1:
+            return n * full * len(self.arrivals)
+        return ((n - 1) * self.screen + (1 + self.finalists) * full) * len(self.arrivals)
+
     def _replay(self, evaluate: WindowEvaluator, points: Sequence[OperatingPoint], sample: float | None) -> list[float]:
         if sample is None:
             return evaluate(self.arrivals, self.layout, points)
@@ -141,6 +150,12 @@ class LayoutJob:
     peak_rate: float | None = None
     sample: float = 1.0
     min_arrivals: int = 0
+
+    def replayed_requests(self, default_sample: float) -> float:
+        """About how many requests the job replays, at most: both layouts, the transition and
+        the peak rate's pair, each twice when warm (a simulated control worker's cost model)."""
+        replays = 2 + (self.transition_share > 0) + 2 * (self.peak_rate is not None)
+        return replays * (2 if self.warm else 1) * self.sample * len(self.arrivals)
 
     def run(self, evaluate: WindowEvaluator) -> LayoutVerdict:
         point, warm = self.point, self.warm

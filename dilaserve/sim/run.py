@@ -24,6 +24,7 @@ from dilaserve.predict.base import OraclePredictor, StepPredictor
 from dilaserve.reconfig.plan import static_layout
 from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_plane
+from dilaserve.schedule.control_worker import ClockedWorker, ReplayTimeConfig
 from dilaserve.schedule.events import ReconfigTick, RequestArrived, RequestOutcome
 from dilaserve.schedule.observer import SchedulerObserver
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
@@ -55,6 +56,9 @@ class SimConfig:
     step_time_factor: the simulated instances step this many times slower than the
         setting's profile says (a slower or shared machine than the one profiled); the
         control plane still starts from the profile and must learn the difference.
+    control: how long the tuner's replays take on simulated time
+        (:class:`~dilaserve.schedule.control_worker.ReplayTimeConfig`); by default none,
+        and a tuning's point is adopted at the event that asked for it.
     """
 
     backend: SimBackendConfig = field(default_factory=SimBackendConfig)
@@ -63,6 +67,7 @@ class SimConfig:
     drain_limit_s: float = 3600.0
     tuner: TunerConfig = field(default_factory=TunerConfig)
     step_time_factor: float = 1.0
+    control: ReplayTimeConfig = field(default_factory=ReplayTimeConfig)
 
     def __post_init__(self) -> None:
         if not self.step_time_factor > 0:
@@ -220,6 +225,7 @@ class BaseSimulator:
                 gave_up.append(loop.now)
                 loop.stop()
 
+        evaluator = self._window_replay(pol)
         spec = ControlPlaneSpec(
             st.profile,
             st.control,
@@ -230,7 +236,10 @@ class BaseSimulator:
             accuracy=self.predictors.accuracy(st.control.thresholds),
             scheduler=SchedulerConfig(warn_interval_s=300.0),
             tuner=cfg.tuner,
-            evaluator=self._window_replay(pol),
+            evaluator=evaluator,
+            control_worker=ClockedWorker(evaluator, lambda: loop.now, cfg.control, cfg.tuner.sample)
+            if evaluator is not None and cfg.control.on
+            else None,
         )
         recorder = _RunRecorder(record)
         sched = build_control_plane(backend, pol, spec, self._predictor(pol, live), recorder)

@@ -10,7 +10,13 @@ import time
 import pytest
 
 from dilaserve.control.operating_point import OperatingPoint
-from dilaserve.schedule.control_worker import BudgetConfig, ControlWorker, ProcessWorker
+from dilaserve.schedule.control_worker import (
+    BudgetConfig,
+    ClockedWorker,
+    ControlWorker,
+    ProcessWorker,
+    ReplayTimeConfig,
+)
 from dilaserve.schedule.tuner import OperatingPointTuner, TunerConfig
 from dilaserve.schedule.window import PointJob, WindowArrival
 from tests.control.builders import make_request
@@ -85,16 +91,21 @@ def test_a_due_tuning_is_skipped_while_one_runs_and_a_stale_result_is_dropped():
     assert tuner.collect(25.0, OperatingPoint.adaptive()) is None and not tuner.history
 
 
+def _steady(tuner: OperatingPointTuner, worker: HeldWorker, point: OperatingPoint, n: int) -> None:
+    """``n`` arrivals at 10 a second from 0 s; each tuning due comes back at once."""
+    for i in range(n):
+        now = i / 10
+        tuner.observe(make_request(f"a{i}", arrival=now), now)
+        tuner.maybe_tune(now, LAYOUT, point)
+        if worker.running:
+            worker.finish()
+            tuner.collect(now, point)
+
+
 def test_a_rise_replaces_the_running_tuning_and_turns_admission_on_at_once():
     tuner, worker, replay = _held_tuner(rise_window_s=2.5)
     open_point = OperatingPoint.adaptive().with_admit(False)
-    for i in range(105):  # 10 a second; the first tuning (10 s) comes back at once
-        now = i / 10
-        tuner.observe(make_request(f"a{i}", arrival=now), now)
-        tuner.maybe_tune(now, LAYOUT, open_point)
-        if worker.running:
-            worker.finish()
-            tuner.collect(now, open_point)
+    _steady(tuner, worker, open_point, 105)
     slow = worker.running
     assert slow is None and tuner.history
     # a tuning runs long (held); then 60 arrivals a second
@@ -111,6 +122,29 @@ def test_a_rise_replaces_the_running_tuning_and_turns_admission_on_at_once():
             break
     assert tuner.rises and worker.cancelled == 1 and worker.running is not slow
     assert moved is not None and moved.admit  # admission is back before the replay returns
+
+
+def test_a_rise_waits_for_the_running_tuning_of_an_earlier_rise():
+    tuner, worker, replay = _held_tuner(rise_window_s=2.5)
+    point = OperatingPoint.adaptive()
+    _steady(tuner, worker, point, 100)
+    # a ramp: 40, then 80 arrivals a second; the first rise's tuning is held
+    ramp = [10.0 + i / 40 for i in range(40)] + [11.0 + i / 80 for i in range(160)]
+    first = None
+    for k, now in enumerate(ramp):
+        tuner.observe(make_request(f"b{k}", arrival=now), now)
+        tuner.maybe_tune(now, LAYOUT, point)
+        first = first or (worker.running if tuner.rises else None)
+    # the rise replaced the tuning of the window due at 10 s, and no later arrival replaced it
+    assert len(tuner.rises) == 1 and worker.running is first and worker.cancelled == 1
+    worker.finish()
+    tuner.collect(ramp[-1], point)
+    assert tuner.history[-1][0] == tuner.rises[0]  # the rise's own tuning, adopted
+    # the rate kept rising past what that tuning chose on: the next arrival trips a new rise
+    now = ramp[-1] + 1 / 80
+    tuner.observe(make_request("c", arrival=now), now)
+    tuner.maybe_tune(now, LAYOUT, point)
+    assert len(tuner.rises) == 2 and worker.running is not None
 
 
 def _constant(arrivals, layout, points, sample=None, warm=False, floor=None):
@@ -227,3 +261,71 @@ def test_a_cancel_never_waits_on_the_new_process_start(monkeypatch):
         assert started_on == ["control-worker-start"]
     finally:
         worker.close()
+
+
+class CountingReplay:
+    """``_constant``, counting the calls (a job never run is never paid for)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None):
+        self.calls += 1
+        return _constant(arrivals, layout, points)
+
+
+def test_a_clocked_worker_returns_a_job_once_its_modeled_time_has_passed():
+    clock, replay = Clock(), CountingReplay()
+    # 5 arrivals x 2 candidates x a half sample = 5 replayed requests at 0.2 s each: 1 s
+    worker = ClockedWorker(replay, clock, ReplayTimeConfig(s_per_request=0.2), default_sample=0.5)
+    job = _job()
+    assert worker.seconds(job) == pytest.approx(1.0)
+    assert worker.submit("a", job) and worker.busy
+    clock.t = 0.99
+    assert worker.poll() == [] and replay.calls == 0  # not back yet: nothing was replayed
+    assert not worker.submit("b", job)  # one job at a time, never a queue
+    clock.t = 1.0
+    assert worker.poll() == [("a", job.run(_constant))] and not worker.busy
+    assert worker.stats().jobs == 1 and worker.stats().skipped == 1
+
+
+def test_a_clocked_worker_never_runs_a_cancelled_job_and_keeps_its_budget():
+    clock, replay = Clock(), CountingReplay()
+    worker = ClockedWorker(replay, clock, ReplayTimeConfig(s_per_request=0.2, cpu_share=0.25), default_sample=0.5)
+    worker.submit("a", _job())  # 1 s of replays
+    clock.t = 0.5
+    worker.cancel()  # half of it ran: at a quarter of a core, the next starts 2 s after it began
+    assert not worker.submit("b", _job())
+    clock.t = 5.0
+    assert worker.poll() == [] and replay.calls == 0 and worker.stats().dropped == 1
+    assert worker.submit("b", _job())
+    clock.t = 6.0
+    assert [tag for tag, _ in worker.poll()] == ["b"] and replay.calls == 1
+    clock.t = 8.99  # b began at 5 and took 1 s
+    assert not worker.submit("c", _job())
+    clock.t = 9.0
+    assert worker.submit("c", _job())
+
+
+def test_a_tuner_on_a_clocked_worker_keeps_its_point_until_the_replay_is_back():
+    clock = Clock()
+    replay = ScriptedReplay(_best_is_08)
+    worker = ClockedWorker(replay, clock, ReplayTimeConfig(s_per_request=0.01))
+    config = TunerConfig(interval_s=10, window_s=10, sample=1.0, min_arrivals=10, max_backoff=1)
+    tuner = OperatingPointTuner(replay, (0.7, 0.8, 0.9), config, worker=worker)
+    _fill(tuner, 50, 0.0, 9.0)
+    clock.t = 10.0
+    assert tuner.maybe_tune(10.0, LAYOUT, OperatingPoint.adaptive()) is None
+    took = worker.seconds(worker._out[1])
+    assert took > 1.0  # every candidate on the 50 arrivals
+    clock.t = 10.0 + took / 2
+    assert tuner.collect(clock.t, OperatingPoint.adaptive()) is None and tuner.pending
+    clock.t = 10.0 + took
+    assert tuner.collect(clock.t, OperatingPoint.adaptive()) == BEST
+
+
+def test_the_replay_time_is_validated_with_a_fix():
+    with pytest.raises(ValueError, match="e.g. 0.001"):
+        ReplayTimeConfig(s_per_request=-1)
+    with pytest.raises(ValueError, match="share of one core"):
+        ReplayTimeConfig(s_per_request=0.001, cpu_share=0)

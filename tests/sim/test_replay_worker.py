@@ -1,18 +1,26 @@
 """A server's tuner replays in a worker process: the server's own replay crosses the
-process boundary, and the process scores a window as the replay in the caller does."""
+process boundary, and the process scores a window as the replay in the caller does. A
+simulated run can pay the time those replays take."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from functools import partial
 
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.plan import static_layout
-from dilaserve.schedule.control_worker import ProcessWorker, replay_worker
+from dilaserve.schedule.control_worker import ProcessWorker, ReplayTimeConfig, replay_worker
 from dilaserve.schedule.policies import get_policy
 from dilaserve.schedule.tuner import TunerConfig
 from dilaserve.schedule.window import PointJob, WindowArrival
+from dilaserve.sim.arrivals import PhaseSpec, shape_trace
+from dilaserve.sim.capacity import nominal_capacity_rps
+from dilaserve.sim.progress import ReplayProgress
+from dilaserve.sim.simulator import SimConfig, Simulator
+from dilaserve.sim.slo import workload_slo
+from dilaserve.sim.traces import load_trace
 from dilaserve.sim.window_replay import serving_replay
 from tests.sim.builders import predictors, quality, small_setting, varied_dynamics
 
@@ -48,3 +56,27 @@ def test_a_replay_that_cannot_cross_a_process_runs_inline_with_a_warning(caplog)
     unpicklable = lambda: None  # noqa: E731 (a lambda cannot be pickled)
     assert replay_worker(unpicklable, cpu_share=0.05) is None
     assert "cannot run in a worker process" in caplog.text
+
+
+def test_a_simulated_run_adopts_a_tuning_only_once_its_modeled_replays_are_done():
+    dyn = varied_dynamics()
+    table = ReplayTable(dyn)
+    setting = small_setting(dyn)
+    tr = load_trace()
+    cap = nominal_capacity_rps(setting, table, tr.prompt_tokens, tr.output_tokens, 0.9)
+    wl = shape_trace(tr, [PhaseSpec("low", 10, 0.3 * cap), PhaseSpec("high", 10, 1.0 * cap)])
+    slo = workload_slo(wl, setting.profile, table, 32, 0.9, scale=3)
+    tuner = TunerConfig(interval_s=4.0, window_s=4.0, min_arrivals=5, sample=1.0, rise_window_s=2.0)
+
+    preds = replace(predictors(table), quality=quality())  # a quality table: the tuner replays
+
+    def run(control: ReplayTimeConfig):
+        cfg = SimConfig(tuner=tuner, control=control)
+        return Simulator(setting, ReplayProgress(table, quality(), seed=0), preds, cfg).run(
+            "dilaserve-no-reconfig", wl, slo
+        )
+
+    free, slow, never = run(ReplayTimeConfig()), run(ReplayTimeConfig(0.002)), run(ReplayTimeConfig(1000.0))
+    assert free.tunings and slow.tunings and not never.tunings  # never back within the run
+    for res in (free, slow, never):
+        assert res.summary.finished + res.summary.rejected == len(wl)  # nothing lost while the tuner waits
