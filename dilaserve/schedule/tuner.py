@@ -120,6 +120,10 @@ class TunerConfig:
             one step above and below its pin (every threshold where it is adaptive), not to
             every threshold: the uniform points still offer every jump, and a tier's best
             pin moves a step at a time between tunings. False (the default): every threshold.
+        rise_forecast_s: the seconds a rise's forecast spans (the rise window's arrivals
+            repeated back to back): a shorter forecast replays in less time, so where the
+            replays take time (a server's worker) the rise's point comes back sooner, on a
+            queue that has had less time to build. None (the default): a whole window.
     """
 
     interval_s: float = 60.0
@@ -136,6 +140,7 @@ class TunerConfig:
     finalists: int = 1
     local_moves: bool = False
     compress: bool = False
+    rise_forecast_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.screen is not None and not (0 < self.screen <= 1 and self.finalists >= 1):
@@ -156,6 +161,11 @@ class TunerConfig:
             raise ValueError(f"TunerConfig.sample={self.sample} must lie in (0, 1]: the share replayed, e.g. 0.25")
         if self.min_gain < 0:
             raise ValueError(f"TunerConfig.min_gain={self.min_gain} must be >= 0 (a share of requests, e.g. 0.005)")
+        if self.rise_forecast_s is not None and not self.rise_window_s <= self.rise_forecast_s <= self.window_s:
+            raise ValueError(
+                f"TunerConfig.rise_forecast_s={self.rise_forecast_s} must lie in [rise_window_s={self.rise_window_s}, "
+                f"window_s={self.window_s}] (e.g. 15 s), or be None for a whole window"
+            )
         if not 0 < self.rise_window_s <= self.window_s or self.rise_sigmas <= 0:
             raise ValueError(
                 f"TunerConfig rise_window_s={self.rise_window_s} must lie in (0, window_s={self.window_s}] and "
@@ -390,7 +400,7 @@ class OperatingPointTuner:
             if faster is not None:
                 # the compressed seconds repeat back to back, at the new rate throughout
                 recent, rate, period, onset = faster, since, len(faster) / since, start
-        copies = int(cfg.window_s // period) or 1
+        copies = int((cfg.rise_forecast_s or cfg.window_s) // period) or 1
         shifted = [replace(a, arrival=a.arrival - k * period) for k in range(copies - 1, -1, -1) for a in recent]
         return shifted, rate, onset
 

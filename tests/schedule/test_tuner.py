@@ -228,6 +228,18 @@ def test_a_rise_in_arrivals_tunes_at_once_on_the_new_rate_with_admission_on():
     assert point.admit  # later rises (the rate keeps climbing here) never reopen admission
 
 
+def test_a_rise_forecast_may_span_less_than_a_window():
+    replay = ScriptedReplay(lambda p: 0.7 if not p.admit else 0.6)
+    cfg = TunerConfig(interval_s=10, window_s=10, sample=1.0, rise_window_s=2.5, min_arrivals=10, rise_forecast_s=5)
+    tuner = OperatingPointTuner(replay, (0.8,), cfg, admission=True)
+    _, point = _arrive(tuner, 0.0, 10.5, 10.0, OperatingPoint.static(0.8))
+    calls = len(replay.calls)
+    _arrive(tuner, 10.5, 13.0, 40.0, point)
+    rise = tuner.rises[0]
+    recent = sum(1 for a in tuner._window if rise - 2.5 <= a.arrival <= rise)
+    assert replay.calls[calls][0] == 2 * recent  # the last 2.5 s twice, not four times
+
+
 def test_a_plan_checked_at_a_rise_replays_the_forecast():
     class LayoutReplay(ScriptedReplay):
         def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None):
@@ -252,6 +264,8 @@ def test_the_rise_settings_are_validated():
         TunerConfig(window_s=10, rise_window_s=20)
     with pytest.raises(ValueError, match="rise_sigmas"):
         TunerConfig(rise_sigmas=0)
+    with pytest.raises(ValueError, match="rise_forecast_s"):
+        TunerConfig(window_s=10, rise_window_s=5, rise_forecast_s=20)
 
 
 def test_a_tuning_that_keeps_the_point_puts_the_next_off_and_a_switch_brings_it_back():
