@@ -30,6 +30,8 @@ API_KEY_ENV = "DILASERVE_API_KEY"
 
 #: The server re-plans every minute by default (the class's 300 s suits hour-long traces).
 SERVE_RECONFIG_INTERVAL_S = 60.0
+#: Seconds of the new rate a rise's tuning replays on a server (``TunerConfig.rise_forecast_s``).
+SERVE_RISE_FORECAST_S = 15.0
 
 #: The server prices steps at the clipped mean of their measured over profiled time
 #: (``--step-time-estimator mean``: a queue waits for the mean step; on a quiet machine the
@@ -150,7 +152,8 @@ class ServeConfig:
     )
     monitor: MonitorConfig = nested(MonitorConfig, prefix="monitor")
     scheduler: SchedulerConfig = nested(SchedulerConfig)
-    tuner: TunerConfig = nested(TunerConfig, prefix="tuner")
+    # A server's replays take time: a rise's point comes back sooner on a shorter forecast.
+    tuner: TunerConfig = nested(TunerConfig, prefix="tuner", defaults={"rise_forecast_s": SERVE_RISE_FORECAST_S})
     engine: EngineConfig = nested(EngineConfig)
 
     def __post_init__(self) -> None:

@@ -195,8 +195,8 @@ def test_control_time_flags_reach_the_simulator_and_are_off_by_default(capsys):
         parse(["trace", "--quick", "--control-cpu-share", "2"])
     assert "cpu_share=2.0 must lie in (0, 1]" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        parse(["trace", "--quick", "--tuner-rise-forecast-s", "40"])  # longer than a quick run's 30-s window
-    assert "rise-forecast-s=40.0 must lie in [rise_window_s=5.0, window_s=30.0]" in capsys.readouterr().err
+        parse(["trace", "--quick", "--tuner-rise-forecast-s", "2"])  # shorter than the 5-s rise window
+    assert "rise-forecast-s=2.0 must be at least rise_window_s=5.0" in capsys.readouterr().err
 
 
 def test_runs_that_differ_only_by_name_are_run_once_with_the_same_result(tmp_path):

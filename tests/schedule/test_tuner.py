@@ -3,6 +3,8 @@ the best, with hysteresis, and only when a tuning is due."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -238,6 +240,13 @@ def test_a_rise_forecast_may_span_less_than_a_window():
     rise = tuner.rises[0]
     recent = sum(1 for a in tuner._window if rise - 2.5 <= a.arrival <= rise)
     assert replay.calls[calls][0] == 2 * recent  # the last 2.5 s twice, not four times
+    longer = OperatingPointTuner(replay, (0.8,), replace(cfg, rise_forecast_s=40), admission=True)
+    _, point = _arrive(longer, 0.0, 10.5, 10.0, OperatingPoint.static(0.8))
+    calls = len(replay.calls)
+    _arrive(longer, 10.5, 13.0, 40.0, point)
+    rise = longer.rises[0]
+    recent = sum(1 for a in longer._window if rise - 2.5 <= a.arrival <= rise)
+    assert replay.calls[calls][0] == 4 * recent  # capped at the 10-s window
 
 
 def test_a_plan_checked_at_a_rise_replays_the_forecast():
@@ -265,7 +274,7 @@ def test_the_rise_settings_are_validated():
     with pytest.raises(ValueError, match="rise_sigmas"):
         TunerConfig(rise_sigmas=0)
     with pytest.raises(ValueError, match="rise_forecast_s"):
-        TunerConfig(window_s=10, rise_window_s=5, rise_forecast_s=20)
+        TunerConfig(window_s=10, rise_window_s=5, rise_forecast_s=2)
 
 
 def test_a_tuning_that_keeps_the_point_puts_the_next_off_and_a_switch_brings_it_back():

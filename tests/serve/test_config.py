@@ -63,3 +63,11 @@ def test_the_engine_pool_and_graph_flags_reach_each_ranks_engine():
 def test_a_pool_fraction_outside_zero_to_one_is_refused_with_the_flag():
     with pytest.raises(SystemExit):
         parse_dataclass(ServeConfig, ["--gpu-memory-utilization", "1.5"])
+
+
+def test_a_server_forecasts_a_rise_over_15_s_unless_told_otherwise():
+    """A server's replays take time: its rises replay a shorter forecast than the simulator's."""
+    assert parse_dataclass(ServeConfig, []).tuner.rise_forecast_s == 15.0
+    assert parse_dataclass(ServeConfig, ["--tuner-rise-forecast-s", "30"]).tuner.rise_forecast_s == 30.0
+    # a window shorter than the forecast caps it, rather than refusing a flag nobody gave
+    assert parse_dataclass(ServeConfig, ["--tuner-window-s", "10"]).tuner.window_s == 10.0
