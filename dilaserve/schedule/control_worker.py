@@ -224,10 +224,9 @@ class ClockedWorker(ControlWorker):
     def poll(self) -> list[tuple[object, Any]]:
         if self._out is None or self.clock() < self._out[3]:
             return []
-        tag, job, _, _ = self._out
+        tag, job, started, due = self._out
         self._out = None
-        cost = self.seconds(job)
-        self._stats.record(cost, cost)
+        self._stats.record(due - started, due - started)
         return [(tag, job.run(self.evaluate))]
 
     def cancel(self) -> None:

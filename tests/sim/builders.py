@@ -13,10 +13,15 @@ from dilaserve.predict.rollouts import STEP_CONF_COLUMNS
 from dilaserve.profile.types import LatencyProfile, StepCurve
 from dilaserve.reconfig.config import ClusterConfig
 from dilaserve.schedule.policies import get_policy
+from dilaserve.sim.arrivals import PhaseSpec, shape_trace
+from dilaserve.sim.capacity import nominal_capacity_rps
 from dilaserve.sim.progress import ReplayProgress
 from dilaserve.sim.setting import ClusterSetting, Predictors, with_dynamics
 from dilaserve.sim.simulator import SimConfig
+from dilaserve.sim.slo import workload_slo
+from dilaserve.sim.traces import load_trace
 from dilaserve.sim.window_replay import WindowReplay
+from dilaserve.sim.workload import Workload
 
 THRESHOLDS = CANDIDATE_THRESHOLDS
 
@@ -80,3 +85,17 @@ def tp1_dilaserve_replay():
         setting, ReplayProgress(table, quality()), predictors(table), SimConfig(), get_policy("dilaserve")
     )
     return replay, setting
+
+
+def trace_case(phases: list[tuple[str, float, float]]):
+    """``(table, setting, workload, slo)``: the shipped trace shaped into ``phases`` (name,
+    seconds, load as a fraction of the :func:`small_setting` cluster's nominal capacity at
+    0.9) over :func:`varied_dynamics`, every request at 3x the mean isolated latency."""
+    dyn = varied_dynamics()
+    table = ReplayTable(dyn)
+    setting = small_setting(dyn)  # 4 GPUs, TP {1, 2, 4}
+    tr = load_trace()
+    cap = nominal_capacity_rps(setting, table, tr.prompt_tokens, tr.output_tokens, 0.9)
+    wl: Workload = shape_trace(tr, [PhaseSpec(name, seconds, load * cap) for name, seconds, load in phases])
+    slo = workload_slo(wl, setting.profile, table, 32, 0.9, scale=3)
+    return table, setting, wl, slo

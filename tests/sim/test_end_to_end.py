@@ -11,26 +11,19 @@ from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_pla
 from dilaserve.schedule.policies import VARIANTS, get_policy
 from dilaserve.sim.arrivals import PhaseSpec, shape_trace
 from dilaserve.sim.backend import SimBackendConfig
-from dilaserve.sim.capacity import nominal_capacity_rps
 from dilaserve.sim.progress import ReplayProgress
 from dilaserve.sim.simulator import SimConfig, Simulator
 from dilaserve.sim.slo import workload_slo
 from dilaserve.sim.traces import load_trace
 from tests.schedule.fake_backend import RecordingBackend
-from tests.sim.builders import THRESHOLDS, predictors, quality, small_setting, varied_dynamics
+from tests.sim.builders import THRESHOLDS, predictors, quality, small_setting, trace_case, varied_dynamics
 
 POLICIES = ("infaas", "llumnix", "dilaserve", "dilaserve-paper", "oracle")
 
 
 @pytest.fixture(scope="module")
 def runs():
-    dyn = varied_dynamics()
-    table = ReplayTable(dyn)
-    setting = small_setting(dyn)  # 4 GPUs, TP {1, 2, 4}
-    tr = load_trace()
-    cap = nominal_capacity_rps(setting, table, tr.prompt_tokens, tr.output_tokens, 0.9)
-    wl = shape_trace(tr, [PhaseSpec("low", 10, 0.3 * cap), PhaseSpec("high", 10, 1.0 * cap)])
-    slo = workload_slo(wl, setting.profile, table, 32, 0.9, scale=3)
+    table, setting, wl, slo = trace_case([("low", 10, 0.3), ("high", 10, 1.0)])
     cfg = SimConfig(backend=SimBackendConfig(latency_noise=0.05, launch_time_s=1.0), reconfig_tick_s=5.0)
     sim = Simulator(setting, ReplayProgress(table, quality(), seed=0), predictors(table), cfg)
     return wl, slo, {p: sim.run(p, wl, slo) for p in POLICIES}, sim

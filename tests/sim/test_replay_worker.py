@@ -15,14 +15,10 @@ from dilaserve.schedule.control_worker import ProcessWorker, ReplayTimeConfig, r
 from dilaserve.schedule.policies import get_policy
 from dilaserve.schedule.tuner import TunerConfig
 from dilaserve.schedule.window import PointJob, WindowArrival
-from dilaserve.sim.arrivals import PhaseSpec, shape_trace
-from dilaserve.sim.capacity import nominal_capacity_rps
 from dilaserve.sim.progress import ReplayProgress
 from dilaserve.sim.simulator import SimConfig, Simulator
-from dilaserve.sim.slo import workload_slo
-from dilaserve.sim.traces import load_trace
 from dilaserve.sim.window_replay import serving_replay
-from tests.sim.builders import predictors, quality, small_setting, varied_dynamics
+from tests.sim.builders import predictors, quality, small_setting, trace_case, varied_dynamics
 
 
 def test_the_servers_replay_runs_in_a_worker_process_and_scores_as_inline():
@@ -59,13 +55,7 @@ def test_a_replay_that_cannot_cross_a_process_runs_inline_with_a_warning(caplog)
 
 
 def test_a_simulated_run_adopts_a_tuning_only_once_its_modeled_replays_are_done():
-    dyn = varied_dynamics()
-    table = ReplayTable(dyn)
-    setting = small_setting(dyn)
-    tr = load_trace()
-    cap = nominal_capacity_rps(setting, table, tr.prompt_tokens, tr.output_tokens, 0.9)
-    wl = shape_trace(tr, [PhaseSpec("low", 10, 0.3 * cap), PhaseSpec("high", 10, 1.0 * cap)])
-    slo = workload_slo(wl, setting.profile, table, 32, 0.9, scale=3)
+    table, setting, wl, slo = trace_case([("low", 10, 0.3), ("high", 10, 1.0)])
     tuner = TunerConfig(interval_s=4.0, window_s=4.0, min_arrivals=5, sample=1.0, rise_window_s=2.0)
 
     preds = replace(predictors(table), quality=quality())  # a quality table: the tuner replays

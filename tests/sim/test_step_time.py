@@ -7,16 +7,11 @@ from dataclasses import replace
 import polars as pl
 import pytest
 
-from dilaserve.predict.replay import ReplayTable
 from dilaserve.schedule.policies import get_policy
-from dilaserve.sim.arrivals import PhaseSpec, shape_trace
 from dilaserve.sim.backend import SimBackendConfig
-from dilaserve.sim.capacity import nominal_capacity_rps
 from dilaserve.sim.progress import ReplayProgress
 from dilaserve.sim.simulator import SimConfig, Simulator
-from dilaserve.sim.slo import workload_slo
-from dilaserve.sim.traces import load_trace
-from tests.sim.builders import predictors, quality, small_setting, varied_dynamics
+from tests.sim.builders import predictors, quality, trace_case
 
 LEARNS = get_policy("dilaserve-no-tuner")
 TRUSTS = replace(LEARNS, name="dilaserve-no-tuner-no-step-time", learn_step_time=False)
@@ -30,13 +25,7 @@ def slo_met_admitted(requests: pl.DataFrame) -> float:
 
 @pytest.fixture(scope="module")
 def slow_machine():
-    dyn = varied_dynamics()
-    table = ReplayTable(dyn)
-    setting = small_setting(dyn)
-    tr = load_trace()
-    cap = nominal_capacity_rps(setting, table, tr.prompt_tokens, tr.output_tokens, 0.9)
-    wl = shape_trace(tr, [PhaseSpec("steady", 30, 0.8 * cap)])
-    slo = workload_slo(wl, setting.profile, table, 32, 0.9, scale=3)
+    table, setting, wl, slo = trace_case([("steady", 30, 0.8)])
 
     def run(policy, factor: float):
         cfg = SimConfig(backend=SimBackendConfig(latency_noise=0.05, launch_time_s=1.0), step_time_factor=factor)
