@@ -15,10 +15,11 @@ anywhere. A :class:`ControlWorker` runs the jobs:
   while a tuning replays, at the point there was.
 - :class:`ProcessWorker` runs jobs in a child process, so the step loop never waits on a
   replay (a replay is pure Python: in a thread it would hold the GIL the steps need). Its
-  results are collected between steps (:meth:`ControlWorker.poll`). It keeps a CPU budget:
-  after a job that used ``c`` CPU-seconds the next starts no sooner than ``c / cpu_share``
-  seconds later; a job that runs past ``job_limit_s`` is cancelled, and the jobs after it
-  replay a smaller share (:attr:`ControlWorker.scale`). While no job may start, the server
+  results are collected between steps (:meth:`ControlWorker.poll`). It keeps a CPU budget
+  (:class:`CpuBudget`): a job starts only while the budget is not overdrawn, its CPU-seconds
+  are charged to it, and it refills at ``cpu_share`` of a core, saving up to ``burst_s``
+  while idle; a job that runs past ``job_limit_s`` is cancelled, and the jobs after it
+  replay a smaller share (:attr:`ControlWorker.scale`) until one comes back quickly. While no job may start, the server
   serves at the point it has. A child is started (and, after a cancel, replaced) from a
   thread of its own: a spawned process's start writes the pickled replay to a pipe its child
   reads only once its interpreter is up, seconds on a busy machine, and on the step loop's
@@ -129,6 +130,51 @@ class InlineWorker(ControlWorker):
         return ControlStats(jobs=self._jobs)
 
 
+def _check_burst(burst_s: float) -> None:
+    if not burst_s >= 0:
+        raise ValueError(
+            f"control burst_s={burst_s} must be >= 0 CPU-seconds the budget may save up while idle "
+            "(--control-burst-s; e.g. 5, or 0 for none)"
+        )
+
+
+class CpuBudget:
+    """The control plane's CPU budget, a token bucket of CPU-seconds.
+
+    It refills at ``share`` of a core and holds at most ``burst_s``; a job may start while
+    it is not overdrawn, and what the job costs is charged to it (it may overdraw: a job is
+    never cut short for its price). With ``burst_s`` 0 the next job starts ``c / share``
+    after a job of ``c`` was charged, as a plain share would have it. With a burst, a worker
+    idle through a quiet spell has saved up replays for the burst that ends it: a rise of
+    the load, the moment the tuner exists for, is tuned at once rather than after the
+    budget of the last tuning has refilled, and over any long stretch the replays still
+    use at most ``share`` of a core (plus one ``burst_s``). Starts full.
+    """
+
+    def __init__(self, share: float, burst_s: float, now: float):
+        self.share, self.burst_s = share, burst_s
+        self._credit, self._at = burst_s, now
+
+    def _refill(self, now: float) -> None:
+        if now > self._at:
+            self._credit = min(self.burst_s, self._credit + self.share * (now - self._at))
+            self._at = now
+
+    def ready(self, now: float) -> bool:
+        """A job may start now."""
+        self._refill(now)
+        return self._credit >= -1e-9
+
+    def charge(self, cpu_s: float, now: float) -> None:
+        self._refill(now)
+        self._credit -= cpu_s
+
+    def refund(self, cpu_s: float, now: float) -> None:
+        """Give back what a charged job did not use (it was cancelled part-way)."""
+        self._refill(now)
+        self._credit = min(self.burst_s, self._credit + cpu_s)
+
+
 @dataclass(frozen=True)
 class ReplayTimeConfig:
     """How long a simulated control worker takes over its replays (a server's take the time
@@ -144,11 +190,15 @@ class ReplayTimeConfig:
             after it started, as it would on a server whose replays run there.
         cpu_share: the share of one core the replays may use, as a server's
             ``--control-cpu-share``: after a job of ``c`` seconds the next starts no sooner
-            than ``c / cpu_share`` after it started (1: back to back).
+            than ``c / cpu_share`` after it started (1: back to back), less what the
+            budget saved up before it (``burst_s``).
+        burst_s: the seconds of replay the budget may save up while the worker is idle,
+            as a server's ``--control-burst-s`` (:class:`CpuBudget`). 0: none.
     """
 
     s_per_request: float = 0.0
     cpu_share: float = 1.0
+    burst_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.s_per_request < 0:
@@ -161,6 +211,7 @@ class ReplayTimeConfig:
                 f"control cpu_share={self.cpu_share} must lie in (0, 1]: the share of one core the replays "
                 "may use, e.g. 0.05 or 1"
             )
+        _check_burst(self.burst_s)
 
     @property
     def on(self) -> bool:
@@ -200,7 +251,7 @@ class ClockedWorker(ControlWorker):
         self.default_sample = default_sample
         #: ``(tag, job, start, due)`` of the job out (simulated seconds)
         self._out: tuple[object, ReplayJob, float, float] | None = None
-        self._next_start = -float("inf")
+        self._budget = CpuBudget(config.cpu_share, config.burst_s, clock())
         self._stats = _Counters()
 
     @property
@@ -213,12 +264,12 @@ class ClockedWorker(ControlWorker):
 
     def submit(self, tag: object, job: ReplayJob) -> bool:
         now = self.clock()
-        if self._out is not None or now < self._next_start:
+        if self._out is not None or not self._budget.ready(now):
             self._stats.skipped += 1
             return False
         cost = self.seconds(job)
         self._out = (tag, job, now, now + cost)
-        self._next_start = now + cost / self.config.cpu_share
+        self._budget.charge(cost, now)
         return True
 
     def poll(self) -> list[tuple[object, Any]]:
@@ -231,11 +282,12 @@ class ClockedWorker(ControlWorker):
 
     def cancel(self) -> None:
         if self._out is not None:
-            started = self._out[2]
+            _, _, started, due = self._out
             self._out = None
             self._stats.dropped += 1
             # The budget pays for the time the job ran, not for the rest of it.
-            self._next_start = started + (self.clock() - started) / self.config.cpu_share
+            now = self.clock()
+            self._budget.refund(max(due - now, 0.0), now)
 
     def stats(self) -> ControlStats:
         return self._stats.frozen(self.scale)
@@ -248,13 +300,18 @@ class BudgetConfig:
     Attributes:
         cpu_share: the share of one core the replays may use over time (e.g. 0.05): after
             a job that used ``c`` CPU-seconds the next starts no sooner than ``c /
-            cpu_share`` seconds later.
+            cpu_share`` seconds later, less what the budget saved up before it.
+        burst_s: the CPU-seconds the budget may save up while the worker is idle
+            (:class:`CpuBudget`), spent at once on the burst that ends a quiet spell. 0:
+            none, every job waits for the last one's share.
         job_limit_s: a job still running after this many wall seconds is cancelled, and
-            the next replays half the share the last one did.
+            the next replays half the share the last one did; a job back within an eighth
+            of it lets the next replay twice the share again (up to the whole).
         min_scale: the smallest share of the configured sample a job is shrunk to.
     """
 
     cpu_share: float = 0.05
+    burst_s: float = 0.0
     job_limit_s: float = 20.0
     min_scale: float = 0.125
 
@@ -264,6 +321,7 @@ class BudgetConfig:
                 f"control cpu_share={self.cpu_share} must lie in (0, 1]: the share of one core the "
                 "tuner's replays may use, e.g. 0.05 (--control-cpu-share)"
             )
+        _check_burst(self.burst_s)
         if self.job_limit_s <= 0 or not 0 < self.min_scale <= 1:
             raise ValueError(
                 f"control job_limit_s={self.job_limit_s} must be positive seconds and "
@@ -317,7 +375,7 @@ class ProcessWorker(ControlWorker):
         self._starter: threading.Thread | None = None
         self._jobs = self._results = None
         self._running: _Running | None = None
-        self._next_start = -float("inf")
+        self._budget = CpuBudget(budget.cpu_share, budget.burst_s, clock())
         self._stats = _Counters()
         self._start_child()
 
@@ -362,7 +420,7 @@ class ProcessWorker(ControlWorker):
         if not self.ready:
             self.poll()  # perhaps it is now
         now = self.clock()
-        if not self.ready or self._running is not None or now < self._next_start:
+        if not self.ready or self._running is not None or not self._budget.ready(now):
             self._stats.skipped += 1
             return False
         self._jobs.put((tag, job))
@@ -392,7 +450,12 @@ class ProcessWorker(ControlWorker):
                 continue
             now = self.clock()
             self._stats.record(cpu_s, now - running.started)
-            self._next_start = now + cpu_s / self.budget.cpu_share
+            self._budget.charge(cpu_s, now)
+            if now - running.started <= self.budget.job_limit_s / 8 and self.scale < 1:
+                # Back well within its limit: twice the share (about four times the work,
+                # candidates and sample both) still comes back in half the limit. A scale
+                # that only fell would leave a server replaying an eighth after one burst.
+                self.scale = min(2 * self.scale, 1.0)
             if not isinstance(result, Exception):
                 out.append((tag, result))
         if self._running is not None and self.clock() - self._running.started > self.budget.job_limit_s:
@@ -451,11 +514,13 @@ class _Counters:
         return ControlStats(self.jobs, self.cpu_s, self.longest_job_s, self.dropped, self.skipped, scale)
 
 
-def replay_worker(make_evaluator: Callable[[], WindowEvaluator], cpu_share: float) -> ControlWorker | None:
-    """A server's worker: the replays in a child process under ``cpu_share`` of a core;
-    None (replays inline, between steps, as before) where the replay cannot be sent to a
-    process, with a warning that says so."""
-    budget = BudgetConfig(cpu_share=cpu_share)  # validates the share before anything starts
+def replay_worker(
+    make_evaluator: Callable[[], WindowEvaluator], cpu_share: float, burst_s: float = 0.0
+) -> ControlWorker | None:
+    """A server's worker: the replays in a child process under ``cpu_share`` of a core,
+    saving up to ``burst_s`` CPU-seconds while idle; None (replays inline, between steps, as
+    before) where the replay cannot be sent to a process, with a warning that says so."""
+    budget = BudgetConfig(cpu_share=cpu_share, burst_s=burst_s)  # validated before anything starts
     try:
         pickle.dumps(make_evaluator)
     except Exception as exc:  # an artifact that cannot cross a process boundary

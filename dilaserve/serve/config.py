@@ -32,6 +32,10 @@ API_KEY_ENV = "DILASERVE_API_KEY"
 SERVE_RECONFIG_INTERVAL_S = 60.0
 #: Seconds of the new rate a rise's tuning replays on a server (``TunerConfig.rise_forecast_s``).
 SERVE_RISE_FORECAST_S = 15.0
+#: CPU-seconds the control budget saves up while quiet (``BudgetConfig.burst_s``): a few
+#: tunings at the paper's scale (a tiered one replays in 1.5 to 9 s), so the rise that ends
+#: a quiet spell is tuned at once (docs/architecture.md, "Control beside the step loop").
+SERVE_CONTROL_BURST_S = 5.0
 
 #: The server prices steps at the clipped mean of their measured over profiled time
 #: (``--step-time-estimator mean``: a queue waits for the mean step; on a quiet machine the
@@ -119,6 +123,12 @@ class ServeConfig:
         "share of one core the operating-point tuner's replays may use: they run in a process beside the "
         "step loop, and after a replay that used c CPU-seconds the next starts no sooner than c / this "
         "later (the server serves at its current point meanwhile)",
+    )
+    control_burst_s: float = option(
+        SERVE_CONTROL_BURST_S,
+        "CPU-seconds of replay the control budget may save up while the server is quiet and spend at once "
+        "when the load rises (0: none, every tuning waits for the last one's share): a burst after a quiet "
+        "spell is tuned at once, and over time the replays still use --control-cpu-share of a core",
     )
     admin_api: bool = option(
         False,

@@ -184,13 +184,26 @@ def test_tuner_flags_reach_the_simulated_tuner_and_a_quick_run_keeps_its_interva
 
 
 def test_control_time_flags_reach_the_simulator_and_are_off_by_default(capsys):
-    _, opts, _, _ = parse(["trace", "--quick", "--control-s-per-request", "0.001", "--tuner-rise-forecast-s", "15"])
+    _, opts, _, _ = parse(
+        [
+            "trace",
+            "--quick",
+            "--control-s-per-request",
+            "0.001",
+            "--tuner-rise-forecast-s",
+            "15",
+            "--control-burst-s",
+            "5",
+        ]
+    )
     cfg = EvalContext(opts).sim_config()
     assert cfg.control.on and cfg.control.s_per_request == 0.001 and cfg.control.cpu_share == 1.0
+    assert cfg.control.burst_s == 5.0
     assert cfg.tuner.rise_forecast_s == 15.0
     _, plain, _, _ = parse(["trace", "--quick"])
     plain_cfg = EvalContext(plain).sim_config()
     assert not plain_cfg.control.on and plain_cfg.tuner.rise_forecast_s is None  # recorded runs do not move
+    assert plain_cfg.control.burst_s == 0.0
     with pytest.raises(SystemExit):
         parse(["trace", "--quick", "--control-cpu-share", "2"])
     assert "cpu_share=2.0 must lie in (0, 1]" in capsys.readouterr().err

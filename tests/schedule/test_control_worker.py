@@ -14,6 +14,7 @@ from dilaserve.schedule.control_worker import (
     BudgetConfig,
     ClockedWorker,
     ControlWorker,
+    CpuBudget,
     ProcessWorker,
     ReplayTimeConfig,
 )
@@ -230,9 +231,28 @@ def test_a_job_past_its_limit_is_cancelled_and_the_next_replays_less():
         worker.close()
 
 
+def test_a_quick_job_after_an_overrun_lets_the_next_replay_the_whole_sample_again():
+    clock = Clock()
+    worker = ProcessWorker(make_constant, BudgetConfig(job_limit_s=8.0, cpu_share=1.0), clock=clock)
+    try:
+        _ready(worker)
+        worker.scale = 0.25  # as after two overruns
+        assert worker.submit(1, _job())
+        assert _wait_result(worker)  # back at once on the frozen clock: well within the limit
+        assert worker.scale == 0.5
+        clock.t += 1.0
+        assert worker.submit(2, _job())
+        clock.t += 1.5  # back in 1.5 s, past an eighth of the 8-s limit: it stays
+        assert _wait_result(worker) and worker.scale == 0.5
+    finally:
+        worker.close()
+
+
 def test_the_budget_is_validated_with_a_fix():
     with pytest.raises(ValueError, match="--control-cpu-share"):
         BudgetConfig(cpu_share=0.0)
+    with pytest.raises(ValueError, match="--control-burst-s"):
+        BudgetConfig(burst_s=-1.0)
 
 
 def test_a_cancel_never_waits_on_the_new_process_start(monkeypatch):
@@ -307,6 +327,49 @@ def test_a_clocked_worker_never_runs_a_cancelled_job_and_keeps_its_budget():
     assert worker.submit("c", _job())
 
 
+def test_a_budget_without_a_burst_waits_for_each_jobs_share():
+    budget = CpuBudget(share=0.1, burst_s=0.0, now=0.0)
+    assert budget.ready(0.0)
+    budget.charge(1.0, 0.0)
+    assert not budget.ready(9.99) and budget.ready(10.0)  # 1 s at a tenth of a core
+    budget.charge(1.0, 50.0)  # idle for 40 s saved nothing
+    assert not budget.ready(59.99) and budget.ready(60.0)
+
+
+def test_a_budget_saves_up_while_idle_and_spends_it_on_a_burst():
+    budget = CpuBudget(share=0.1, burst_s=2.0, now=0.0)
+    for t in (0.0, 1.0, 2.0):  # a full bucket: three 1-s jobs back to back
+        assert budget.ready(t)
+        budget.charge(1.0, t)
+    assert not budget.ready(3.0)  # 2 s saved, 0.2 s refilled, 3 s spent
+    assert budget.ready(10.0)  # the overdraft of 0.8 s is paid back at a tenth of a core
+    budget.charge(1.0, 10.0)
+    budget.refund(0.5, 10.0)  # cancelled half-way
+    assert not budget.ready(14.99) and budget.ready(15.0)
+    budget.charge(0.0, 1000.0)
+    assert budget._credit == 2.0  # never more than the burst, however long it was idle
+
+
+def test_a_clocked_worker_with_a_burst_tunes_a_rise_after_a_quiet_spell_at_once():
+    jobs = []
+    for burst in (0.0, 3.0):
+        clock = Clock()
+        # 1 s per job at a twentieth of a core: without a burst the next waits 20 s
+        worker = ClockedWorker(
+            CountingReplay(), clock, ReplayTimeConfig(s_per_request=0.2, cpu_share=0.05, burst_s=burst), 0.5
+        )
+        started = 0
+        for t in (0.0, 60.0, 61.0, 62.0, 63.0):
+            clock.t = t
+            worker.poll()
+            started += worker.submit(t, _job())
+        jobs.append(started)
+    # Without a burst the 60-s job waits out the first's share and the rise's jobs are refused;
+    # the quiet minute saved up 3 s, so the burst runs back to back until it is spent (the
+    # last job overdraws, and the next waits until that is paid back).
+    assert jobs == [2, 5]
+
+
 def test_a_tuner_on_a_clocked_worker_keeps_its_point_until_the_replay_is_back():
     clock = Clock()
     replay = ScriptedReplay(_best_is_08)
@@ -329,3 +392,5 @@ def test_the_replay_time_is_validated_with_a_fix():
         ReplayTimeConfig(s_per_request=-1)
     with pytest.raises(ValueError, match="share of one core"):
         ReplayTimeConfig(s_per_request=0.001, cpu_share=0)
+    with pytest.raises(ValueError, match="--control-burst-s"):
+        ReplayTimeConfig(s_per_request=0.001, burst_s=-1)

@@ -65,6 +65,11 @@ def test_a_pool_fraction_outside_zero_to_one_is_refused_with_the_flag():
         parse_dataclass(ServeConfig, ["--gpu-memory-utilization", "1.5"])
 
 
+def test_a_server_saves_up_control_budget_for_a_burst_unless_told_otherwise():
+    assert parse_dataclass(ServeConfig, []).control_burst_s == 5.0
+    assert parse_dataclass(ServeConfig, ["--control-burst-s", "0"]).control_burst_s == 0.0
+
+
 def test_a_server_forecasts_a_rise_over_15_s_unless_told_otherwise():
     """A server's replays take time: its rises replay a shorter forecast than the simulator's."""
     assert parse_dataclass(ServeConfig, []).tuner.rise_forecast_s == 15.0
