@@ -31,6 +31,10 @@ from pathlib import Path
 
 RESULTS_DIR = Path("docs/results")
 RESULTS_DOC = Path("docs/results.md")
+#: Runs of dilaserve alone on a recorded run's workload, with replays that take a server's
+#: time (``--control-s-per-request``) under a CPU budget: ``WORKLOAD@CONFIG.json``, where
+#: WORKLOAD names the recorded run whose workload it ran.
+CONTROL_DIR = RESULTS_DIR / "control"
 
 
 def record(name: str, command: str, output_line: str, folder: Path = RESULTS_DIR, artifacts: str | None = None) -> Path:
@@ -290,7 +294,46 @@ def load(folder: Path = RESULTS_DIR) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
 
 
-def render(docs: dict[str, dict]) -> str:
+def _flag(command: str, flag: str, default: str) -> str:
+    words = command.split()
+    return words[words.index(flag) + 1] if flag in words[:-1] else default
+
+
+def control_budget(command: str) -> tuple[float, float]:
+    """``(cpu share, burst seconds)`` a control run's replays ran under."""
+    return float(_flag(command, "--control-cpu-share", "1")), float(_flag(command, "--control-burst-s", "0"))
+
+
+def control_rows(docs: dict[str, dict], control: dict[str, dict]) -> tuple[list[str], list[str]]:
+    """The header and rows of the control-budget table: per workload (a recorded run's), the
+    recorded dilaserve's goodput (free replays) and dilaserve's under each budget with
+    replays that take a server's time; the last row is each budget's mean difference from
+    the recorded runs over the workloads it ran."""
+    budgets = sorted({control_budget(d["command"]) for d in control.values()}, key=lambda b: (-b[0], b[1]))
+    if not budgets:
+        return [], []
+    by_run: dict[str, dict[tuple[float, float], float]] = {}
+    for name, doc in control.items():
+        run = name.split("@")[0]
+        by_run.setdefault(run, {})[control_budget(doc["command"])] = doc["output"]["policies"]["dilaserve"]["goodput"]
+    header = ["workload (recorded run)", "free replays", *(f"{s:g} of a core, burst {b:g} s" for s, b in budgets)]
+    rows, diffs = [], {b: [] for b in budgets}
+    for run in sorted(by_run):
+        free = docs[run]["output"]["policies"]["dilaserve"]["goodput"]
+        cells = [run, _pct(free)]
+        for b in budgets:
+            g = by_run[run].get(b)
+            cells.append("–" if g is None else _pct(g))
+            if g is not None:
+                diffs[b].append(100 * (g - free))
+        rows.append("| " + " | ".join(cells) + " |")
+    means = [f"{sum(d) / len(d):+.2f} (lowest {min(d):+.1f})" if d else "–" for d in diffs.values()]
+    rows.append("| " + " | ".join(["mean difference", "–", *means]) + " |")
+    return header, rows
+
+
+def render(docs: dict[str, dict], control: dict[str, dict] | None = None) -> str:
+    header, budget_rows = control_rows(docs, control or {})
     lines = [
         "# Results",
         "",
@@ -426,6 +469,26 @@ def render(docs: dict[str, dict]) -> str:
             if capacity_rows(docs)
             else []
         ),
+        *(
+            [
+                "## Control at a server's cost",
+                "",
+                "dilaserve alone on each recorded run's workload, with the tuner's replays taking the time a",
+                "server's worker takes (`--control-s-per-request 0.001`, about what a replayed request costs this",
+                "simulator on one core of the 2-core EPYC) under a CPU budget (`--control-cpu-share`, with",
+                "`--control-burst-s` CPU-seconds saved up while idle), and a rise forecast over 15 s, a server's",
+                "default. Free replays: the recorded run's dilaserve (replays take no simulated time). Goodput",
+                "in %; the last row is each budget's mean difference from the free replays, and its lowest.",
+                "The commands are in `docs/results/control/`.",
+                "",
+                "| " + " | ".join(header) + " |",
+                "| " + " | ".join("---" for _ in header) + " |",
+                *budget_rows,
+                "",
+            ]
+            if budget_rows
+            else []
+        ),
         "## Commands",
         "",
         *[
@@ -440,5 +503,5 @@ def render(docs: dict[str, dict]) -> str:
 
 
 def write_report(folder: Path = RESULTS_DIR, out: Path = RESULTS_DOC) -> Path:
-    out.write_text(render(load(folder)))
+    out.write_text(render(load(folder), load(folder / CONTROL_DIR.name)))
     return out

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dilaserve.eval.results_doc import RESULTS_DIR, RESULTS_DOC, build, load, record, render
+from dilaserve.eval.results_doc import CONTROL_DIR, RESULTS_DIR, RESULTS_DOC, build, control_rows, load, record, render
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,9 @@ def _numbers(obj) -> set[float]:
 def test_the_committed_report_is_what_the_recorded_runs_generate():
     docs = load(ROOT / RESULTS_DIR)
     assert docs, "no recorded runs under docs/results/"
-    assert (ROOT / RESULTS_DOC).read_text() == render(docs), "run `python -m dilaserve.eval report`"
+    assert (ROOT / RESULTS_DOC).read_text() == render(docs, load(ROOT / CONTROL_DIR)), (
+        "run `python -m dilaserve.eval report`"
+    )
 
 
 def test_every_number_in_a_row_is_found_in_the_run_it_names():
@@ -166,3 +168,38 @@ def test_a_record_names_the_artifacts_it_replayed_and_the_fingerprint_sees_a_reb
     doc = json.loads(path.read_text())
     assert doc["artifacts"] == first
     assert f"(artifacts {first})" in render({"demo": doc})
+
+
+def _dilaserve_run(goodput: float, command: str) -> dict:
+    return {"command": command, "output": {"policies": {"dilaserve": {"goodput": goodput}}}}
+
+
+def test_the_control_table_puts_each_budget_beside_the_free_replays_of_the_recorded_run():
+    docs = {"tiers": _dilaserve_run(0.78, "python -m dilaserve.eval trace --quick")}
+    base = "python -m dilaserve.eval trace --quick --control-s-per-request 0.001"
+    control = {
+        "tiers@s1-b0": _dilaserve_run(0.77, base),
+        "tiers@s0.05-b5": _dilaserve_run(0.76, f"{base} --control-cpu-share 0.05 --control-burst-s 5"),
+    }
+    header, rows = control_rows(docs, control)
+    assert header == ["workload (recorded run)", "free replays", "1 of a core, burst 0 s", "0.05 of a core, burst 5 s"]
+    assert rows == [
+        "| tiers | 78.0 | 77.0 | 76.0 |",
+        "| mean difference | – | -1.00 (lowest -1.0) | -2.00 (lowest -2.0) |",
+    ]
+    assert "## Control at a server's cost" in render(docs, control)
+    assert "## Control at a server's cost" not in render(docs)
+
+
+def test_every_number_in_the_control_table_is_a_recorded_goodput():
+    docs, control = load(ROOT / RESULTS_DIR), load(ROOT / CONTROL_DIR)
+    header, rows = control_rows(docs, control)
+    for row in rows[:-1]:
+        run, free, *cells = (c.strip() for c in row.strip("|").split("|"))
+        assert free == f"{100 * docs[run]['output']['policies']['dilaserve']['goodput']:.1f}"
+        known = {
+            f"{100 * d['output']['policies']['dilaserve']['goodput']:.1f}"
+            for k, d in control.items()
+            if k.startswith(f"{run}@")
+        }
+        assert {c for c in cells if c != "–"} <= known, row
