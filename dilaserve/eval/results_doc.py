@@ -299,9 +299,15 @@ def _flag(command: str, flag: str, default: str) -> str:
     return words[words.index(flag) + 1] if flag in words[:-1] else default
 
 
-def control_budget(command: str) -> tuple[float, float]:
-    """``(cpu share, burst seconds)`` a control run's replays ran under."""
-    return float(_flag(command, "--control-cpu-share", "1")), float(_flag(command, "--control-burst-s", "0"))
+def control_budget(command: str) -> tuple[float, float, bool]:
+    """``(cpu share, burst seconds, warm rises)`` a control run's replays ran under."""
+    share, burst = float(_flag(command, "--control-cpu-share", "1")), float(_flag(command, "--control-burst-s", "0"))
+    return share, burst, "--no-tuner-warm-rises" not in command.split()
+
+
+def _budget_label(budget: tuple[float, float, bool]) -> str:
+    share, burst, warm = budget
+    return f"{share:g} of a core, burst {burst:g} s" + ("" if warm else ", cold rises")
 
 
 def control_rows(docs: dict[str, dict], control: dict[str, dict]) -> tuple[list[str], list[str]]:
@@ -309,14 +315,14 @@ def control_rows(docs: dict[str, dict], control: dict[str, dict]) -> tuple[list[
     recorded dilaserve's goodput (free replays) and dilaserve's under each budget with
     replays that take a server's time; the last row is each budget's mean difference from
     the recorded runs over the workloads it ran."""
-    budgets = sorted({control_budget(d["command"]) for d in control.values()}, key=lambda b: (-b[0], b[1]))
+    budgets = sorted({control_budget(d["command"]) for d in control.values()}, key=lambda b: (-b[0], b[1], b[2]))
     if not budgets:
         return [], []
-    by_run: dict[str, dict[tuple[float, float], float]] = {}
+    by_run: dict[str, dict[tuple[float, float, bool], float]] = {}
     for name, doc in control.items():
         run = name.split("@")[0]
         by_run.setdefault(run, {})[control_budget(doc["command"])] = doc["output"]["policies"]["dilaserve"]["goodput"]
-    header = ["workload (recorded run)", "free replays", *(f"{s:g} of a core, burst {b:g} s" for s, b in budgets)]
+    header = ["workload (recorded run)", "free replays", *(_budget_label(b) for b in budgets)]
     rows, diffs = [], {b: [] for b in budgets}
     for run in sorted(by_run):
         free = docs[run]["output"]["policies"]["dilaserve"]["goodput"]
@@ -477,7 +483,8 @@ def render(docs: dict[str, dict], control: dict[str, dict] | None = None) -> str
                 "server's worker takes (`--control-s-per-request 0.001`, about what a replayed request costs this",
                 "simulator on one core of the 2-core EPYC) under a CPU budget (`--control-cpu-share`, with",
                 "`--control-burst-s` CPU-seconds saved up while idle), and a rise forecast over 15 s, a server's",
-                "default. Free replays: the recorded run's dilaserve (replays take no simulated time). Goodput",
+                "default, replayed warm (`TunerConfig.warm_rises`; cold rises: before it, as a whole window's",
+                "forecast is). Free replays: the recorded run's dilaserve (replays take no simulated time). Goodput",
                 "in %; the last row is each budget's mean difference from the free replays, and its lowest.",
                 "The commands are in `docs/results/control/`.",
                 "",

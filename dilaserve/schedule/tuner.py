@@ -129,6 +129,12 @@ class TunerConfig:
             server's replay time a tiered quick run's rises came back in half the time and
             made more goodput than over a whole window (docs/architecture.md, "Control
             beside the step loop").
+        warm_rises: a rise's forecast that spans less than a window is replayed warm (twice,
+            the second copy scored), as a plan's layouts are: from an empty cluster a
+            15-s forecast of an overload never builds the queue the rate builds over a
+            minute, and it rated the adaptive walk above the lower thresholds a sustained
+            peak needs (a simulated server's single-SLO run at seed 1 of the published law
+            lost 2 points to it). A whole window's forecast is replayed cold, as before.
     """
 
     interval_s: float = 60.0
@@ -146,6 +152,7 @@ class TunerConfig:
     local_moves: bool = False
     compress: bool = False
     rise_forecast_s: float | None = None
+    warm_rises: bool = True
 
     def __post_init__(self) -> None:
         if self.screen is not None and not (0 < self.screen <= 1 and self.finalists >= 1):
@@ -280,12 +287,15 @@ class OperatingPointTuner:
         priorities = {a.priority for a in arrivals}
         candidates = candidates_within(self.candidates(base, priorities, now), scale)
         sample = None if scale >= 1 else cfg.sample * scale
+        warm = rose and cfg.warm_rises and self._forecast_span() < cfg.window_s
         if cfg.screen is not None and cfg.screen < cfg.sample and len(priorities) > 1:
             order = list(range(len(candidates)))  # a screen ranks in its own order
-            job = PointJob(tuple(arrivals), tuple(layout), tuple(candidates), sample, cfg.screen * scale, cfg.finalists)
+            job = PointJob(
+                tuple(arrivals), tuple(layout), tuple(candidates), sample, cfg.screen * scale, cfg.finalists, warm
+            )
         else:
             order = self._replay_order(candidates)
-            job = PointJob(tuple(arrivals), tuple(layout), tuple(candidates[i] for i in order), sample)
+            job = PointJob(tuple(arrivals), tuple(layout), tuple(candidates[i] for i in order), sample, warm=warm)
         tag = next(self._tags)
         self._pending[tag] = _Pending(now, candidates=candidates, base=base, rate=rate, rose=rose, order=order)
         if not self.worker.submit(tag, job):
@@ -405,9 +415,14 @@ class OperatingPointTuner:
             if faster is not None:
                 # the compressed seconds repeat back to back, at the new rate throughout
                 recent, rate, period, onset = faster, since, len(faster) / since, start
-        copies = int(min(cfg.rise_forecast_s or cfg.window_s, cfg.window_s) // period) or 1
+        copies = int(self._forecast_span() // period) or 1
         shifted = [replace(a, arrival=a.arrival - k * period) for k in range(copies - 1, -1, -1) for a in recent]
         return shifted, rate, onset
+
+    def _forecast_span(self) -> float:
+        """The seconds a rise's forecast spans: ``rise_forecast_s``, at most a window."""
+        cfg = self.config
+        return min(cfg.rise_forecast_s or cfg.window_s, cfg.window_s)
 
     def _arrivals(self, now: float) -> list[WindowArrival]:
         """What a plan checked now replays: the last tuning's arrivals when it ran at this

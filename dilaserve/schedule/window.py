@@ -79,6 +79,9 @@ class PointJob:
     screen: float | None = None
     #: candidates past the current point that go on to the second stage
     finalists: int = 0
+    #: the arrivals run twice and only the second copy is scored (a short forecast's cluster
+    #: starts with the queue the rate builds, :class:`WindowEvaluator`)
+    warm: bool = False
 
     def run(self, evaluate: WindowEvaluator) -> list[float]:
         if self.screen is None or len(self.candidates) <= self.finalists + 1:
@@ -89,7 +92,12 @@ class PointJob:
         # uniform points, likelier worse) stop early once they cannot reach the finalists.
         others = list(range(len(self.candidates) - 1, 0, -1))
         screened = evaluate(
-            self.arrivals, self.layout, [self.candidates[i] for i in others], sample=self.screen, keep=self.finalists
+            self.arrivals,
+            self.layout,
+            [self.candidates[i] for i in others],
+            sample=self.screen,
+            keep=self.finalists,
+            **self._warm(),
         )
         # Best first: a finalist replayed after a better one may stop early on the full
         # sample, and the scores go back to their candidates, so the order decides nothing.
@@ -105,15 +113,19 @@ class PointJob:
         """About how many requests the job replays, every candidate run to its end (a
         simulated control worker's cost model); ``default_sample``: the evaluator's own share."""
         full = self.sample if self.sample is not None else default_sample
-        n = len(self.candidates)
+        n, copies = len(self.candidates), 2 if self.warm else 1
         if self.screen is None or n <= self.finalists + 1:
-            return n * full * len(self.arrivals)
-        return ((n - 1) * self.screen + (1 + self.finalists) * full) * len(self.arrivals)
+            return copies * n * full * len(self.arrivals)
+        return copies * ((n - 1) * self.screen + (1 + self.finalists) * full) * len(self.arrivals)
+
+    def _warm(self) -> dict[str, bool]:
+        # Only a warm job says so: an evaluator of a cold job is called as before.
+        return {"warm": True} if self.warm else {}
 
     def _replay(self, evaluate: WindowEvaluator, points: Sequence[OperatingPoint], sample: float | None) -> list[float]:
         if sample is None:
-            return evaluate(self.arrivals, self.layout, points)
-        return evaluate(self.arrivals, self.layout, points, sample=sample)
+            return evaluate(self.arrivals, self.layout, points, **self._warm())
+        return evaluate(self.arrivals, self.layout, points, sample=sample, **self._warm())
 
 
 @dataclass(frozen=True)

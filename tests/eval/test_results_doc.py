@@ -180,12 +180,13 @@ def test_the_control_table_puts_each_budget_beside_the_free_replays_of_the_recor
     control = {
         "tiers@s1-b0": _dilaserve_run(0.77, base),
         "tiers@s0.05-b5": _dilaserve_run(0.76, f"{base} --control-cpu-share 0.05 --control-burst-s 5"),
+        "tiers@s1-b0-cold": _dilaserve_run(0.75, f"{base} --no-tuner-warm-rises"),
     }
     header, rows = control_rows(docs, control)
-    assert header == ["workload (recorded run)", "free replays", "1 of a core, burst 0 s", "0.05 of a core, burst 5 s"]
+    assert header[2:] == ["1 of a core, burst 0 s, cold rises", "1 of a core, burst 0 s", "0.05 of a core, burst 5 s"]
     assert rows == [
-        "| tiers | 78.0 | 77.0 | 76.0 |",
-        "| mean difference | – | -1.00 (lowest -1.0) | -2.00 (lowest -2.0) |",
+        "| tiers | 78.0 | 75.0 | 77.0 | 76.0 |",
+        "| mean difference | – | -3.00 (lowest -3.0) | -1.00 (lowest -1.0) | -2.00 (lowest -2.0) |",
     ]
     assert "## Control at a server's cost" in render(docs, control)
     assert "## Control at a server's cost" not in render(docs)

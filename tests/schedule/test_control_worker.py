@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -300,6 +301,7 @@ def test_a_clocked_worker_returns_a_job_once_its_modeled_time_has_passed():
     worker = ClockedWorker(replay, clock, ReplayTimeConfig(s_per_request=0.2), default_sample=0.5)
     job = _job()
     assert worker.seconds(job) == pytest.approx(1.0)
+    assert worker.seconds(replace(job, warm=True)) == pytest.approx(2.0)  # the arrivals run twice
     assert worker.submit("a", job) and worker.busy
     clock.t = 0.99
     assert worker.poll() == [] and replay.calls == 0  # not back yet: nothing was replayed

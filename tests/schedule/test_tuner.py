@@ -21,11 +21,12 @@ class ScriptedReplay:
     """A replay whose goodput per point is a given function of the point (recorded calls)."""
 
     def __init__(self, score):
-        self.score, self.calls, self.samples = score, [], []
+        self.score, self.calls, self.samples, self.warm = score, [], [], []
 
     def __call__(self, arrivals, layout, points, sample=None, warm=False, keep=1, floor=None):
         self.calls.append((len(arrivals), list(layout), list(points)))
         self.samples.append(sample)
+        self.warm.append(warm)
         return [self.score(p) for p in points]
 
 
@@ -240,6 +241,9 @@ def test_a_rise_forecast_may_span_less_than_a_window():
     rise = tuner.rises[0]
     recent = sum(1 for a in tuner._window if rise - 2.5 <= a.arrival <= rise)
     assert replay.calls[calls][0] == 2 * recent  # the last 2.5 s twice, not four times
+    # Replayed warm (the short forecast starts with the queue its rate builds); the
+    # window's tunings before the rise were cold.
+    assert replay.warm[calls] and not any(replay.warm[:calls])
     longer = OperatingPointTuner(replay, (0.8,), replace(cfg, rise_forecast_s=40), admission=True)
     _, point = _arrive(longer, 0.0, 10.5, 10.0, OperatingPoint.static(0.8))
     calls = len(replay.calls)
@@ -247,6 +251,12 @@ def test_a_rise_forecast_may_span_less_than_a_window():
     rise = longer.rises[0]
     recent = sum(1 for a in longer._window if rise - 2.5 <= a.arrival <= rise)
     assert replay.calls[calls][0] == 4 * recent  # capped at the 10-s window
+    assert not replay.warm[calls]  # a whole window's forecast replays cold, as it always did
+    cold = OperatingPointTuner(replay, (0.8,), replace(cfg, warm_rises=False), admission=True)
+    _, point = _arrive(cold, 0.0, 10.5, 10.0, OperatingPoint.static(0.8))
+    calls = len(replay.calls)
+    _arrive(cold, 10.5, 13.0, 40.0, point)
+    assert cold.rises and not replay.warm[calls]
 
 
 def test_a_plan_checked_at_a_rise_replays_the_forecast():
