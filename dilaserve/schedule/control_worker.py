@@ -430,6 +430,11 @@ class ProcessWorker(ControlWorker):
     def cancel(self) -> None:
         if self._running is None:
             return
+        # The killed child's CPU-seconds never come back: charge the wall time it ran (at most
+        # one core for that long), or jobs that each run past their limit would use a whole
+        # core for nothing.
+        now = self.clock()
+        self._budget.charge(max(now - self._running.started, 0.0), now)
         self._running = None
         self._stats.dropped += 1
         self._restart_child()

@@ -228,6 +228,11 @@ def test_a_job_past_its_limit_is_cancelled_and_the_next_replays_less():
         clock.t = 6.0
         assert worker.poll() == [] and not worker.busy
         assert worker.scale == 0.5 and worker.stats().dropped == 1
+        # The killed job is charged the 6 s it ran: at 5% of a core the next waits 120 s.
+        _ready(worker)
+        assert not worker.submit(2, _job())
+        clock.t = 6.0 + 6.0 / 0.05
+        assert worker.submit(3, _job())
     finally:
         worker.close()
 
