@@ -78,6 +78,12 @@ def build() -> str | None:
     return head.stdout.strip() + ("+changes" if changed.stdout.strip() else "")
 
 
+def _flag(command: str, flag: str, default: str | None) -> str | None:
+    """The value ``command`` gives ``flag``, or ``default`` where it gives none."""
+    words = command.split()
+    return words[words.index(flag) + 1] if flag in words[:-1] else default
+
+
 def _pct(v: float) -> str:
     return f"{100 * v:.1f}"
 
@@ -153,9 +159,9 @@ def load_control_rows(docs: dict[str, dict]) -> list[str]:
         pol = doc["output"].get("policies", {})  # a max-rate run has none
         if " ablation " not in f" {doc['command']} " or "dilaserve-paper-no-load-control" not in pol:
             continue
-        words = doc["command"].split()
-        load = words[words.index("--high-load") + 1] + "x" if "--high-load" in words[:-1] else "default"
-        setting = words[words.index("--settings") + 1] if "--settings" in words[:-1] else "default"
+        high = _flag(doc["command"], "--high-load", None)
+        load = f"{high}x" if high is not None else "default"
+        setting = _flag(doc["command"], "--settings", "default")
         on, off = pol["dilaserve-paper"], pol["dilaserve-paper-no-load-control"]
         cells = [f"`{setting}`", load, _pct(on["slo_attainment"]), _pct(off["slo_attainment"])]
         cells += [f"{100 * (on['slo_attainment'] - off['slo_attainment']):+.1f}"]
@@ -196,8 +202,7 @@ def phase_rows(docs: dict[str, dict]) -> list[str]:
 
 
 def _static_tp(command: str) -> str | None:
-    words = command.split()
-    return words[words.index("--static-tp") + 1] if "--static-tp" in words[:-1] else None
+    return _flag(command, "--static-tp", None)
 
 
 def layout_rows(docs: dict[str, dict]) -> list[str]:
@@ -292,11 +297,6 @@ def capacity_rows(docs: dict[str, dict]) -> list[str]:
 
 def load(folder: Path = RESULTS_DIR) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))}
-
-
-def _flag(command: str, flag: str, default: str) -> str:
-    words = command.split()
-    return words[words.index(flag) + 1] if flag in words[:-1] else default
 
 
 def control_budget(command: str) -> tuple[float, float, bool]:

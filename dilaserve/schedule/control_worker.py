@@ -19,8 +19,8 @@ anywhere. A :class:`ControlWorker` runs the jobs:
   (:class:`CpuBudget`): a job starts only while the budget is not overdrawn, its CPU-seconds
   are charged to it, and it refills at ``cpu_share`` of a core, saving up to ``burst_s``
   while idle; a job that runs past ``job_limit_s`` is cancelled, and the jobs after it
-  replay a smaller share (:attr:`ControlWorker.scale`) until one comes back quickly. While no job may start, the server
-  serves at the point it has. A child is started (and, after a cancel, replaced) from a
+  replay a smaller share (:attr:`ControlWorker.scale`) until one comes back quickly. While
+  no job may start, the server serves at the point it has. A child is started (and, after a cancel, replaced) from a
   thread of its own: a spawned process's start writes the pickled replay to a pipe its child
   reads only once its interpreter is up, seconds on a busy machine, and on the step loop's
   thread those seconds stopped the steps (a burst that cancelled a replay stalled them 5 to

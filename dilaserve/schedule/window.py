@@ -97,7 +97,7 @@ class PointJob:
             [self.candidates[i] for i in others],
             sample=self.screen,
             keep=self.finalists,
-            **self._warm(),
+            warm=self.warm,
         )
         # Best first: a finalist replayed after a better one may stop early on the full
         # sample, and the scores go back to their candidates, so the order decides nothing.
@@ -118,14 +118,8 @@ class PointJob:
             return copies * n * full * len(self.arrivals)
         return copies * ((n - 1) * self.screen + (1 + self.finalists) * full) * len(self.arrivals)
 
-    def _warm(self) -> dict[str, bool]:
-        # Only a warm job says so: an evaluator of a cold job is called as before.
-        return {"warm": True} if self.warm else {}
-
     def _replay(self, evaluate: WindowEvaluator, points: Sequence[OperatingPoint], sample: float | None) -> list[float]:
-        if sample is None:
-            return evaluate(self.arrivals, self.layout, points, **self._warm())
-        return evaluate(self.arrivals, self.layout, points, sample=sample, **self._warm())
+        return evaluate(self.arrivals, self.layout, points, sample=sample, warm=self.warm)
 
 
 @dataclass(frozen=True)
