@@ -72,6 +72,19 @@ class PlanDriver:
         self.executor = self._executor(plan)  # advanced at the end of this event
         self.observer.on_plan(plan)
 
+    def _after_tuning(self) -> None:
+        """After a tuning: perhaps back to the starting layout (:meth:`_maybe_go_home`), and
+        where an SLO tier is out of that layout's reach, the reconfiguration tick's plan
+        made ahead at once (:meth:`Reconfigurator.needs_reach`). There the layout must follow
+        the load both ways, and the tuner's window shows a fall as soon as it shows a rise:
+        waiting for the next tick would run a quiet phase on the peak's layout for up to a
+        tick's interval. Elsewhere plans wait for the tick, as before."""
+        self._maybe_go_home()
+        if self.reconfigurator is None or not self._home or (self.executor is not None and not self.executor.done):
+            return
+        if self.reconfigurator.needs_reach(self.now, self._home, self._lowest_threshold()):
+            self._on_tick()
+
     def _maybe_go_home(self) -> None:
         """After a tuning: back to the layout the cluster started with where the window now
         replays better there. A plan is made for the load just seen; when the load moves

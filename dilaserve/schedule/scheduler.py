@@ -210,13 +210,13 @@ class GlobalScheduler(Placement, Moves, PlanDriver):
 
     def _adopt_tuning(self, tune) -> None:
         """Run the point ``tune()`` returns (None: keep the current one); after a tuning,
-        perhaps head back to the starting layout."""
+        perhaps change the layout (:meth:`_after_tuning`)."""
         tunings = len(self.tuner.history)
         point = tune()
         if point is not None:
             self.controller.set_point(point)
         if len(self.tuner.history) > tunings:
-            self._maybe_go_home()
+            self._after_tuning()
 
     def _collect_control(self) -> None:
         """Adopt what the control worker finished since the last event (between steps, in

@@ -16,9 +16,10 @@ from tests.control.builders import make_request
 PROMPT, GEN = 36, 64
 
 
-def _scheduler(judged: list):
-    """One node of four TP-1 instances that may become a TP-4, with a tuner whose replay
-    favours a layout with a TP-4 (and records the layouts it was asked about)."""
+def _scheduler(judged: list, tuner_interval_s: float = 1000.0):
+    """One node of four TP-1 instances that may become a TP-4, with a tuner (every
+    ``tuner_interval_s``) whose replay favours a layout with a TP-4 (and records the
+    layouts it was asked about)."""
 
     def replay(arrivals, layout, points, sample=None, warm=False, floor=None):
         judged.append(sorted(s.tp for s in layout))
@@ -30,7 +31,7 @@ def _scheduler(judged: list):
         cluster=ClusterConfig(nodes=1, gpus_per_node=4, tp_degrees=(1, 4)),
         reconfig=ReconfigConfig(),
         evaluator=replay,
-        tuner=TunerConfig(interval_s=1000.0, window_s=60.0, sample=1.0, min_arrivals=5),
+        tuner=TunerConfig(interval_s=tuner_interval_s, window_s=60.0, sample=1.0, min_arrivals=5),
     )
     return sched
 
@@ -45,18 +46,24 @@ def _tight_slo(sched) -> float:
     return (tp1 + tp4) / 2
 
 
-@pytest.mark.parametrize("tight", [True, False])
-def test_tick_plans_ahead_only_for_a_tier_out_of_reach(tight):
-    judged: list = []
-    sched = _scheduler(judged)
+def _arrivals(sched, tight: bool, n: int = 30) -> None:
+    """``n`` requests at 1 request/s, a third of them interactive (out of TP-1's reach when
+    ``tight``)."""
     slo_tight = _tight_slo(sched) if tight else 50.0
-    for k in range(30):  # a third interactive, at 1 request/s
+    for k in range(n):
         t = float(k)
         interactive = k % 3 == 0
         req = make_request(
             f"r{k}", PROMPT, GEN, arrival=t, slo=slo_tight if interactive else 50.0, priority=int(interactive)
         )
         arrive(sched, req, t=t)
+
+
+@pytest.mark.parametrize("tight", [True, False])
+def test_tick_plans_ahead_only_for_a_tier_out_of_reach(tight):
+    judged: list = []
+    sched = _scheduler(judged)
+    _arrivals(sched, tight)
     sched.handle(ReconfigTick(30.0))
     plan = sched.executor.plan if sched.executor is not None else None
     if tight:
@@ -66,3 +73,21 @@ def test_tick_plans_ahead_only_for_a_tier_out_of_reach(tight):
         assert [4] in judged or [1, 1, 1, 1] in judged  # the replay judged the move
     else:
         assert plan is None or not plan.reason.startswith("ahead")
+
+
+@pytest.mark.parametrize("tight", [True, False])
+def test_a_tuning_plans_ahead_at_once_where_a_tier_is_out_of_reach(tight):
+    """Where a tier is out of the starting layout's reach, the plan made ahead follows each
+    tuning, not only the tick (none comes in this run): the layout follows a quiet phase as
+    soon as the tuner's window shows it. Where none is, a tuning leaves planning to the tick."""
+    judged: list = []
+    sched = _scheduler(judged, tuner_interval_s=20.0)
+    _arrivals(sched, tight)
+    assert sched.tuner.history  # the tuner ran, at 20 s
+    plan = sched.executor.plan if sched.executor is not None else None
+    if tight:
+        assert plan is not None and plan.reason.startswith("ahead")
+        assert any(st.launch.tp == 4 for st in plan.steps)
+    else:
+        assert plan is None
+        assert [4] not in judged  # no layout was replayed: the tick alone plans here
