@@ -41,7 +41,8 @@ there (what load control and reconfiguration can trade). With ``--json`` it ends
 candidate threshold x admission on/off x static TP mix, and one threshold per tier by
 a local search run until no single move gains, with ``--slo-tiers``;
 :mod:`dilaserve.eval.hindsight`, in ``--jobs`` processes) and ends with ``{"policies":
-{...every grid point...}, "best_static": {"policy", goodput, ...}, "dilaserve": {...},
+{...every grid point...}, "best_static": {"policy", "mix", "tp_degrees", goodput, ...},
+"dilaserve": {...},
 "dilaserve-no-reconfig": {...}, "margin": dilaserve's goodput minus the best static
 point's, "mixes": {...}, "dilaserve_tunings": [[time, point], ...], "runs": simulator
 runs, "points_tried": static points run, "search_passes": passes of the tier search,

@@ -180,7 +180,8 @@ def frontier_hindsight(ctx: EvalContext) -> ExperimentOutput:
             )
         out.notes.append(
             f"{setting.name}: best static point in hindsight {best} "
-            f"({verdict['best_static']['goodput']:.1%} goodput); dilaserve "
+            f"({verdict['best_static']['goodput']:.1%} goodput, on TP mix {verdict['best_static']['tp_degrees']}); "
+            "dilaserve "
             f"{verdict['dilaserve']['goodput']:.1%} (margin {100 * verdict['margin']:+.1f} points), "
             f"without reconfiguration {verdict['dilaserve-no-reconfig']['goodput']:.1%}; "
             f"{verdict['points_tried']} static points tried"

@@ -293,9 +293,10 @@ def hindsight(ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo_s: fl
     if len(priorities) > 1:
         start = max((p for p in grid if p.admission), key=lambda p: runner.goodput(p.label))
         tiered, passes = tier_search(runner, start, priorities, setting.control.thresholds, layouts)
-        best_label = max((best.label, tiered.label), key=runner.goodput)
+        best = max((best, tiered), key=lambda p: runner.goodput(p.label))  # ties keep the grid's
     else:
-        best_label, passes = best.label, 0
+        passes = 0
+    best_label = best.label
     res = runner.results
 
     def verdict_of(label: str) -> dict:
@@ -304,11 +305,18 @@ def hindsight(ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo_s: fl
 
     top = res[best_label].summary
     static = {id(r) for label, r in res.items() if label not in ADAPTIVE}
+    mixes_of = {m: (sorted(s.tp for s in lay) if lay else "all TP-1") for m, lay in layouts.items()}
     return {
-        "best_static": {"policy": best_label, **verdict_of(best_label)},
+        # The best static point names its TP mix (the grid's name for it, and its TP degrees).
+        "best_static": {
+            "policy": best_label,
+            "mix": best.mix,
+            "tp_degrees": mixes_of[best.mix],
+            **verdict_of(best_label),
+        },
         **{name: verdict_of(name) for name in ADAPTIVE},
         "margin": res["dilaserve"].summary.goodput - top.goodput,
-        "mixes": {m: (sorted(s.tp for s in lay) if lay else "all TP-1") for m, lay in layouts.items()},
+        "mixes": mixes_of,
         # Where dilaserve's margin comes from: the point it ran at after each tuning.
         "dilaserve_tunings": [[round(t, 1), label] for t, label in res["dilaserve"].tunings],
         "runs": len({id(r) for r in res.values()}),

@@ -24,6 +24,10 @@ def test_the_grid_covers_threshold_admission_and_mix_and_the_margin_is_against_i
     grid = {r.result.policy: r.result.summary.goodput for r in out.runs if r.result.policy.startswith("fixed@")}
     best = max(grid, key=grid.get)
     assert verdict["best_static"]["policy"] == best and verdict["best_static"]["goodput"] == grid[best]
+    # It names its TP mix: the grid's name for it, and that mix's TP degrees.
+    mix = best.split(" tp=")[1] if " tp=" in best else "1"
+    assert verdict["best_static"]["mix"] == mix
+    assert verdict["best_static"]["tp_degrees"] == verdict["mixes"][mix]
     assert verdict["margin"] == pytest.approx(verdict["dilaserve"]["goodput"] - grid[best])
     assert set(verdict) >= {"dilaserve", "dilaserve-no-reconfig", "mixes", "dilaserve_tunings"}
     # What the verdict cost: every run it reported (grid, dilaserve and its variant), and the time.
