@@ -98,6 +98,36 @@ def alone_s(
     return split.seconds(profile.curve(tp, StepKind.CACHE), profile.curve(tp, StepKind.RECOMPUTE))
 
 
+def alone_s_many(
+    profile: LatencyProfile,
+    tp: int,
+    prompt_tokens: np.ndarray,
+    output_tokens: np.ndarray,
+    tokens_per_step: float,
+    block_length: int,
+    block_causal: bool = False,
+) -> np.ndarray:
+    """:func:`alone_s` of many requests at once, to the same floats: the same split
+    (:func:`~dilaserve.control.step_law.step_split`) and the same curves, as arrays. The
+    reach check judges every request of the monitor's window after each tuning, so it must
+    not cost a Python call per request on the step loop."""
+    p = np.asarray(prompt_tokens, dtype=np.float64)
+    o = np.asarray(output_tokens, dtype=np.float64)
+    b = float(int(block_length))
+    blocks = o / b
+    if block_causal:
+        recompute, rec_tokens, appends = np.ones_like(o), p + b, np.maximum(blocks - 1.0, 0.0)
+    else:
+        recompute, rec_tokens, appends = blocks, p + o, np.zeros_like(o)
+    cache_steps = np.maximum(o / tokens_per_step - recompute, 0.0)
+    cached = cache_steps > 0
+    fed = b + np.where(cached, appends * b / np.where(cached, cache_steps, 1.0), 0.0)
+    t = np.zeros_like(o)
+    t += np.where(cached, cache_steps * profile.curve(tp, StepKind.CACHE).many(fed), 0.0)
+    t += np.where(recompute > 0, recompute * profile.curve(tp, StepKind.RECOMPUTE).many(rec_tokens), 0.0)
+    return t
+
+
 def tiers_out_of_reach(
     requests,
     profile: LatencyProfile,
@@ -112,17 +142,18 @@ def tiers_out_of_reach(
     while one of ``degrees`` meets most of them. Judged request by request: a length class's
     tightest SLO belongs to its shortest request, so a class can look out of reach when its
     requests are not."""
-    by_tier: dict[int, list[tuple[bool, bool]]] = {}
-    for p, o, slo, prio in requests:
-        fastest = {d: alone_s(profile, d, p, o, tokens_per_step, block_length, block_causal) for d in degrees}
-        beyond_home = min((fastest[d] for d in home if d in fastest), default=np.inf) > slo
-        by_tier.setdefault(prio, []).append((beyond_home, min(fastest.values()) <= slo))
+    if not len(requests):
+        return []
+    p, o, slo, prio = (np.asarray(col) for col in zip(*requests))
+    fastest = {d: alone_s_many(profile, d, p, o, tokens_per_step, block_length, block_causal) for d in degrees}
+    at_home = [fastest[d] for d in home if d in fastest]
+    beyond_home = (np.min(at_home, axis=0) if at_home else np.full(len(slo), np.inf)) > slo
+    reached = np.min(list(fastest.values()), axis=0) <= slo
     out = []
-    for prio, flags in sorted(by_tier.items()):
-        beyond = sum(b for b, _ in flags)
-        reached = sum(r for _, r in flags)
-        if 2 * beyond > len(flags) and 2 * reached > len(flags):
-            out.append(prio)
+    for tier in sorted(set(prio.tolist())):
+        mine = prio == tier
+        if 2 * int(beyond_home[mine].sum()) > int(mine.sum()) and 2 * int(reached[mine].sum()) > int(mine.sum()):
+            out.append(int(tier))
     return out
 
 

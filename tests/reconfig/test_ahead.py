@@ -4,6 +4,7 @@ throughput at the peak)."""
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from dilaserve.control.step_law import StepLaw, step_split
@@ -19,6 +20,7 @@ from dilaserve.reconfig import (
 )
 from dilaserve.reconfig.forecast import (
     alone_s,
+    alone_s_many,
     fastest_alone_s,
     forecast_rate,
     holding_time_s,
@@ -164,6 +166,18 @@ def test_tick_plans_ahead_only_where_a_tier_is_out_of_reach_and_prices_the_plan_
     share, peak = loose.replay_terms(60.0, other, home)
     assert share == pytest.approx(plan.transition_s / loose.config.lifetime_s)
     assert peak == pytest.approx(loose.peak_rps(60.0, home)) and peak > 0
+
+
+@pytest.mark.parametrize("block_causal", [False, True])
+def test_many_requests_alone_cost_what_each_costs_alone(block_causal):
+    """The reach check's vectorised time alone is the per-request one, to the float, in
+    both families and for requests shorter than a block."""
+    rng = np.random.default_rng(0)
+    prompts, outputs = rng.integers(1, 4000, 200), rng.integers(1, 1200, 200)
+    for tp in (1, 4):
+        many = alone_s_many(H100, tp, prompts, outputs, 5.0, 32, block_causal)
+        one = [alone_s(H100, tp, int(p), int(o), 5.0, 32, block_causal) for p, o in zip(prompts, outputs)]
+        assert many.tolist() == one
 
 
 def test_reach_is_judged_request_by_request():
