@@ -42,6 +42,10 @@ class PlanDriver:
             return
         existing = self.pool.active_specs()
         plan = self.reconfigurator.tick(self.now, existing, self._home or existing, self._lowest_threshold())
+        self._offer(plan, existing)
+
+    def _offer(self, plan, existing: list[InstanceSpec]) -> None:
+        """Start ``plan`` (None: nothing to do), or with a tuner, once its replay says it pays."""
         if plan is None:
             return
         if self.tuner is None:
@@ -82,8 +86,11 @@ class PlanDriver:
         self._maybe_go_home()
         if self.reconfigurator is None or not self._home or (self.executor is not None and not self.executor.done):
             return
-        if self.reconfigurator.needs_reach(self.now, self._home, self._lowest_threshold()):
-            self._on_tick()
+        lowest = self._lowest_threshold()
+        if self.reconfigurator.needs_reach(self.now, self._home, lowest):
+            # What the tick would do here, without judging the reach a second time.
+            existing = self.pool.active_specs()
+            self._offer(self.reconfigurator.propose_ahead(self.now, existing, self._home, lowest), existing)
 
     def _maybe_go_home(self) -> None:
         """After a tuning: back to the layout the cluster started with where the window now
