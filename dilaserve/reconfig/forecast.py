@@ -164,17 +164,18 @@ def reach_node_counts(
     fast_degree: int,
     need_rps: float,
     threshold: float | None = None,
+    most_nodes: int | None = None,
 ) -> list[dict[int, int]] | None:
     """Per node, instances per TP degree of the layout with the most nodes of
-    ``fast_degree`` (the rest ``home_degree``) that still carries ``need_rps`` of ``pb``'s
-    class mix at ``threshold`` (:func:`capacity_rps`; None: the lowest candidate); None
-    where not even one such node leaves enough. Stage 1 prices a tier by its tightest SLO
+    ``fast_degree`` (at most ``most_nodes``; the rest ``home_degree``) that still carries
+    ``need_rps`` of ``pb``'s class mix at ``threshold`` (:func:`capacity_rps`; None: the
+    lowest candidate); None where not even one such node leaves enough. Stage 1 prices a tier by its tightest SLO
     and the batch a degree may run; a layout only a fast degree serves the tight tier on
     needs as many of its instances as the load allows, so that they run small batches."""
     if gpus_per_node % fast_degree or gpus_per_node % home_degree:
         return None
     fast, home = {fast_degree: gpus_per_node // fast_degree}, {home_degree: gpus_per_node // home_degree}
-    for k in range(pb.nodes, 0, -1):
+    for k in range(min(pb.nodes, most_nodes or pb.nodes), 0, -1):
         counts = {fast_degree: k * fast[fast_degree], home_degree: 0}
         counts[home_degree] += (pb.nodes - k) * home[home_degree]
         if capacity_rps(pb, counts, threshold) >= need_rps:

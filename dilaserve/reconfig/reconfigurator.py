@@ -277,9 +277,9 @@ class Reconfigurator:
         lowest threshold, and its gain over that hold must repay its transition (the
         scheduler's replay then judges it at the forecast's peak). Classes no degree
         reaches at ``lowest`` are left out: admission refuses their requests, and planning
-        for them would find no plan. Where the tier out of reach would get fewer GPUs of the
-        fastest degree than the forecast leaves room for (:meth:`reach_layout`), that layout
-        is the plan. Where neither carries the forecast, the way back to ``home``."""
+        for them would find no plan. Where stage 1 would give the tier out of reach other
+        than the nodes of the fastest degree that the forecast leaves room for and one wave
+        turns back (:meth:`reach_layout`), that layout is the plan. Where neither carries the forecast, the way back to ``home``."""
         classes = self.monitor.classes(now, by_tier=True)
         if not classes or not self.degrees:
             return None
@@ -302,7 +302,9 @@ class Reconfigurator:
         fast = max(self.degrees)
         current = self._stage1(replace(pb, fixed_counts=current_counts), "current cluster") if existing else None
         cur_obj = current.objective if current else None
-        if reach is not None and (target is None or sum(n.get(fast, 0) for n in reach) > target.counts.get(fast, 0)):
+        # The reach layout where stage 1 gives the fast degree other than the nodes the
+        # forecast leaves room for (fewer), or than one wave turns back (more).
+        if reach is not None and (target is None or sum(n.get(fast, 0) for n in reach) != target.counts.get(fast, 0)):
             node_counts, batch, obj = reach, {}, None
             counts = dict(Counter(d for nc in reach for d, n in nc.items() for _ in range(n)))
         elif target is None:
@@ -340,8 +342,14 @@ class Reconfigurator:
     ) -> list[dict[int, int]] | None:
         """Per node, the layout with the most nodes of the fastest degree (the rest of
         ``home``'s lowest degree) that carries ``pb``'s rate with the capacity headroom at
-        the lowest threshold the controller may run (:func:`reach_node_counts`); None where
-        the cluster has no faster degree or no such node fits."""
+        the lowest threshold the controller may run (:func:`reach_node_counts`), with no
+        more fast nodes than one wave of a rolling update rebuilds (:meth:`wave_nodes`);
+        None where the cluster has no faster degree or no such node fits.
+
+        The way home comes at a rise, when every second on the fast layout's throughput
+        misses requests: a fast part the offline budget turns back at once takes one launch
+        time to undo, where the whole cluster took two waves. The nodes left at ``home``'s
+        degree also keep the other tiers on the instances that serve them best."""
         fast = max(self.degrees)
         home_degrees = sorted({s.tp for s in home} & set(self.degrees))
         if not home_degrees or home_degrees[0] >= fast:
@@ -349,8 +357,23 @@ class Reconfigurator:
         usable = [t for t in pb.thresholds if lowest is None or t >= lowest - 1e-9]
         need = pb.total_rate * (1 + self.config.capacity_headroom)
         return reach_node_counts(
-            pb, self.cluster.gpus_per_node, home_degrees[0], fast, need, usable[0] if usable else None
+            pb,
+            self.cluster.gpus_per_node,
+            home_degrees[0],
+            fast,
+            need,
+            usable[0] if usable else None,
+            most_nodes=self.wave_nodes(),
         )
+
+    def offline_gpus(self) -> int:
+        """The GPUs a plan may hold offline at once (``ReconfigConfig.max_offline_share`` of
+        the cluster's), at least one."""
+        return max(1, int(self.config.max_offline_share * self.cluster.nodes * self.cluster.gpus_per_node))
+
+    def wave_nodes(self) -> int:
+        """Whole nodes one wave of a rolling update takes offline at once, at least one."""
+        return max(1, self.offline_gpus() // self.cluster.gpus_per_node)
 
     def transition_cost_s(self, pb: CapacityProblem, plan: ReconfigPlan, existing: Sequence[InstanceSpec]) -> float:
         """Cluster-seconds of capacity ``plan`` takes offline: each stopped instance's share of

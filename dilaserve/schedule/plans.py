@@ -82,15 +82,34 @@ class PlanDriver:
         made ahead at once (:meth:`Reconfigurator.needs_reach`). There the layout must follow
         the load both ways, and the tuner's window shows a fall as soon as it shows a rise:
         waiting for the next tick would run a quiet phase on the peak's layout for up to a
-        tick's interval. Elsewhere plans wait for the tick, as before."""
-        self._maybe_go_home()
+        tick's interval. Elsewhere plans wait for the tick, as before.
+
+        Where a tier is out of reach, the fast layout was made ahead for it, and the way home
+        is for throughput: it is asked for only when the load outgrew the layout (a tuning
+        tripped by a rise, or a recent rate past what the layout carries,
+        :meth:`_load_outgrew`). A window's replay alone, in a quiet phase with bursts of its
+        own, sent the cluster home and back within a minute, two transitions for nothing."""
         if self.reconfigurator is None or not self._home or (self.executor is not None and not self.executor.done):
             return
         lowest = self._lowest_threshold()
-        if self.reconfigurator.needs_reach(self.now, self._home, lowest):
-            # What the tick would do here, without judging the reach a second time.
-            existing = self.pool.active_specs()
-            self._offer(self.reconfigurator.propose_ahead(self.now, existing, self._home, lowest), existing)
+        if not self.reconfigurator.needs_reach(self.now, self._home, lowest):
+            self._maybe_go_home()
+            return
+        existing = self.pool.active_specs()
+        if self._load_outgrew(existing):
+            self._maybe_go_home()
+            if self.executor is not None and not self.executor.done:
+                return
+        # What the tick would do here, without judging the reach a second time.
+        self._offer(self.reconfigurator.propose_ahead(self.now, existing, self._home, lowest), existing)
+
+    def _load_outgrew(self, existing: list[InstanceSpec]) -> bool:
+        """The last tuning was tripped by a rise of the arrival rate, or the recent rate is
+        past what ``existing`` carries at the lowest threshold (its capacity headroom kept)."""
+        if self.tuner is not None and self.tuner.last_rose:
+            return True
+        rc = self.reconfigurator
+        return rc.recent_rate(self.now) * (1 + rc.config.capacity_headroom) > rc.carried_rps(self.now, existing)
 
     def _maybe_go_home(self) -> None:
         """After a tuning: back to the layout the cluster started with where the window now
@@ -116,9 +135,7 @@ class PlanDriver:
         gpus_of = {s.instance_id: len(s.gpus) for s in self.pool.active_specs()}
         if self.reconfigurator is None:
             return PlanExecutor(plan, gpus_of=gpus_of)
-        cluster = self.reconfigurator.cluster
-        budget = int(self.reconfigurator.config.max_offline_share * cluster.nodes * cluster.gpus_per_node)
-        return PlanExecutor(plan, max(1, budget), gpus_of)
+        return PlanExecutor(plan, self.reconfigurator.offline_gpus(), gpus_of)
 
     def apply_plan(self, plan) -> bool:
         """Start executing a plan made outside a tick (e.g. by an operator);

@@ -311,6 +311,11 @@ class OperatingPointTuner:
         return self.worker.busy and any(job.rose for job in self._pending.values())
 
     @property
+    def last_rose(self) -> bool:
+        """The last tuning adopted was tripped by a rise of the arrival rate."""
+        return bool(self.history and self.rises and self.history[-1][0] == self.rises[-1])
+
+    @property
     def pending(self) -> bool:
         """A replay is out with the worker."""
         return bool(self._pending)

@@ -91,3 +91,38 @@ def test_a_tuning_plans_ahead_at_once_where_a_tier_is_out_of_reach(tight):
     else:
         assert plan is None
         assert [4] not in judged  # no layout was replayed: the tick alone plans here
+
+
+@pytest.mark.parametrize("burst", [False, True])
+def test_the_way_home_from_a_layout_made_ahead_waits_for_the_load_to_outgrow_it(burst):
+    """On the fast layout made ahead for a tier out of reach, the way home is for throughput:
+    a window that merely replays better at home (a quiet phase's own bursts) keeps the
+    cluster where it is, and a rise of the arrival rate sends it home at once."""
+    judged: list = []
+
+    def replay(arrivals, layout, points, sample=None, warm=False, floor=None):
+        judged.append(sorted(s.tp for s in layout))
+        return [0.9 if all(s.tp == 1 for s in layout) else 0.5 for _ in points]
+
+    sched, _ = cluster(
+        "dilaserve",
+        specs=[InstanceSpec("fast", 4, 0, (0, 1, 2, 3), 4096)],
+        cluster=ClusterConfig(nodes=1, gpus_per_node=4, tp_degrees=(1, 4)),
+        reconfig=ReconfigConfig(),
+        evaluator=replay,
+        tuner=TunerConfig(interval_s=20.0, window_s=60.0, sample=1.0, min_arrivals=5),
+    )
+    sched._home = [InstanceSpec(f"t{g}", 1, 0, (g,), 4096) for g in range(4)]  # it started on TP-1
+    _arrivals(sched, tight=True)  # 1 request/s; the tuner tunes at 20 s
+    assert sched.tuner.history and sched.reconfigurator.needs_reach(30.0, sched._home)
+    assert sched.executor is None and [1, 1, 1, 1] not in judged
+    if burst:
+        slo = _tight_slo(sched)
+        for k in range(20):  # twenty arrivals within a second: a rise
+            t = 30.0 + 0.05 * k
+            arrive(sched, make_request(f"b{k}", PROMPT, GEN, arrival=t, slo=slo, priority=1), t=t)
+        assert sched.tuner.last_rose
+        assert sched.executor is not None and sched.executor.plan.reason.startswith("back to the starting layout")
+        assert [1, 1, 1, 1] in judged
+    else:
+        assert not sched.tuner.last_rose
