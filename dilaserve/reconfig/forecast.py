@@ -169,9 +169,10 @@ def reach_node_counts(
     """Per node, instances per TP degree of the layout with the most nodes of
     ``fast_degree`` (at most ``most_nodes``; the rest ``home_degree``) that still carries
     ``need_rps`` of ``pb``'s class mix at ``threshold`` (:func:`capacity_rps`; None: the
-    lowest candidate); None where not even one such node leaves enough. Stage 1 prices a tier by its tightest SLO
-    and the batch a degree may run; a layout only a fast degree serves the tight tier on
-    needs as many of its instances as the load allows, so that they run small batches."""
+    lowest candidate); None where not even one such node leaves enough. Stage 1 prices a
+    tier by its tightest SLO and the batch a degree may run; a layout only a fast degree
+    serves the tight tier on needs as many of its instances as the load allows, so that
+    they run small batches."""
     if gpus_per_node % fast_degree or gpus_per_node % home_degree:
         return None
     fast, home = {fast_degree: gpus_per_node // fast_degree}, {home_degree: gpus_per_node // home_degree}

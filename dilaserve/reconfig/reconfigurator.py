@@ -279,7 +279,8 @@ class Reconfigurator:
         reaches at ``lowest`` are left out: admission refuses their requests, and planning
         for them would find no plan. Where stage 1 would give the tier out of reach other
         than the nodes of the fastest degree that the forecast leaves room for and one wave
-        turns back (:meth:`reach_layout`), that layout is the plan. Where neither carries the forecast, the way back to ``home``."""
+        turns back (:meth:`reach_layout`), that layout is the plan. Where neither carries
+        the forecast, the way back to ``home``."""
         classes = self.monitor.classes(now, by_tier=True)
         if not classes or not self.degrees:
             return None
@@ -418,13 +419,17 @@ class Reconfigurator:
         """Stage 2 alone, back to the layout ``home`` (the one the cluster started with), its
         transition priced as a proposal's; None where the cluster already has ``home``'s TP
         degrees on every node."""
-        target = node_counts_of(home, self.cluster.nodes)
-        if node_counts_of(existing, self.cluster.nodes) == target:
+        if self.at_home(existing, home):
             return None
+        target = node_counts_of(home, self.cluster.nodes)
         classes = self.monitor.classes(now)
         drain = self._drain_s(self.problem(classes)) if classes else (self.config.drain_time_s or 0.0)
         plan = self.plan_to(target, existing, reason="back to the starting layout, which replays better")
         return replace(plan, transition_s=(drain if plan.stops else 0.0) + self.config.launch_time_s)
+
+    def at_home(self, existing: Sequence[InstanceSpec], home: Sequence[InstanceSpec]) -> bool:
+        """Whether ``existing`` runs ``home``'s TP degrees on every node."""
+        return node_counts_of(existing, self.cluster.nodes) == node_counts_of(home, self.cluster.nodes)
 
     def plan_to(
         self,

@@ -96,7 +96,7 @@ class PlanDriver:
             self._maybe_go_home()
             return
         existing = self.pool.active_specs()
-        if self._load_outgrew(existing):
+        if not self.reconfigurator.at_home(existing, self._home) and self._load_outgrew(existing):
             self._maybe_go_home()
             if self.executor is not None and not self.executor.done:
                 return
