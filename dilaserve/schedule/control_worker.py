@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
 import pickle
 import queue
 import threading
@@ -308,12 +309,19 @@ class BudgetConfig:
             the next replays half the share the last one did; a job back within an eighth
             of it lets the next replay twice the share again (up to the whole).
         min_scale: the smallest share of the configured sample a job is shrunk to.
+        niceness: how much lower the child's CPU priority is than the server's
+            (``os.nice``). Where the instances' processes share cores with the control
+            plane, a replay then yields the CPU to the steps: at a burst's onset the front end,
+            the arrivals' admission and the rise's tuning all wake at once, and on two
+            cores the first steps of the burst took ten times their compute. 0: the
+            server's priority.
     """
 
     cpu_share: float = 0.05
     burst_s: float = 0.0
     job_limit_s: float = 20.0
     min_scale: float = 0.125
+    niceness: int = 10
 
     def __post_init__(self) -> None:
         if not 0 < self.cpu_share <= 1:
@@ -326,6 +334,11 @@ class BudgetConfig:
             raise ValueError(
                 f"control job_limit_s={self.job_limit_s} must be positive seconds and "
                 f"min_scale={self.min_scale} must lie in (0, 1]"
+            )
+        if not 0 <= self.niceness <= 19:
+            raise ValueError(
+                f"control niceness={self.niceness} must lie in [0, 19]: how much lower the replays' CPU "
+                "priority is than the server's (0: the same)"
             )
 
 
@@ -387,7 +400,9 @@ class ProcessWorker(ControlWorker):
         old = self._proc
         self._jobs, self._results = self._ctx.Queue(), self._ctx.Queue()
         self._proc = self._ctx.Process(
-            target=_child_main, args=(self.make_evaluator, self._jobs, self._results), daemon=True
+            target=_child_main,
+            args=(self.make_evaluator, self._jobs, self._results, self.budget.niceness),
+            daemon=True,
         )
 
         def start(new=self._proc) -> None:
@@ -496,7 +511,9 @@ class ProcessWorker(ControlWorker):
 READY = "__ready__"
 
 
-def _child_main(make_evaluator: Callable[[], WindowEvaluator], jobs, results) -> None:
+def _child_main(make_evaluator: Callable[[], WindowEvaluator], jobs, results, niceness: int = 0) -> None:
+    if niceness and hasattr(os, "nice"):
+        os.nice(niceness)  # the steps first (BudgetConfig.niceness)
     evaluate = make_evaluator()
     results.put((READY, None, 0.0))
     _serve_jobs(evaluate, jobs, results)

@@ -4,6 +4,7 @@ when it comes back, tunings never queue, and a process worker keeps a CPU budget
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import threading
 import time
 from dataclasses import replace
@@ -167,6 +168,14 @@ def make_spin():
     return _spin
 
 
+def _own_niceness(arrivals, layout, points, sample=None, warm=False, floor=None):
+    return [float(os.nice(0))] * len(points)
+
+
+def make_own_niceness():
+    return _own_niceness
+
+
 class Clock:
     def __init__(self):
         self.t = 0.0
@@ -254,7 +263,23 @@ def test_a_quick_job_after_an_overrun_lets_the_next_replay_the_whole_sample_agai
         worker.close()
 
 
+@pytest.mark.skipif(not hasattr(os, "nice"), reason="no process priorities on this platform")
+def test_the_replays_run_at_a_lower_cpu_priority_than_the_steps():
+    """On shared cores a replay yields the CPU to the server's steps (BudgetConfig.niceness)."""
+    server = os.nice(0)
+    for niceness, expected in ((10, min(server + 10, 19)), (0, server)):
+        worker = ProcessWorker(make_own_niceness, BudgetConfig(cpu_share=1.0, niceness=niceness), clock=Clock())
+        try:
+            _ready(worker)
+            assert worker.submit(1, _job())
+            assert _wait_result(worker) == [(1, [float(expected)] * 2)]
+        finally:
+            worker.close()
+
+
 def test_the_budget_is_validated_with_a_fix():
+    with pytest.raises(ValueError, match="niceness"):
+        BudgetConfig(niceness=20)
     with pytest.raises(ValueError, match="--control-cpu-share"):
         BudgetConfig(cpu_share=0.0)
     with pytest.raises(ValueError, match="--control-burst-s"):
