@@ -28,6 +28,9 @@ from collections import deque
 
 import numpy as np
 
+#: How far inside the capacity the running work total must lie to be trusted unchecked.
+_RUNNING_SLACK = 1e-6
+
 
 class WorkRation:
     """The density cutoff of the arrivals over the last ``window_s`` seconds.
@@ -47,21 +50,33 @@ class WorkRation:
         self.utilisation = utilisation
         #: ``(arrival, work, value)`` of the arrivals over the window, oldest first.
         self._arrivals: deque[tuple[float, float, float]] = deque()
+        #: The window's work, kept as arrivals come and go: while it clearly fits, every
+        #: arrival is priced at 0 without building the window's arrays (the common case,
+        #: asked at every arrival). Resynchronised with the exact sum wherever that is taken.
+        self._work = 0.0
 
     def observe(self, now: float, work: float, value: float) -> None:
         """Count one arrival: its work (token-steps) and expected hits (its accuracy)."""
         self._arrivals.append((now, max(work, 1e-9), value))
+        self._work += max(work, 1e-9)
         while self._arrivals and self._arrivals[0][0] <= now - self.window_s:
-            self._arrivals.popleft()
+            self._work -= self._arrivals.popleft()[1]
+        if not self._arrivals:
+            self._work = 0.0
 
     def cutoff(self, throughput: float) -> float:
         """The least hits per token-step admitted at ``throughput`` token-steps per second
         (0 while the window's arrivals fit)."""
         if not self._arrivals or throughput <= 0:
             return 0.0
-        rows = np.array(self._arrivals)
         capacity = self.utilisation * throughput * self.window_s
-        if rows[:, 1].sum() <= capacity:
+        # The running total drifts by rounding alone: trusted only well inside the capacity,
+        # so the answer is the exact sum's.
+        if self._work <= capacity * (1.0 - _RUNNING_SLACK):
+            return 0.0
+        rows = np.array(self._arrivals)
+        self._work = float(rows[:, 1].sum())
+        if self._work <= capacity:
             return 0.0
         density = rows[:, 2] / rows[:, 1]
         order = np.argsort(-density, kind="stable")

@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from dilaserve.control import ControlConfig, ThresholdController
@@ -124,3 +125,30 @@ def test_the_paper_policy_and_the_ablation_do_not_ration():
         cfg, default_profile(), OneShotPredictor({t: 0.5 for t in cfg.thresholds}), admission="slo", ration=False
     )
     assert off.admission_on and off.load_control_on and off.ration is None
+
+
+def _exact_cutoff(arrivals, now, window_s, throughput):
+    """The cutoff from scratch: the window's arrivals, best density first, fill the capacity."""
+    rows = [(w, v) for t, w, v in arrivals if t > now - window_s]
+    capacity = throughput * window_s
+    if not rows or sum(w for w, _ in rows) <= capacity:
+        return 0.0
+    filled = 0.0
+    for w, v in sorted(rows, key=lambda r: -r[1] / r[0]):
+        filled += w
+        if filled > capacity:
+            return v / w
+    return 0.0
+
+
+def test_the_cutoff_kept_as_arrivals_come_and_go_is_the_one_computed_from_scratch():
+    rng = np.random.default_rng(0)
+    ration, seen, now = WorkRation(window_s=5.0), [], 0.0
+    for _ in range(3000):
+        now += float(rng.exponential(0.05))
+        work, value = float(rng.lognormal(3.0, 1.5)), float(rng.uniform(0.1, 1.0))
+        ration.observe(now, work, value)
+        seen.append((now, work, value))
+        # Throughputs around the window's load, so the answer flips between 0 and a price.
+        throughput = float(rng.uniform(0.5, 1.5)) * sum(w for t, w, _ in seen if t > now - 5.0) / 5.0
+        assert ration.cutoff(throughput) == pytest.approx(_exact_cutoff(seen, now, 5.0, throughput), rel=1e-12)
