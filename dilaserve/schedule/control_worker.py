@@ -338,7 +338,7 @@ class BudgetConfig:
         if not 0 <= self.niceness <= 19:
             raise ValueError(
                 f"control niceness={self.niceness} must lie in [0, 19]: how much lower the replays' CPU "
-                "priority is than the server's (0: the same)"
+                "priority is than the server's (--control-niceness; 0: the same)"
             )
 
 
@@ -537,12 +537,13 @@ class _Counters:
 
 
 def replay_worker(
-    make_evaluator: Callable[[], WindowEvaluator], cpu_share: float, burst_s: float = 0.0
+    make_evaluator: Callable[[], WindowEvaluator], cpu_share: float, burst_s: float = 0.0, niceness: int = 10
 ) -> ControlWorker | None:
     """A server's worker: the replays in a child process under ``cpu_share`` of a core,
-    saving up to ``burst_s`` CPU-seconds while idle; None (replays inline, between steps, as
-    before) where the replay cannot be sent to a process, with a warning that says so."""
-    budget = BudgetConfig(cpu_share=cpu_share, burst_s=burst_s)  # validated before anything starts
+    saving up to ``burst_s`` CPU-seconds while idle, ``niceness`` below the server's CPU
+    priority; None (replays inline, between steps, as before) where the replay cannot be sent
+    to a process, with a warning that says so."""
+    budget = BudgetConfig(cpu_share=cpu_share, burst_s=burst_s, niceness=niceness)  # validated before anything starts
     try:
         pickle.dumps(make_evaluator)
     except Exception as exc:  # an artifact that cannot cross a process boundary

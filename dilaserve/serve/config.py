@@ -130,6 +130,12 @@ class ServeConfig:
         "when the load rises (0: none, every tuning waits for the last one's share): a burst after a quiet "
         "spell is tuned at once, and over time the replays still use --control-cpu-share of a core",
     )
+    control_niceness: int = option(
+        10,
+        "how much lower the replays' process runs than the server's CPU priority (os.nice; 0 to 19): where "
+        "the instances share cores with the control plane, a replay yields the CPU to the steps (0: the same "
+        "priority)",
+    )
     admin_api: bool = option(
         False,
         "serve POST /admin/reconfigure, which applies an operator's cluster configuration live; "

@@ -66,7 +66,9 @@ def control_plane_spec(cfg: ServeConfig, inputs: ControlInputs) -> ControlPlaneS
         scheduler=cfg.scheduler,
         tuner=cfg.tuner,
         evaluator=evaluator,
-        control_worker=replay_worker(make_replay, cfg.control_cpu_share, cfg.control_burst_s) if make_replay else None,
+        control_worker=replay_worker(make_replay, cfg.control_cpu_share, cfg.control_burst_s, cfg.control_niceness)
+        if make_replay
+        else None,
     )
 
 

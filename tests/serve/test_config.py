@@ -70,6 +70,11 @@ def test_a_server_saves_up_control_budget_for_a_burst_unless_told_otherwise():
     assert parse_dataclass(ServeConfig, ["--control-burst-s", "0"]).control_burst_s == 0.0
 
 
+def test_a_servers_replays_yield_the_cpu_to_its_steps_unless_told_otherwise():
+    assert parse_dataclass(ServeConfig, []).control_niceness == 10
+    assert parse_dataclass(ServeConfig, ["--control-niceness", "0"]).control_niceness == 0
+
+
 def test_a_server_forecasts_a_rise_over_15_s_unless_told_otherwise():
     """A server's replays take time: its rises replay a shorter forecast than the simulator's."""
     assert parse_dataclass(ServeConfig, []).tuner.rise_forecast_s == 15.0
