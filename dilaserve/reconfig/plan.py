@@ -43,6 +43,9 @@ class ReconfigPlan:
     #: The most arrivals per second the plan must face while it holds (a plan made ahead:
     #: the forecast's; None: the rate the starting layout carries, ``Reconfigurator.peak_rps``).
     peak_rps: float | None = None
+    #: The GPUs this plan may hold offline at once (None: the reconfigurator's budget,
+    #: ``ReconfigConfig.max_offline_share``); the way home at a rise rebuilds one node at a time.
+    max_offline_gpus: int | None = None
 
     @property
     def stops(self) -> tuple[str, ...]:

@@ -414,18 +414,27 @@ class Reconfigurator:
         return True
 
     def plan_home(
-        self, now: float, existing: Sequence[InstanceSpec], home: Sequence[InstanceSpec]
+        self, now: float, existing: Sequence[InstanceSpec], home: Sequence[InstanceSpec], node_by_node: bool = False
     ) -> ReconfigPlan | None:
         """Stage 2 alone, back to the layout ``home`` (the one the cluster started with), its
         transition priced as a proposal's; None where the cluster already has ``home``'s TP
-        degrees on every node."""
+        degrees on every node.
+
+        ``node_by_node``: the plan rebuilds one node at a time (within the offline budget). The
+        way home at a rise is for throughput, and the peak needs every instance the cluster
+        can keep: the fast nodes not yet rebuilt go on serving, where rebuilding them all at
+        once took half the cluster offline as the peak arrived. Its check still prices one
+        wave: the same GPU-seconds offline, over half the time."""
         if self.at_home(existing, home):
             return None
         target = node_counts_of(home, self.cluster.nodes)
         classes = self.monitor.classes(now)
         drain = self._drain_s(self.problem(classes)) if classes else (self.config.drain_time_s or 0.0)
         plan = self.plan_to(target, existing, reason="back to the starting layout, which replays better")
-        return replace(plan, transition_s=(drain if plan.stops else 0.0) + self.config.launch_time_s)
+        offline = min(self.offline_gpus(), self.cluster.gpus_per_node) if node_by_node else None
+        return replace(
+            plan, transition_s=(drain if plan.stops else 0.0) + self.config.launch_time_s, max_offline_gpus=offline
+        )
 
     def at_home(self, existing: Sequence[InstanceSpec], home: Sequence[InstanceSpec]) -> bool:
         """Whether ``existing`` runs ``home``'s TP degrees on every node."""

@@ -97,7 +97,7 @@ class PlanDriver:
             return
         existing = self.pool.active_specs()
         if not self.reconfigurator.at_home(existing, self._home) and self._load_outgrew(existing):
-            self._maybe_go_home()
+            self._maybe_go_home(node_by_node=True)
             if self.executor is not None and not self.executor.done:
                 return
         # What the tick would do here, without judging the reach a second time.
@@ -111,16 +111,18 @@ class PlanDriver:
         rc = self.reconfigurator
         return rc.recent_rate(self.now) * (1 + rc.config.capacity_headroom) > rc.carried_rps(self.now, existing)
 
-    def _maybe_go_home(self) -> None:
+    def _maybe_go_home(self, node_by_node: bool = False) -> None:
         """After a tuning: back to the layout the cluster started with where the window now
         replays better there. A plan is made for the load just seen; when the load moves
         (a low phase planned for, then a peak), waiting for the next tick and for the
         monitor's window to fill would run the peak on the wrong layout for minutes, while
-        the tuner's window shows it within one interval."""
+        the tuner's window shows it within one interval. ``node_by_node``: the load outgrew
+        the layout, and the way home keeps every node it can serving
+        (:meth:`Reconfigurator.plan_home`)."""
         if self.reconfigurator is None or not self._home or (self.executor is not None and not self.executor.done):
             return
         existing = self.pool.active_specs()
-        plan = self.reconfigurator.plan_home(self.now, existing, self._home)
+        plan = self.reconfigurator.plan_home(self.now, existing, self._home, node_by_node)
         if plan is not None:
             self._check_plan(existing, plan)
 
@@ -135,7 +137,8 @@ class PlanDriver:
         gpus_of = {s.instance_id: len(s.gpus) for s in self.pool.active_specs()}
         if self.reconfigurator is None:
             return PlanExecutor(plan, gpus_of=gpus_of)
-        return PlanExecutor(plan, self.reconfigurator.offline_gpus(), gpus_of)
+        budget = plan.max_offline_gpus if plan.max_offline_gpus is not None else self.reconfigurator.offline_gpus()
+        return PlanExecutor(plan, budget, gpus_of)
 
     def apply_plan(self, plan) -> bool:
         """Start executing a plan made outside a tick (e.g. by an operator);

@@ -126,3 +126,33 @@ def test_the_way_home_from_a_layout_made_ahead_waits_for_the_load_to_outgrow_it(
         assert [1, 1, 1, 1] in judged
     else:
         assert not sched.tuner.last_rose
+
+
+def test_the_way_home_at_a_rise_rebuilds_one_node_at_a_time():
+    """The way home at a rise is for throughput: the fast nodes not yet rebuilt keep serving,
+    even where the offline budget would take them all at once."""
+
+    def replay(arrivals, layout, points, sample=None, warm=False, floor=None):
+        return [0.9 if all(s.tp == 1 for s in layout) else 0.5 for _ in points]
+
+    sched, _ = cluster(
+        "dilaserve",
+        specs=[InstanceSpec(f"fast{n}", 4, n, (0, 1, 2, 3), 4096) for n in range(2)],
+        cluster=ClusterConfig(nodes=2, gpus_per_node=4, tp_degrees=(1, 4)),
+        reconfig=ReconfigConfig(max_offline_share=1.0),
+        evaluator=replay,
+        tuner=TunerConfig(interval_s=20.0, window_s=60.0, sample=1.0, min_arrivals=5),
+    )
+    sched._home = [InstanceSpec(f"t{n}-{g}", 1, n, (g,), 4096) for n in range(2) for g in range(4)]
+    _arrivals(sched, tight=True)
+    assert sched.executor is None and sched.reconfigurator.offline_gpus() == 8
+    slo = _tight_slo(sched)
+    for k in range(20):  # twenty arrivals within a second: a rise
+        t = 30.0 + 0.05 * k
+        arrive(sched, make_request(f"b{k}", PROMPT, GEN, arrival=t, slo=slo, priority=1), t=t)
+    assert sched.tuner.last_rose and sched.executor is not None
+    assert sched.executor.plan.reason.startswith("back to the starting layout")
+    assert sched.executor.max_offline_gpus == 4  # one node's GPUs, not the budget's eight
+    pool = sched.pool
+    draining = [pool.ids[s] for s in range(len(pool.ids)) if pool.draining[s]]
+    assert len(draining) == 1 and draining[0].startswith("fast")
