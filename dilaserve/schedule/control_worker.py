@@ -313,8 +313,8 @@ class BudgetConfig:
             (``os.nice``). Where the instances' processes share cores with the control
             plane, a replay then yields the CPU to the steps: at a burst's onset the front end,
             the arrivals' admission and the rise's tuning all wake at once, and on two
-            cores the first steps of the burst took ten times their compute. 0: the
-            server's priority.
+            cores the burst's first steps ran about ten times slower than the same work a
+            second later. 0: the server's priority.
     """
 
     cpu_share: float = 0.05
@@ -537,7 +537,10 @@ class _Counters:
 
 
 def replay_worker(
-    make_evaluator: Callable[[], WindowEvaluator], cpu_share: float, burst_s: float = 0.0, niceness: int = 10
+    make_evaluator: Callable[[], WindowEvaluator],
+    cpu_share: float,
+    burst_s: float = 0.0,
+    niceness: int = BudgetConfig.niceness,
 ) -> ControlWorker | None:
     """A server's worker: the replays in a child process under ``cpu_share`` of a core,
     saving up to ``burst_s`` CPU-seconds while idle, ``niceness`` below the server's CPU

@@ -22,6 +22,7 @@ from dilaserve.engine import DEFAULT_CHECKPOINT
 from dilaserve.engine.config import EngineConfig
 from dilaserve.reconfig.config import MonitorConfig, ReconfigConfig
 from dilaserve.schedule.config import SchedulerConfig
+from dilaserve.schedule.control_worker import BudgetConfig
 from dilaserve.schedule.tuner import TunerConfig
 from dilaserve.utils.cli import nested, option
 
@@ -131,7 +132,7 @@ class ServeConfig:
         "spell is tuned at once, and over time the replays still use --control-cpu-share of a core",
     )
     control_niceness: int = option(
-        10,
+        BudgetConfig.niceness,
         "how much lower the replays' process runs than the server's CPU priority (os.nice; 0 to 19): where "
         "the instances share cores with the control plane, a replay yields the CPU to the steps (0: the same "
         "priority)",
