@@ -57,8 +57,9 @@ class WorkRation:
 
     def observe(self, now: float, work: float, value: float) -> None:
         """Count one arrival: its work (token-steps) and expected hits (its accuracy)."""
-        self._arrivals.append((now, max(work, 1e-9), value))
-        self._work += max(work, 1e-9)
+        work = max(work, 1e-9)
+        self._arrivals.append((now, work, value))
+        self._work += work
         while self._arrivals and self._arrivals[0][0] <= now - self.window_s:
             self._work -= self._arrivals.popleft()[1]
         if not self._arrivals:

@@ -511,7 +511,7 @@ class ProcessWorker(ControlWorker):
 READY = "__ready__"
 
 
-def _child_main(make_evaluator: Callable[[], WindowEvaluator], jobs, results, niceness: int = 0) -> None:
+def _child_main(make_evaluator: Callable[[], WindowEvaluator], jobs, results, niceness: int) -> None:
     if niceness and hasattr(os, "nice"):
         os.nice(niceness)  # the steps first (BudgetConfig.niceness)
     evaluate = make_evaluator()
