@@ -191,12 +191,12 @@ class BaseSimulator:
         policy: str | SchedulerPolicy,
         workload: Workload,
         slo_s: float,
-        give_up: Callable[[tuple], bool] | None = None,
+        give_up: Callable[[tuple, float], bool] | None = None,
     ) -> SimResult:
         """Serve ``workload`` under ``policy``; every request gets ``slo_s`` seconds.
 
         ``give_up`` is called with each request's row as it is recorded (the columns of
-        ``REQUEST_COLUMNS``, in order); once it returns True the run stops there and the
+        ``REQUEST_COLUMNS``, in order) and the simulated time; once it returns True the run stops there and the
         requests still running count as unfinished (a tuner's replay that can no longer
         beat the best candidate need not run to its end)."""
         if slo_s <= 0:
@@ -221,7 +221,7 @@ class BaseSimulator:
             self.progress.release(state)
             if len(rows) == len(reqs):
                 loop.stop()
-            elif give_up is not None and not gave_up and give_up(rows[-1]):
+            elif give_up is not None and not gave_up and give_up(rows[-1], loop.now):
                 gave_up.append(loop.now)
                 loop.stop()
 

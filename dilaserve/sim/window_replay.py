@@ -132,6 +132,8 @@ class WindowReplay:
             ],
         )
         slo = max(a.slo_s for a in kept)
+        scored_copy = copies[-1][1]
+        deadlines = {f"window-{i}": a.arrival - t0 + scored_copy + a.slo_s for i, a in enumerate(kept)}
         # A request still running this long after the window's last arrival is a miss anyway.
         # The window is replayed on healthy instances: the run's scheduled failures name
         # instances at times of the run, not of the window.
@@ -153,7 +155,7 @@ class WindowReplay:
             # so the tuner's choice is what the full replays would give.
             bars = [sorted(out)[-keep]] if len(out) >= keep else []
             bars += [floor] if floor is not None else []
-            cutoff = _Cutoff(len(kept), max(bars), warm) if bars else None
+            cutoff = _Cutoff(deadlines, max(bars)) if bars else None
             res = BaseSimulator(setting, progress, self.predictors, config).run(self.policy, wl, slo, cutoff)
             if cutoff is not None and cutoff.stopped:
                 out.append(cutoff.bound)
@@ -169,30 +171,51 @@ _ID, _MET, _QUALITY = (list(REQUEST_COLUMNS).index(c) for c in ("request_id", "m
 
 
 class _Cutoff:
-    """A replay's give-up rule: the goodput its scored requests have already lost
-    (``1 - met x quality`` each) leaves it no way to reach ``best``.
+    """A replay's give-up rule: the goodput its scored requests have already lost leaves
+    it no way to reach ``best``.
+
+    A request recorded loses ``1 - met x quality``. A request still running past its
+    deadline can no longer meet it: it has lost its whole share already, and counts at
+    once, not when it finishes. A candidate that falls behind queues its requests past
+    their deadlines long before they finish, so it stops there, and the bound it stops at
+    is as exact as before: every request it counts is lost whatever the rest of the replay
+    does.
 
     Args:
-    scored: the requests scored (the window's, not the warm-up copy's).
+    deadlines: request id -> deadline (simulated seconds) of each scored request (the
+        window's, not the warm-up copy's).
     best: the best goodput a candidate replayed so far.
-    warm: the replay runs a warm-up copy first (its rows do not count).
     """
 
-    def __init__(self, scored: int, best: float, warm: bool):
-        self.scored, self.warm = scored, warm
-        self.limit = scored * (1.0 - best)
+    def __init__(self, deadlines: dict[str, float], best: float):
+        self.scored = len(deadlines)
+        self.limit = self.scored * (1.0 - best)
         self.lost = 0.0
         self.stopped = False
+        self._due = sorted((d, rid) for rid, d in deadlines.items())
+        self._next = 0  # the first of ``_due`` not yet past
+        self._recorded: set[str] = set()
+        self._overdue: set[str] = set()
+        self._scored = deadlines
 
     @property
     def bound(self) -> float:
         """The most goodput the replay could still have made (below the best)."""
         return 1.0 - self.lost / self.scored
 
-    def __call__(self, row: tuple) -> bool:
-        if self.warm and not row[_ID].startswith("window-"):
-            return False
-        self.lost += 1.0 - float(row[_MET]) * (row[_QUALITY] or 0.0)
+    def __call__(self, row: tuple, now: float) -> bool:
+        rid = row[_ID]
+        if rid in self._scored and rid not in self._overdue:
+            self._recorded.add(rid)
+            self.lost += 1.0 - float(row[_MET]) * (row[_QUALITY] or 0.0)
+        # Past its deadline and not yet recorded: a miss whatever comes next.
+        due = self._due
+        while self._next < len(due) and due[self._next][0] < now:
+            overdue = due[self._next][1]
+            if overdue not in self._recorded:
+                self._overdue.add(overdue)
+                self.lost += 1.0
+            self._next += 1
         self.stopped = self.lost > self.limit + 1e-9
         return self.stopped
 

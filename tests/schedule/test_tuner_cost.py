@@ -13,8 +13,9 @@ from dilaserve.reconfig.config import ClusterConfig
 from dilaserve.reconfig.plan import layout_from_node_counts, static_layout
 from dilaserve.schedule.window import LayoutJob, WindowArrival, plan_slice
 from dilaserve.sim.progress import ReplayProgress
-from dilaserve.sim.run import BaseSimulator
+from dilaserve.sim.run import REQUEST_COLUMNS, BaseSimulator
 from dilaserve.sim.simulator import SimConfig
+from dilaserve.sim.window_replay import _Cutoff
 from dilaserve.sim.workload import Workload, WorkloadRequest
 from tests.sim.builders import predictors, quality, small_setting, tp1_dilaserve_replay, varied_dynamics
 
@@ -78,6 +79,27 @@ def test_a_candidate_that_cannot_beat_the_best_stops_early_and_scores_below_it()
     assert replay(arrivals, layout, [fast, slow], keep=2) == [best, alone]  # a screen ranks the two best exactly
 
 
+def _row(request_id: str, met: bool, quality: float | None) -> tuple:
+    row = dict.fromkeys(REQUEST_COLUMNS)
+    row.update(request_id=request_id, met_slo=met, quality=quality)
+    return tuple(row.values())
+
+
+def test_a_request_past_its_deadline_counts_as_lost_before_it_finishes():
+    """A scored request still running past its deadline misses whatever comes next: the
+    give-up rule counts it at once, never twice, and never a warm-up copy's request."""
+    deadlines = {"window-0": 1.0, "window-1": 5.0, "window-2": 9.0}
+    cut = _Cutoff(deadlines, best=1.0 - 1.5 / 3)  # gives up past 1.5 requests lost
+    assert not cut(_row("warmup-0", False, None), 4.0)  # window-0 is overdue: 1 lost
+    assert cut.lost == 1.0 and cut.bound == pytest.approx(2 / 3)
+    assert not cut(_row("window-0", False, None), 4.5)  # recorded late: already counted
+    assert cut.lost == 1.0
+    assert not cut(_row("window-1", True, 0.75), 4.8)  # on time, a quarter wrong
+    assert cut.lost == 1.25
+    assert cut(_row("warmup-1", True, 1.0), 9.5)  # window-2 runs past its deadline: 2.25 lost
+    assert cut.bound == pytest.approx(1.0 - 2.25 / 3)
+
+
 def test_a_replay_under_a_floor_stops_once_it_cannot_reach_it():
     """A plan's check needs to know only whether a layout reaches a goodput: below that
     floor a replay stops and scores a bound (still below the floor); above it, its own
@@ -138,7 +160,7 @@ def test_a_run_given_up_stops_at_once():
     wl = Workload("w", [WorkloadRequest(f"r{i}", 0.05 * i, 100, 128) for i in range(60)])
     sim = BaseSimulator(setting, ReplayProgress(table, quality()), predictors(table), SimConfig())
     seen = []
-    res = sim.run("fixed@0.9", wl, 5.0, give_up=lambda row: seen.append(row[0]) or len(seen) >= 10)
+    res = sim.run("fixed@0.9", wl, 5.0, give_up=lambda row, now: seen.append(row[0]) or len(seen) >= 10)
     full = sim.run("fixed@0.9", wl, 5.0)
     assert len(seen) == 10 and res.sim_s < full.sim_s and full.requests.height == 60
     assert res.requests.filter(res.requests["status"] != "unfinished").height == 10
