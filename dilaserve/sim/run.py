@@ -196,8 +196,8 @@ class BaseSimulator:
         """Serve ``workload`` under ``policy``; every request gets ``slo_s`` seconds.
 
         ``give_up`` is called with each request's row as it is recorded (the columns of
-        ``REQUEST_COLUMNS``, in order) and the simulated time; once it returns True the run stops there and the
-        requests still running count as unfinished (a tuner's replay that can no longer
+        ``REQUEST_COLUMNS``, in order) and the simulated time; once it returns True the run
+        stops there and the requests still running count as unfinished (a tuner's replay that can no longer
         beat the best candidate need not run to its end)."""
         if slo_s <= 0:
             raise ValueError(f"slo_s={slo_s} must be positive seconds")

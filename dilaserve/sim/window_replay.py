@@ -176,10 +176,9 @@ class _Cutoff:
 
     A request recorded loses ``1 - met x quality``. A request still running past its
     deadline can no longer meet it: it has lost its whole share already, and counts at
-    once, not when it finishes. A candidate that falls behind queues its requests past
-    their deadlines long before they finish, so it stops there, and the bound it stops at
-    is as exact as before: every request it counts is lost whatever the rest of the replay
-    does.
+    once, not when it finishes, so a candidate whose queue holds requests past their
+    deadlines stops sooner. The bound it stops at is as exact as before: every request it
+    counts is lost whatever the rest of the replay does.
 
     Args:
     deadlines: request id -> deadline (simulated seconds) of each scored request (the
@@ -192,11 +191,10 @@ class _Cutoff:
         self.limit = self.scored * (1.0 - best)
         self.lost = 0.0
         self.stopped = False
+        #: the scored requests neither recorded nor counted overdue yet, and their deadlines
+        self._open = dict(deadlines)
         self._due = sorted((d, rid) for rid, d in deadlines.items())
         self._next = 0  # the first of ``_due`` not yet past
-        self._recorded: set[str] = set()
-        self._overdue: set[str] = set()
-        self._scored = deadlines
 
     @property
     def bound(self) -> float:
@@ -204,16 +202,12 @@ class _Cutoff:
         return 1.0 - self.lost / self.scored
 
     def __call__(self, row: tuple, now: float) -> bool:
-        rid = row[_ID]
-        if rid in self._scored and rid not in self._overdue:
-            self._recorded.add(rid)
+        if self._open.pop(row[_ID], None) is not None:
             self.lost += 1.0 - float(row[_MET]) * (row[_QUALITY] or 0.0)
-        # Past its deadline and not yet recorded: a miss whatever comes next.
+        # Past its deadline and still open: a miss whatever comes next.
         due = self._due
         while self._next < len(due) and due[self._next][0] < now:
-            overdue = due[self._next][1]
-            if overdue not in self._recorded:
-                self._overdue.add(overdue)
+            if self._open.pop(due[self._next][1], None) is not None:
                 self.lost += 1.0
             self._next += 1
         self.stopped = self.lost > self.limit + 1e-9
