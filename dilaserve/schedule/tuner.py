@@ -76,6 +76,17 @@ class TunerConfig:
             on and no point that takes every arrival until a whole window has passed.
         rise_sigmas: the rise that trips it, in standard deviations of the Poisson count
             the chosen window's rate predicts for ``rise_window_s``.
+        rise_resets_window: a rise starts the tuner's window where its rise window begins:
+            the seconds before it hold the rate the load rose from. A tuning at the next
+            interval that replays them too chooses on an average of the old and the new
+            rate, and sets that average as the rate later rises are compared with, so the
+            steady new rate can trip a rise again at once. On the single-SLO trace with 40-s
+            phases at 1.0x it did: the interval after the step to the peak chose 0.9, the rise
+            it then tripped chose 0.7 for the rest of the peak, and the peak's goodput was
+            91.7% against 92.0% with the window reset (one run each). The forecast is the
+            same either way. False (the default): on the quick tiered runs the shorter window
+            after a rise cost 0.15 to 0.5 points (docs/architecture.md, "Capacity at an SLO"),
+            so the window keeps its whole span (``rise_onset`` still moves it).
         rise_onset: a rise's forecast runs at the rate since the rise began, not the rise
             window's: the window still holds the seconds before it, so a step in the rate
             was forecast at part of its height and tripped the rise again every second
@@ -96,13 +107,23 @@ class TunerConfig:
             the cluster (and of the arrivals), then the current point and the
             ``finalists`` best on ``sample``, and decides on that second replay alone.
             None (the default, or not below ``sample``): every candidate on ``sample``. A
-            window of one tier is never screened. At 0.125 it cut a tuned tiered run's CPU
-            by a third at about the same goodput on the recorded traces, but at a lighter
-            load its noise cost 1.5 points (quick tiers at 0.6 of the peak: 88.3% goodput
-            against 89.8%), and the tiered rate held at 90% goodput fell from 61.6 to 49.7
-            requests per second (docs/architecture.md, "Operating points"): off until a
-            screen pays there too.
+            window of one tier is screened only with ``screen_one_tier``. At 0.125 it cut a
+            tuned tiered run's CPU by a third at about the same goodput on the recorded
+            traces, but at a lighter load its noise cost 1.5 points (quick tiers at 0.6 of
+            the peak: 88.3% goodput against 89.8%), and the tiered rate held at 90% goodput
+            fell from 61.6 to 49.7 requests per second (docs/architecture.md, "Operating
+            points"): off until a screen pays there too.
         finalists: how many candidates past the current point a screen passes on.
+        screen_one_tier: a window of one tier is screened too. Its candidates are few, so a
+            screen saves little there; what it buys is a decision on more evidence, with the
+            screen at the share the candidates would replay on and a larger ``sample`` for
+            the current point and the finalists. Near saturation a quarter of the instances
+            queues where the cluster does not, and favours the faster point: on the
+            single-SLO trace with 40-s phases at 1.2034x, ``sample`` 0.5 with ``screen``
+            0.25 and this made 89.24% goodput in the peak against 88.20% with the defaults
+            (docs/architecture.md, "Capacity at an SLO"). False (the default): with a
+            screen of 0.125, over eight quick runs with and without tiers, it moved goodput
+            by -0.55 to +0.56 points and by about nothing on average.
         compress: a tuning's sample replays the whole cluster under ``sample`` of the
             window's arrivals, compressed in time by the same share (each instance carries
             the window's load, over that share of its span), rather than ``sample`` of the
@@ -145,10 +166,12 @@ class TunerConfig:
     warm_plans: bool = True
     rise_window_s: float = 5.0
     rise_sigmas: float = 3.0
+    rise_resets_window: bool = False
     rise_onset: bool = False
     max_backoff: float = 4.0
     screen: float | None = None
     finalists: int = 1
+    screen_one_tier: bool = False
     local_moves: bool = False
     compress: bool = False
     rise_forecast_s: float | None = None
@@ -288,7 +311,7 @@ class OperatingPointTuner:
         candidates = candidates_within(self.candidates(base, priorities, now), scale)
         sample = None if scale >= 1 else cfg.sample * scale
         warm = rose and cfg.warm_rises and self._forecast_span() < cfg.window_s
-        if cfg.screen is not None and cfg.screen < cfg.sample and len(priorities) > 1:
+        if cfg.screen is not None and cfg.screen < cfg.sample and (len(priorities) > 1 or cfg.screen_one_tier):
             order = list(range(len(candidates)))  # a screen ranks in its own order
             job = PointJob(
                 tuple(arrivals), tuple(layout), tuple(candidates), sample, cfg.screen * scale, cfg.finalists, warm
@@ -413,7 +436,10 @@ class OperatingPointTuner:
         time to it."""
         cfg = self.config
         recent = self._recent(now)
-        rate, period, onset = len(recent) / cfg.rise_window_s, cfg.rise_window_s, float("-inf")
+        # Without a finer onset the rise window's start is where the evidence of the new
+        # rate begins (``rise_resets_window``); -inf leaves the window as it was.
+        evidence = now - cfg.rise_window_s if cfg.rise_resets_window else float("-inf")
+        rate, period, onset = len(recent) / cfg.rise_window_s, cfg.rise_window_s, evidence
         if cfg.rise_onset:
             start, since = rate_onset([a.arrival for a in recent], now - cfg.rise_window_s, now)
             faster = at_rate(recent, since) if since > rate else None

@@ -195,6 +195,14 @@ def test_with_admission_the_current_point_is_also_weighed_admitted_the_other_way
     assert tuner.maybe_tune(5.0, LAYOUT, current) == current.with_admit(False)
 
 
+def _arrived(segments, start: float, end: float) -> int:
+    """How many of :func:`_arrive`'s arrivals over ``segments`` (``(t0, t1, rate)``) fell in
+    [start, end]: a rise's window, counted from the arrivals themselves (the tuner's window
+    has moved on by then)."""
+    times = (t0 + i / rate for t0, t1, rate in segments for i in range(int(round((t1 - t0) * rate))))
+    return sum(1 for t in times if start <= t <= end)
+
+
 def _arrive(tuner: OperatingPointTuner, t0: float, t1: float, rate: float, point: OperatingPoint):
     """Arrivals at ``rate`` per second over [t0, t1), the tuner asked after each (as the
     scheduler does); returns the points it moved to, with their times."""
@@ -226,8 +234,7 @@ def test_a_rise_in_arrivals_tunes_at_once_on_the_new_rate_with_admission_on():
     assert all(p.admit for p in points)  # no take-all candidate while the window holds the old load
     # the forecast: the last 2.5 s (what arrived in them) repeated four times over the window
     rise = tuner.rises[0]
-    recent = sum(1 for a in tuner._window if rise - 2.5 <= a.arrival <= rise)
-    assert n == 4 * recent
+    assert n == 4 * _arrived([(0.0, 10.5, 10.0), (10.5, 13.0, 40.0)], rise - 2.5, rise)
     assert point.admit  # later rises (the rate keeps climbing here) never reopen admission
 
 
@@ -239,8 +246,8 @@ def test_a_rise_forecast_may_span_less_than_a_window():
     calls = len(replay.calls)
     _arrive(tuner, 10.5, 13.0, 40.0, point)
     rise = tuner.rises[0]
-    recent = sum(1 for a in tuner._window if rise - 2.5 <= a.arrival <= rise)
-    assert replay.calls[calls][0] == 2 * recent  # the last 2.5 s twice, not four times
+    steps = [(0.0, 10.5, 10.0), (10.5, 13.0, 40.0)]
+    assert replay.calls[calls][0] == 2 * _arrived(steps, rise - 2.5, rise)  # the last 2.5 s twice, not four times
     # Replayed warm (the short forecast starts with the queue its rate builds); the
     # window's tunings before the rise were cold.
     assert replay.warm[calls] and not any(replay.warm[:calls])
@@ -249,8 +256,7 @@ def test_a_rise_forecast_may_span_less_than_a_window():
     calls = len(replay.calls)
     _arrive(longer, 10.5, 13.0, 40.0, point)
     rise = longer.rises[0]
-    recent = sum(1 for a in longer._window if rise - 2.5 <= a.arrival <= rise)
-    assert replay.calls[calls][0] == 4 * recent  # capped at the 10-s window
+    assert replay.calls[calls][0] == 4 * _arrived(steps, rise - 2.5, rise)  # capped at the 10-s window
     assert not replay.warm[calls]  # a whole window's forecast replays cold, as it always did
     cold = OperatingPointTuner(replay, (0.8,), replace(cfg, warm_rises=False), admission=True)
     _, point = _arrive(cold, 0.0, 10.5, 10.0, OperatingPoint.static(0.8))
@@ -342,6 +348,36 @@ def test_with_rise_onset_a_step_in_the_rate_trips_one_tuning_at_its_height():
     assert window_low > 0 and onset_low <= 2  # the window starts where the rise did (give or take)
 
 
+def test_after_a_rise_the_next_interval_replays_the_new_rate_and_compares_later_rises_with_it():
+    """A step from 10 to 40 arrivals a second. The interval's tuning after the rise replays
+    the window from the rise window's start on: the low rate's seconds before it would
+    average the two rates, the average would become the rate later rises are compared
+    with, and the steady new rate would trip a rise again at once."""
+    steps = [(0.0, 10.5, 10.0), (10.5, 13.0, 40.0)]
+
+    def run(resets: bool):
+        replay = ScriptedReplay(lambda p: 0.5)
+        cfg = TunerConfig(
+            interval_s=10, window_s=20, sample=1.0, rise_window_s=2.5, min_arrivals=10, rise_resets_window=resets
+        )
+        tuner = OperatingPointTuner(replay, (0.8,), cfg)
+        _, point = _arrive(tuner, 0.0, 10.5, 10.0, OperatingPoint.static(0.8))
+        _arrive(tuner, 10.5, 13.0, 40.0, point)
+        last_rise, rises = tuner.rises[-1], len(tuner.rises)
+        _arrive(tuner, 13.0, last_rise + 10.5, 40.0, point)
+        # the interval's tuning after the last rise (one replay per tuning)
+        k, tuned = next((k, t) for k, (t, _, _) in enumerate(tuner.history) if t > last_rise + 9.9)
+        _arrive(tuner, last_rise + 10.5, tuned + 3.0, 40.0, point)  # the new rate goes on
+        return tuner, last_rise, tuned, replay.calls[k][0], len(tuner.rises) - rises
+
+    reset, last_rise, tuned, replayed, later = run(True)
+    assert replayed == _arrived([*steps, (13.0, last_rise + 10.5, 40.0)], last_rise - 2.5, tuned)
+    assert later == 0  # the steady new rate trips no rise
+    kept, last_rise, tuned, replayed, later = run(False)
+    assert replayed == _arrived([*steps, (13.0, last_rise + 10.5, 40.0)], tuned - 20, tuned)  # low seconds too
+    assert later >= 1 and kept.rises[-1] - tuned < 1.0  # the window's average made the same rate a rise
+
+
 def test_a_tiered_tuning_screens_every_candidate_and_decides_among_the_finalists_alone():
     current = OperatingPoint.static(0.8)
     # On the screen (the small slice) pinning tier 1 to 0.7 looks best; on the full sample it
@@ -363,7 +399,7 @@ def test_a_tiered_tuning_screens_every_candidate_and_decides_among_the_finalists
     assert sum(s == float("-inf") for s in scores.values()) == len(cands) - 4  # the rest never win
 
 
-def test_a_window_of_one_tier_is_never_screened():
+def test_a_window_of_one_tier_is_screened_only_when_asked():
     replay = ScriptedReplay(lambda p: 0.5)
     cfg = TunerConfig(interval_s=10, window_s=10, sample=0.5, min_arrivals=10, screen=0.125)
     tuner = OperatingPointTuner(replay, (0.7, 0.8, 0.9), cfg)
@@ -372,6 +408,15 @@ def test_a_window_of_one_tier_is_never_screened():
     assert replay.samples == [None] and len(replay.calls[0][2]) == 4  # every candidate once, on the sample
     with pytest.raises(ValueError, match="screen"):
         TunerConfig(screen=0.0)
+    # With screen_one_tier the others are ranked on the screen, and the switch is decided on
+    # the sample between the current point and the best of them alone.
+    scores = {"static@0.7": 0.9, "static@0.8": 0.6}
+    asked = ScriptedReplay(lambda p: scores.get(p.label, 0.5))
+    tuner = OperatingPointTuner(asked, (0.7, 0.8, 0.9), replace(cfg, screen_one_tier=True))
+    _fill(tuner, 100, 0.0, 9.0)
+    assert tuner.maybe_tune(10.0, LAYOUT, OperatingPoint.adaptive()) == OperatingPoint.static(0.7)
+    assert asked.samples == [0.125, None]
+    assert [p.label for p in asked.calls[1][2]] == ["adaptive", "static@0.7"]
 
 
 def test_with_local_moves_a_tier_moves_a_step_from_its_pin_or_anywhere_from_adaptive():
