@@ -81,8 +81,10 @@ def test_the_apps_default_burst_lowers_thresholds_and_refuses_with_a_reason(tmp_
     assert {r["outcome"] for r in rows} <= {"admitted", "refused"}
     lowered = [r for r in rows if r["outcome"] == "admitted" and "\u2192" in r["threshold"]]
     refused = [r for r in rows if r["outcome"] == "refused"]
-    assert lowered, rows
-    assert refused and all(r["reason"] and "HTTP" not in r["reason"] for r in refused), rows
+    # Every row and the app's last output in full on a failure (a list would be cut short).
+    shown = "\n".join(map(str, rows)) + "\n" + out[-4000:]
+    assert lowered, shown
+    assert refused and all(r["reason"] and "HTTP" not in r["reason"] for r in refused), shown
     # The view "steps alone / in the burst" gives both counts for every admitted request.
     # (Whether a lowered one saves steps depends on which requests won the race to admission:
     # the long "pairs" examples do, 14 steps alone against 8 or 9 in the burst, a list lowered
