@@ -25,7 +25,8 @@ headline run's wall time (what a policy's control plane costs to simulate).
 ``max-rate`` finds, per policy (``--policies``; default dilaserve and the static
 policies), the highest rate of the trace's busiest phase it holds at ``--target`` (0.9) of
 ``--criterion`` (SLO attainment, or ``goodput`` over the quality at threshold 0.9), by a
-bracketed search to within ``--rate-tol`` (one setting, the first
+bracketed search to within ``--rate-tol`` (a static policy may name its TP mix as the
+frontier labels it, ``"fixed@0.7+admission tp=4"``) (one setting, the first
 of ``--settings``; every workload flag of ``trace`` applies, ``--high-load`` is where the
 search starts). With ``--json`` it ends with ``{"target", "criterion", "quality_ceiling", "rates": {policy: rps},
 "best_static": {"policy", "rate", ...}, "dilaserve": {"rate", "goodput", ...}, "ratio"}``
@@ -64,7 +65,7 @@ import time
 from dilaserve.artifacts import MissingArtifactError, fingerprint
 from dilaserve.eval import rerecord
 from dilaserve.eval.capacity_table import capacity_table
-from dilaserve.eval.context import SETTINGS, EvalContext, EvalOptions
+from dilaserve.eval.context import SETTINGS, EvalContext, EvalOptions, split_mix
 from dilaserve.eval.experiments import ALL_EXPERIMENTS, EXPERIMENTS
 from dilaserve.eval.fidelity import run_fidelity
 from dilaserve.eval.hindsight import LayoutError
@@ -115,6 +116,12 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool, str | None]:
         opts = build_dataclass(EvalOptions, values)
     except (ValueError, TypeError) as e:
         ap.error(flag_error(EvalOptions, e))
+    mixed = [p for p in opts.policies or () if split_mix(p)[1] is not None]
+    if mixed and a.experiment != "max-rate":
+        ap.error(
+            f"--policies {' '.join(mixed)}: a policy on a named TP mix runs in max-rate; {a.experiment} starts every "
+            "policy from one cluster, --static-tp"
+        )
     names = list(ALL_EXPERIMENTS) if a.experiment == "all" else [a.experiment]
     return names, opts, a.json, a.record
 

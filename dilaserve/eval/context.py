@@ -289,7 +289,8 @@ class EvalOptions:
         if not 0 < self.rate_tol < 1:
             raise ValueError(f"--rate-tol {self.rate_tol} must be a fraction in (0, 1), e.g. 0.05 for rates within 5%")
         for name in self.policies or ():
-            resolve_policy(name)  # an unknown name fails here, listing the registered ones
+            resolve_policy(split_mix(name)[0])  # an unknown name fails here, listing the registered ones
+            check_mix(name)
         bad = [s for s in self.settings if s not in SETTINGS]
         if bad or not self.settings:
             raise ValueError(f"unknown settings {bad or list(self.settings)}: choose from {sorted(SETTINGS)}")
@@ -454,6 +455,37 @@ class EvalContext:
 #: How a static point with one threshold per SLO tier is named, as ``frontier --hindsight``
 #: reports it: ``tiers(2:0.8,0:0.8,*:0.7)+admission``.
 TIER_POINT_PREFIX = "tiers("
+#: How a static point on its own TP mix is named, as ``frontier --hindsight`` reports it and
+#: ``max-rate`` searches it: ``fixed@0.7+admission tp=4`` (without it: all TP-1, or
+#: ``--static-tp``'s cluster).
+MIX_SUFFIX = " tp="
+#: The TP mixes a ``tp=`` names besides an explicit layout per node (``4,4,1+1+1+1,...``).
+NAMED_MIXES = ("1", "2", "4", "stage1")
+
+
+def split_mix(name: str) -> tuple[str, str | None]:
+    """A policy name as (the policy or per-tier point, the TP mix its ``tp=`` names or None)."""
+    policy, sep, mix = name.partition(MIX_SUFFIX)
+    return (policy, mix) if sep else (name, None)
+
+
+def check_mix(name: str) -> None:
+    """Raise ValueError, saying how to fix it, where ``name``'s ``tp=`` cannot run: on a
+    policy that is not static (it plans its own mix), or naming no mix."""
+    policy, mix = split_mix(name)
+    if mix is None:
+        return
+    pol = get_policy(resolve_policy(policy)[0])
+    if pol.selection != "fixed" or pol.reconfig or pol.tune:
+        raise ValueError(
+            f"policy {name!r}: only a static policy runs on a named TP mix (e.g. fixed@0.7+admission{MIX_SUFFIX}4); "
+            f"start {policy} from that cluster with --static-tp {mix}"
+        )
+    if not (mix in NAMED_MIXES or names_a_layout(mix)):
+        raise ValueError(
+            f"policy {name!r}: {mix!r} names no TP mix; use one of {', '.join(NAMED_MIXES)} or a layout per "
+            f"node (e.g. {policy}{MIX_SUFFIX}4,4,1+1+1+1,1+1+1+1)"
+        )
 
 
 def resolve_policy(name: str) -> tuple[str, OperatingPoint | None]:

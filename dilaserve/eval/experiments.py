@@ -107,7 +107,8 @@ def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: tuple[float, 
         own = ctx.high_load_of(setting)
         loads = high_loads or (own,)
         for load in loads:
-            wl = trace_workload(ctx, setting, high_load=load)
+            # The setting's own load is a default: a named workload keeps its own peak there.
+            wl = trace_workload(ctx, setting, high_load=load if high_loads else None)
             slo = slo_at_scale(ctx, setting, wl, DEFAULT_SLO_SCALE)
             rates = ", ".join(f"{p.name} {p.rate:.1f} req/s" for p in wl.phases)
             law = ctx.law_of(setting).name

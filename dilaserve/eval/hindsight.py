@@ -31,7 +31,7 @@ import polars as pl
 
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
-from dilaserve.eval.context import EvalContext
+from dilaserve.eval.context import MIX_SUFFIX, EvalContext
 from dilaserve.eval.workloads import trace_slo, trace_workload
 from dilaserve.reconfig.monitor import WorkloadMonitor
 from dilaserve.reconfig.plan import layout_from_node_counts, names_a_layout, node_counts_from_text, static_layout
@@ -67,7 +67,7 @@ class GridPoint:
         what = self.tiers.label if self.tiers is not None else self.policy
         if self.tiers is not None and self.admission:
             what += "+admission"
-        return what if self.mix == "1" else f"{what} tp={self.mix}"
+        return what if self.mix == "1" else f"{what}{MIX_SUFFIX}{self.mix}"
 
 
 def mix_layout(setting: ClusterSetting, mix: str, wl: Workload, slo_s: float) -> tuple[InstanceSpec, ...] | None:

@@ -14,6 +14,12 @@ the shaped trace) and judges a rate by the requests that arrived in that phase, 
 rate: the low phase before it is the same at every probe and would only dilute the
 verdict.
 
+A static policy may name its own TP mix as ``frontier --hindsight`` labels it
+(``fixed@0.7+admission tp=4``; ``tp=`` takes 1, 2, 4, ``stage1`` or a layout per node): it is
+searched on that cluster, so on a workload where the mix matters the best static point is
+not held to all TP-1. A named workload's (``--workload``) busiest phase runs at each
+probe's load, and its other phases scale with it.
+
 The search per policy (:class:`RateSearch`) starts at the setting's load (or
 ``--high-load``), steps by ``BRACKET_STEP`` up while the policy holds or down while it
 misses until one load of each kind brackets the answer, then narrows the bracket by
@@ -51,8 +57,16 @@ from pathlib import Path
 
 import polars as pl
 
-from dilaserve.eval.context import TIER_POINT_PREFIX, EvalContext, resolve_policy, run_identity, with_point
+from dilaserve.eval.context import (
+    TIER_POINT_PREFIX,
+    EvalContext,
+    resolve_policy,
+    run_identity,
+    split_mix,
+    with_point,
+)
 from dilaserve.eval.experiments import STATIC_POLICIES, static_mix
+from dilaserve.eval.hindsight import mix_layout, with_layout
 from dilaserve.eval.plots import rate_search
 from dilaserve.eval.workloads import trace_slo, trace_workload
 from dilaserve.sim.metrics import good
@@ -173,7 +187,16 @@ def _probe(policy: str, load: float) -> Probe:
         cache[load] = wl, slo, static_mix(ctx, setting, wl, slo)
     wl, slo, st = cache[load]
     t0 = time.perf_counter()
-    base, point = resolve_policy(policy)
+    name, mix = split_mix(policy)
+    if mix is not None:  # a static point on its own TP mix, as the frontier names it
+        layout = mix_layout(setting, mix, wl, slo)
+        if layout is None:
+            raise MaxRateError(
+                f"policy {policy!r}: setting {setting.name!r} cannot run TP mix {mix!r} at load {load:g} "
+                f"(TP degrees {list(setting.cluster.tp_degrees)}, or stage 1 found no plan); drop it from --policies"
+            )
+        st = with_layout(setting, layout)
+    base, point = resolve_policy(name)
     res = ctx.simulator(with_point(st, point)).run(base, wl, slo)
     peak = max(wl.phases, key=lambda p: p.rate) if wl.phases else None
     rows = res.requests if peak is None else res.requests.filter(pl.col("phase") == peak.name)
@@ -225,7 +248,8 @@ def search_rates(
     criterion = ctx.options.criterion
     groups: dict[tuple, list[str]] = {}
     for name in policies:
-        groups.setdefault(run_identity(name, setting), []).append(name)
+        policy, mix = split_mix(name)
+        groups.setdefault((run_identity(policy, setting), mix), []).append(name)
     searches = {
         names[0]: RateSearch(ctx.options.target, ctx.options.rate_tol, ctx.high_load_of(setting))
         for names in groups.values()
@@ -270,7 +294,9 @@ def _at_max(probes: list[Probe], target: float, criterion: str, ceiling: float |
 
 
 def is_static(policy: str) -> bool:
-    """A policy that runs one fixed threshold: a candidate for the best static point."""
+    """A policy that runs one fixed threshold (on all TP-1, ``--static-tp``'s cluster, or the
+    TP mix its ``tp=`` names): a candidate for the best static point."""
+    policy = split_mix(policy)[0]
     return policy in STATIC_POLICIES or policy.startswith(("fixed@", TIER_POINT_PREFIX))
 
 

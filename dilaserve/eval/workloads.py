@@ -38,7 +38,8 @@ def trace_workload(
     a high-load phase, ``phase_s`` each (default 1 h, 75 s in quick runs), at
     ``TRACE_LOW_LOAD`` and ``high_load`` (default: the setting's, or ``--high-load``) x the
     nominal capacity for those lengths; with ``--workload``, that workload's phases
-    (:mod:`dilaserve.sim.scenarios`)."""
+    (:mod:`dilaserve.sim.scenarios`), its busiest at ``high_load`` where one is given
+    (else at ``--high-load``, else its own), the others scaled with it."""
     tr = ctx.trace_for(setting)
     cap = ctx.capacity(setting, tr.prompt_tokens, tr.output_tokens)
     dur = phase_s or ctx.options.phase_s or (75.0 if ctx.options.quick else 3600.0)
@@ -46,8 +47,9 @@ def trace_workload(
     phases = [PhaseSpec("low", dur, low), PhaseSpec("high", dur, high)]
     if ctx.options.workload is not None:  # its own rate curve and phase lengths
         named = named_workload(ctx.options.workload)
-        # Its peak is its own unless --high-load names one (callers' default loads are not).
-        phases = named.phases(tr, cap, ctx.options.quick, phase_s or ctx.options.phase_s, ctx.options.high_load)
+        # Its peak is its own unless the caller (a sweep's or a search's load) or --high-load names one.
+        peak = high_load or ctx.options.high_load
+        phases = named.phases(tr, cap, ctx.options.quick, phase_s or ctx.options.phase_s, peak)
     wl = shape_trace(tr, phases, name="trace")
     if ctx.options.tiers_text is None:
         return wl

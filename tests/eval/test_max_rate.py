@@ -152,3 +152,29 @@ def test_a_static_point_per_tier_is_searched_as_the_frontier_runs_it(tmp_path):
         EvalOptions(policies=("dilaserve", "tiers(0:0.5)"))
     with pytest.raises(ValueError, match="tiers\\(PRIORITY:TAU"):
         EvalOptions(policies=("dilaserve", "tiers(0:0.5,*:0.9"))
+
+
+def test_a_static_point_on_a_named_tp_mix_is_searched_on_that_cluster(tmp_path):
+    """``fixed@0.9 tp=4`` (as the frontier labels a point on its own TP mix) runs the static
+    point on a cluster of TP-4 instances: on the tiny node, one TP-4 instance against four
+    TP-1, so it holds another rate than ``fixed@0.9`` on all TP-1, and it counts as a static
+    point (the best static point may name its mix)."""
+    on_tp4 = "fixed@0.9 tp=4"
+    out, text = max_rate(_tiny(tmp_path, ("dilaserve", "fixed@0.9", on_tp4)))
+    rates = out["rates"]
+    assert set(rates) == {"dilaserve", "fixed@0.9", on_tp4}
+    assert rates[on_tp4] != rates["fixed@0.9"]
+    assert out["probes"][on_tp4] != out["probes"]["fixed@0.9"]
+    assert out["best_static"]["rate"] == max(rates["fixed@0.9"], rates[on_tp4])
+    assert f"| {on_tp4} |" in text
+
+
+def test_a_named_tp_mix_is_refused_where_it_cannot_run():
+    with pytest.raises(ValueError, match="only a static policy runs on a named TP mix"):
+        EvalOptions(policies=("dilaserve", "dilaserve tp=4"))
+    with pytest.raises(ValueError, match="'3' names no TP mix; use one of 1, 2, 4, stage1"):
+        EvalOptions(policies=("dilaserve", "fixed@0.7 tp=3"))
+    assert EvalOptions(policies=("dilaserve", "fixed@0.7 tp=4,1+1+1+1")).policies[1] == "fixed@0.7 tp=4,1+1+1+1"
+    with pytest.raises(SystemExit):  # the other experiments start every policy from one cluster
+        parse(["trace", "--quick", "--policies", "dilaserve", "fixed@0.7 tp=4"])
+    assert parse(["max-rate", "--quick", "--policies", "dilaserve", "fixed@0.7 tp=4"])[1].policies[1].endswith("tp=4")
