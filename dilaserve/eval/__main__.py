@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shlex
 import sys
 import time
 
@@ -164,7 +165,7 @@ def main(argv: list[str]) -> int:
     if as_json:
         print(line)
     if record_as:
-        args = " ".join(argv)
+        args = shlex.join(argv)  # a policy on a named TP mix has a space: rerecord splits it back
         recorded = record(record_as, f"python -m dilaserve.eval {args}", line, artifacts=fingerprint(opts.artifacts))
         print(f"recorded {recorded}", file=sys.stderr)
     return 0
@@ -183,7 +184,7 @@ def _one_document(name: str, run, ctx: EvalContext, as_json: bool, record_as: st
     if as_json:
         print(line)
     if record_as:
-        cmd = f"python -m dilaserve.eval {' '.join(argv)}"
+        cmd = f"python -m dilaserve.eval {shlex.join(argv)}"
         print(f"recorded {record(record_as, cmd, line, artifacts=fingerprint(ctx.options.artifacts))}", file=sys.stderr)
     return 0
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -80,7 +81,7 @@ def build() -> str | None:
 
 def _flag(command: str, flag: str, default: str | None) -> str | None:
     """The value ``command`` gives ``flag``, or ``default`` where it gives none."""
-    words = command.split()
+    words = shlex.split(command)
     return words[words.index(flag) + 1] if flag in words[:-1] else default
 
 
@@ -225,7 +226,7 @@ WORKLOAD_FLAGS = ("--settings", "--workload", "--lengths", "--slo-tiers", "--pha
 
 def _workload(command: str) -> str:
     """The workload flags of ``command`` as written (``one SLO`` where it names no tiers)."""
-    words = command.split()
+    words = shlex.split(command)
     flags = [f"{w} {words[i + 1]}" for i, w in enumerate(words[:-1]) if w in WORKLOAD_FLAGS]
     if "--slo-tiers" not in words:
         flags.append("one SLO")
