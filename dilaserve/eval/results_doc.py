@@ -228,7 +228,7 @@ def _workload(command: str) -> str:
     """The workload flags of ``command`` as written (``one SLO`` where it names no tiers)."""
     words = shlex.split(command)
     flags = [f"{w} {words[i + 1]}" for i, w in enumerate(words[:-1]) if w in WORKLOAD_FLAGS]
-    if "--slo-tiers" not in words:
+    if "--slo-tiers" not in words and "--workload" not in words:  # a named workload brings its tiers
         flags.append("one SLO")
     return ", ".join(f"`{f}`" if f != "one SLO" else f for f in flags)
 
