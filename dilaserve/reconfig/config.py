@@ -141,6 +141,15 @@ class ReconfigConfig:
             ``maxUnavailable``: steps start in order while they fit (one always may). A
             plan that touches every node then takes a few launch times, not one per node;
             the capacity-seconds it takes offline are the same either way.
+        reach_reserve: a plan made ahead gives the fast degree at most the nodes one wave of a
+            rolling update turns back (``max_offline_share``), so that the way home at a rise
+            takes one launch; more only where the layout with more fast nodes carries this
+            many times the forecast peak (with ``capacity_headroom``), at the lowest
+            threshold. The rate must then grow this much before the way home has to begin,
+            and each wave past the first turns back as the rising forecast outgrows it. Where
+            the busiest load is itself quiet, one wave kept half the cluster on a degree the
+            tier out of reach cannot use (docs/architecture.md, "Capacity at an SLO"). None:
+            never more than one wave.
         peak_rps: the request rate a plan must hold (requests/s). With the operating-point
             tuner on, a plan is also replayed on the last window's arrivals compressed to
             this rate, and refused where its layout loses there: a plan outlives the load it
@@ -164,6 +173,7 @@ class ReconfigConfig:
     drain_time_s: float | None = None
     plan_lifetime_s: float | None = None
     max_offline_share: float = 0.5
+    reach_reserve: float | None = 2.0
     peak_rps: float | None = None
 
     def __post_init__(self) -> None:
@@ -204,6 +214,11 @@ class ReconfigConfig:
             raise ValueError(
                 f"ReconfigConfig.max_offline_share={self.max_offline_share} must lie in (0, 1]: the share of "
                 "the cluster's GPUs a plan may hold offline at once (0.5 = half)"
+            )
+        if self.reach_reserve is not None and not self.reach_reserve >= 1:
+            raise ValueError(
+                f"ReconfigConfig.reach_reserve={self.reach_reserve} must be >= 1: how many times the forecast "
+                "peak a layout with more fast nodes than one wave must carry (2.0), or None for one wave at most"
             )
         if self.peak_rps is not None and self.peak_rps <= 0:
             raise ValueError(

@@ -344,7 +344,8 @@ class Reconfigurator:
         """Per node, the layout with the most nodes of the fastest degree (the rest of
         ``home``'s lowest degree) that carries ``pb``'s rate with the capacity headroom at
         the lowest threshold the controller may run (:func:`reach_node_counts`), with no
-        more fast nodes than one wave of a rolling update rebuilds (:meth:`wave_nodes`);
+        more fast nodes than one wave of a rolling update rebuilds (:meth:`wave_nodes`),
+        unless a layout with more carries ``ReconfigConfig.reach_reserve`` times that rate;
         None where the cluster has no faster degree or no such node fits.
 
         The way home comes at a rise, when every second on the fast layout's throughput
@@ -357,15 +358,18 @@ class Reconfigurator:
             return None
         usable = [t for t in pb.thresholds if lowest is None or t >= lowest - 1e-9]
         need = pb.total_rate * (1 + self.config.capacity_headroom)
-        return reach_node_counts(
-            pb,
-            self.cluster.gpus_per_node,
-            home_degrees[0],
-            fast,
-            need,
-            usable[0] if usable else None,
-            most_nodes=self.wave_nodes(),
-        )
+        args = (pb, self.cluster.gpus_per_node, home_degrees[0], fast)
+        threshold = usable[0] if usable else None
+        one_wave = reach_node_counts(*args, need, threshold, most_nodes=self.wave_nodes())
+        reserve = self.config.reach_reserve
+        if reserve is None or one_wave is None:
+            return one_wave
+        # Past one wave only with the reserve: the rate must grow that much before the way
+        # home has to start, time for the waves past the first to turn back one by one.
+        wide = reach_node_counts(*args, need * reserve, threshold)
+        if wide is not None and sum(fast in node for node in wide) > sum(fast in node for node in one_wave):
+            return wide
+        return one_wave
 
     def offline_gpus(self) -> int:
         """The GPUs a plan may hold offline at once (``ReconfigConfig.max_offline_share`` of

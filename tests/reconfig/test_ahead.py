@@ -217,11 +217,52 @@ def test_reach_layout_gives_the_fast_degree_every_node_the_forecast_leaves_room_
         assert capacity_rps(pb, counts) >= (0.5 * tp4 if nc is layouts[0] else (tp4 + tp1) / 2)
     capped = reach_node_counts(pb, CLUSTER.gpus_per_node, 1, 4, 0.5 * tp4, most_nodes=1)
     assert sum(n.get(4, 0) for n in capped) == 1
-    # At a low load planning ahead gives the tier out of reach as many TP-4 nodes as one wave
-    # of the rolling update turns back (half the cluster's GPUs), not the whole cluster.
-    assert pb.total_rate * (1 + rec.config.capacity_headroom) < tp4
+    # Without the reserve, planning ahead at a low load gives the tier out of reach as many
+    # TP-4 nodes as one wave of the rolling update turns back (half the cluster's GPUs), not
+    # the whole cluster; with it (the default, twice the forecast), the whole cluster, which
+    # carries more than twice the load here.
+    assert 2 * pb.total_rate * (1 + rec.config.capacity_headroom) < tp4
     assert rec.wave_nodes() == 2
-    plan = rec.propose_ahead(60.0, static_layout(CLUSTER, 1), static_layout(CLUSTER, 1))
+    one_wave = Reconfigurator(CLUSTER, H100, replace(rec.config, reach_reserve=None), rec.monitor)
+    plan = one_wave.propose_ahead(60.0, static_layout(CLUSTER, 1), static_layout(CLUSTER, 1))
     assert plan is not None and plan.counts == {4: 2, 1: 8}
+    plan = rec.propose_ahead(60.0, static_layout(CLUSTER, 1), static_layout(CLUSTER, 1))
+    assert plan is not None and plan.counts == {4: CLUSTER.nodes}
     whole = Reconfigurator(CLUSTER, H100, replace(rec.config, max_offline_share=1.0), rec.monitor)
     assert whole.wave_nodes() == CLUSTER.nodes
+
+
+@pytest.mark.parametrize("rate", [6.0, 25.0, 30.0, 35.0, 40.0])
+def test_past_one_wave_the_fast_nodes_must_carry_the_reserve(rate):
+    """Past the nodes one wave turns back, the reach layout has the most TP-4 nodes whose
+    layout carries ``reach_reserve`` (2) times the forecast with its headroom: all four at a
+    load well below what all TP-4 carries, fewer as the load nears half of it, one wave (two)
+    beyond; without the reserve always one wave."""
+    rec = _reconfigurator()
+    _observe(rec, 0.55, lambda t: rate)
+    pb = rec.problem(rec.monitor.classes(60.0, by_tier=True))
+    home = static_layout(CLUSTER, 1)
+    need = pb.total_rate * (1 + rec.config.capacity_headroom)
+
+    def fast_nodes(layout) -> int:
+        return sum(4 in node for node in layout)
+
+    layout = rec.reach_layout(pb, home)
+    counts = {d: sum(node.get(d, 0) for node in layout) for d in (1, 4)}
+    n = fast_nodes(layout)
+    assert n >= rec.wave_nodes() == 2
+    if n > rec.wave_nodes():  # carries the reserve, and one more TP-4 node would not
+        assert capacity_rps(pb, counts, 0.5) >= 2 * need
+        more = {4: n + 1, 1: (CLUSTER.nodes - n - 1) * CLUSTER.gpus_per_node}
+        assert n == CLUSTER.nodes or capacity_rps(pb, more, 0.5) < 2 * need
+    else:
+        assert capacity_rps(pb, {4: 3, 1: CLUSTER.gpus_per_node}, 0.5) < 2 * need
+    one_wave = Reconfigurator(CLUSTER, H100, replace(rec.config, reach_reserve=None), rec.monitor)
+    assert fast_nodes(one_wave.reach_layout(pb, home)) == 2
+    expected = {6.0: 4, 25.0: 4, 30.0: 3, 35.0: 2, 40.0: 2}[rate]
+    assert n == expected
+
+
+def test_the_reach_reserve_is_at_least_one():
+    with pytest.raises(ValueError, match="reach_reserve=0.5 must be >= 1"):
+        ReconfigConfig(reach_reserve=0.5)
