@@ -25,10 +25,10 @@ headline run's wall time (what a policy's control plane costs to simulate).
 ``max-rate`` finds, per policy (``--policies``; default dilaserve and the static
 policies), the highest rate of the trace's busiest phase it holds at ``--target`` (0.9) of
 ``--criterion`` (SLO attainment, or ``goodput`` over the quality at threshold 0.9), by a
-bracketed search to within ``--rate-tol`` (a static policy may name its TP mix as the
-frontier labels it, ``"fixed@0.7+admission tp=4"``) (one setting, the first
+bracketed search to within ``--rate-tol`` (one setting, the first
 of ``--settings``; every workload flag of ``trace`` applies, ``--high-load`` is where the
-search starts). With ``--json`` it ends with ``{"target", "criterion", "quality_ceiling", "rates": {policy: rps},
+search starts; a static policy may name its TP mix as the frontier labels it,
+``"fixed@0.7+admission tp=4"``). With ``--json`` it ends with ``{"target", "criterion", "quality_ceiling", "rates": {policy: rps},
 "best_static": {"policy", "rate", ...}, "dilaserve": {"rate", "goodput", ...}, "ratio"}``
 (:mod:`dilaserve.eval.max_rate`).
 
