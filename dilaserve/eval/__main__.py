@@ -28,7 +28,8 @@ policies), the highest rate of the trace's busiest phase it holds at ``--target`
 bracketed search to within ``--rate-tol`` (one setting, the first
 of ``--settings``; every workload flag of ``trace`` applies, ``--high-load`` is where the
 search starts; a static policy may name its TP mix as the frontier labels it,
-``"fixed@0.7+admission tp=4"``). With ``--json`` it ends with ``{"target", "criterion", "quality_ceiling", "rates": {policy: rps},
+``"fixed@0.7+admission tp=4"``; ``--seeds 0 1 2`` pools each probe over seeds). With ``--json`` it ends with
+``{"target", "criterion", "quality_ceiling", "seeds", "rates": {policy: rps},
 "best_static": {"policy", "rate", ...}, "dilaserve": {"rate", "goodput", ...}, "ratio"}``
 (:mod:`dilaserve.eval.max_rate`).
 
@@ -123,6 +124,8 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool, str | None]:
             f"--policies {' '.join(mixed)}: a policy on a named TP mix runs in max-rate; {a.experiment} starts every "
             "policy from one cluster, --static-tp"
         )
+    if opts.seeds is not None and a.experiment != "max-rate":
+        ap.error(f"--seeds pools runs in max-rate's probes; {a.experiment} runs one seed: pass --seed")
     names = list(ALL_EXPERIMENTS) if a.experiment == "all" else [a.experiment]
     return names, opts, a.json, a.record
 

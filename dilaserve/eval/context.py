@@ -3,6 +3,7 @@ helper that runs policies on the simulator."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 import time
@@ -156,6 +157,11 @@ class EvalOptions:
     trace: trace CSV (Azure format or BurstGPT) for the trace and ablation experiments.
     out: results folder (git-ignored).
     seed: seeds arrivals, replayed outcomes and latency noise.
+    seeds: with ``max-rate``: each probe runs once per seed and pools the busiest phase's
+        requests of all of them (None: ``seed`` alone). Near a tuned policy's knee one
+        run's criterion moves by about a point with when its tunings fall, so the rate one
+        run holds is partly a draw; pooled seeds make it less of one
+        (docs/architecture.md, "Capacity at an SLO").
     artifacts: pipeline artifact folder (None: ``$DILASERVE_ARTIFACTS`` or data/artifacts).
     latency_noise: sigma of the multiplicative step-latency noise.
     phase_s: seconds per load phase of the trace and ablation experiments (None: 1 h, or
@@ -219,6 +225,7 @@ class EvalOptions:
     trace: Path = AZURE_CONV
     out: Path = Path("results")
     seed: int = 0
+    seeds: tuple[int, ...] | None = None
     artifacts: Path | None = None
     latency_noise: float = 0.05
     phase_s: float | None = None
@@ -286,6 +293,8 @@ class EvalOptions:
             raise ValueError(f"--target {self.target} must be an SLO attainment in (0, 1], e.g. 0.9 for 90%")
         if self.criterion not in MAX_RATE_CRITERIA:
             raise ValueError(f"--criterion {self.criterion!r} is unknown: use one of {', '.join(MAX_RATE_CRITERIA)}")
+        if self.seeds is not None and (not self.seeds or len(set(self.seeds)) < len(self.seeds)):
+            raise ValueError(f"--seeds {' '.join(map(str, self.seeds))} must name distinct seeds, e.g. --seeds 0 1 2")
         if not 0 < self.rate_tol < 1:
             raise ValueError(f"--rate-tol {self.rate_tol} must be a fraction in (0, 1), e.g. 0.05 for rates within 5%")
         for name in self.policies or ():
@@ -294,6 +303,11 @@ class EvalOptions:
         bad = [s for s in self.settings if s not in SETTINGS]
         if bad or not self.settings:
             raise ValueError(f"unknown settings {bad or list(self.settings)}: choose from {sorted(SETTINGS)}")
+
+    @property
+    def run_seeds(self) -> tuple[int, ...]:
+        """The seeds a max-rate probe pools: ``seeds``, else ``seed`` alone."""
+        return self.seeds or (self.seed,)
 
     @property
     def tiers_text(self) -> str | None:
@@ -314,6 +328,15 @@ STATIC_TP_MIXES = ("1", "2", "4", "stage1")
 class EvalContext:
     def __init__(self, options: EvalOptions):
         self.options = options
+
+    def with_seed(self, seed: int) -> EvalContext:
+        """This context at another seed. What it has loaded (artifacts, predictors, the
+        trace file) depends on no seed, so the copy shares it rather than loading it again."""
+        if seed == self.options.seed:
+            return self
+        other = copy.copy(self)
+        other.options = replace(self.options, seed=seed)
+        return other
 
     # ------------------------------------------------------------ artifacts
     # The embedded law's inputs (tests inject these); other laws load from their folder.

@@ -26,12 +26,16 @@ misses until one load of each kind brackets the answer, then narrows the bracket
 interpolating attainment between its ends (kept inside the bracket's middle half, so a
 bent curve still narrows it quickly) until the two ends are within ``--rate-tol`` of each
 other. Runs are reused: policies that make the same run (``infaas`` is ``fixed@0.9``)
-share one search, and every probe is run once. Probes run ``--jobs`` at a time, each
-policy's next probe as soon as its last one returns.
+share one search, and every probe is run once. With ``--seeds`` a probe runs once per seed
+and pools the busiest phase's requests of all of them: near a tuned policy's knee one
+run's criterion moves by about a point with when its tunings fall, so one run's held rate
+is partly a draw. Runs go ``--jobs`` at a time (a probe's seeds side by side), each
+policy's next probe as soon as its last one is back.
 
-With ``--json`` the last line is ``{"target", "criterion", "quality_ceiling", "rates": {policy: rps}, "best_static":
+With ``--json`` the last line is ``{"target", "criterion", "quality_ceiling", "seeds", "rates": {policy: rps}, "best_static":
 {"policy", "rate", "goodput", "attainment", "load"}, "dilaserve": {"rate", "goodput",
-"attainment", "load"}, "ratio"}``: ``quality_ceiling`` None under ``attainment``, ``rates`` in requests/s of the busiest phase, ``load``
+"attainment", "load"}, "ratio"}``: ``quality_ceiling`` None under ``attainment``, ``seeds``
+the seeds each probe pooled, ``rates`` in requests/s of the busiest phase, ``load``
 the same as a fraction of nominal capacity, ``goodput`` and ``attainment`` over that
 phase's requests at that rate, ``ratio`` dilaserve's rate over the best static policy's
 (None when no static policy holds any rate tried), and ``probes``: per policy every run of its
@@ -179,13 +183,27 @@ def _init_worker(options, setting_name: str) -> None:
     _STATE.update(ctx=ctx, setting=ctx.setting(setting_name), workloads={})
 
 
-def _probe(policy: str, load: float) -> Probe:
-    ctx, setting, cache = _STATE["ctx"], _STATE["setting"], _STATE["workloads"]
-    if load not in cache:
+@dataclass(frozen=True)
+class _Tally:
+    """One run's busiest phase in sums, so that runs at several seeds pool request by request."""
+
+    rate_rps: float
+    requests: int
+    met: int
+    good: float
+    #: quality summed over the phase's finished requests, and how many finished
+    quality: float
+    finished: int
+
+
+def _run(policy: str, load: float, seed: int) -> _Tally:
+    """``policy`` at ``load`` on the workload ``seed`` draws: its busiest phase."""
+    ctx, setting, cache = _STATE["ctx"].with_seed(seed), _STATE["setting"], _STATE["workloads"]
+    if (seed, load) not in cache:
         wl = trace_workload(ctx, setting, high_load=load)
         slo = trace_slo(ctx, setting, wl)
-        cache[load] = wl, slo, static_mix(ctx, setting, wl, slo)
-    wl, slo, st = cache[load]
+        cache[seed, load] = wl, slo, static_mix(ctx, setting, wl, slo)
+    wl, slo, st = cache[seed, load]
     t0 = time.perf_counter()
     name, mix = split_mix(policy)
     if mix is not None:  # a static point on its own TP mix, as the frontier names it
@@ -200,17 +218,44 @@ def _probe(policy: str, load: float) -> Probe:
     res = ctx.simulator(with_point(st, point)).run(base, wl, slo)
     peak = max(wl.phases, key=lambda p: p.rate) if wl.phases else None
     rows = res.requests if peak is None else res.requests.filter(pl.col("phase") == peak.name)
-    rate = wl.mean_rate if peak is None else peak.rate
     done = rows.filter(pl.col("status") == "finished")["quality"].drop_nulls()
-    quality = float(done.mean()) if len(done) else float("nan")
-    p = Probe(policy, load, rate, float(rows["met_slo"].fill_null(False).mean()), float(good(rows).mean()), quality)
+    t = _Tally(
+        wl.mean_rate if peak is None else peak.rate,
+        len(rows),
+        int(rows["met_slo"].fill_null(False).sum()),
+        float(good(rows).sum()),
+        float(done.sum()),
+        len(done),
+    )
+    seeded = f" seed {seed}" if len(ctx.options.run_seeds) > 1 else ""
     print(
-        f"  [{setting.name}] {policy:<28} load {load:6.3f} ({rate:6.1f} req/s)  attainment {p.attainment:6.1%}  "
-        f"goodput {p.goodput:6.1%}  ({time.perf_counter() - t0:.0f}s wall)",
+        f"  [{setting.name}] {policy:<28} load {load:6.3f} ({t.rate_rps:6.1f} req/s){seeded}  attainment "
+        f"{t.met / max(t.requests, 1):6.1%}  goodput {t.good / max(t.requests, 1):6.1%}  "
+        f"({time.perf_counter() - t0:.0f}s wall)",
         file=sys.stderr,
         flush=True,
     )
-    return p
+    return t
+
+
+def _pooled(policy: str, load: float, tallies: Sequence[_Tally]) -> Probe:
+    """One probe from its runs at every seed: the busiest phases' requests pooled, at their mean rate."""
+    n = sum(t.requests for t in tallies)
+    finished = sum(t.finished for t in tallies)
+    return Probe(
+        policy,
+        load,
+        sum(t.rate_rps for t in tallies) / len(tallies),
+        sum(t.met for t in tallies) / n if n else float("nan"),
+        sum(t.good for t in tallies) / n if n else float("nan"),
+        sum(t.quality for t in tallies) / finished if finished else float("nan"),
+    )
+
+
+def _probe(policy: str, load: float) -> Probe:
+    """``policy`` at ``load``, at every seed of ``--seeds``, one after the other (in this process)."""
+    seeds = _STATE["ctx"].options.run_seeds
+    return _pooled(policy, load, [_run(policy, load, s) for s in seeds])
 
 
 class _Inline:
@@ -262,12 +307,18 @@ def search_rates(
         if jobs == 1
         else ProcessPoolExecutor(jobs, multiprocessing.get_context("spawn"), _init_worker, (ctx.options, setting.name))
     )
-    pending: dict[Future, str] = {}
+    # One run per seed of each probe, each its own job, so the seeds of a long probe run
+    # side by side; a probe is observed once all its seeds are back.
+    seeds = ctx.options.run_seeds
+    pending: dict[Future, tuple[str, float, int]] = {}
+    back: dict[tuple[str, float], dict[int, _Tally]] = {}
 
     def submit(name: str) -> None:
         load = searches[name].next_load()
         if load is not None:
-            pending[pool.submit(_probe, name, load)] = name
+            back[name, load] = {}
+            for seed in seeds:
+                pending[pool.submit(_run, name, load, seed)] = (name, load, seed)
 
     try:
         for name in sorted(searches, key=is_static):  # adaptive policies first: their runs are the longest
@@ -275,8 +326,13 @@ def search_rates(
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
-                name = pending.pop(f)
-                p = f.result()
+                name, load, seed = pending.pop(f)
+                runs = back[name, load]
+                runs[seed] = f.result()
+                if len(runs) < len(seeds):
+                    continue
+                p = _pooled(name, load, [runs[s] for s in seeds])  # in seed order: the same sums every time
+                del back[name, load]
                 probes[name].append(p)
                 searches[name].observe(p.load, p.score(criterion, ceiling))
                 submit(name)
@@ -328,6 +384,7 @@ def max_rate(ctx: EvalContext) -> tuple[dict, str]:
         "target": target,
         "criterion": criterion,
         "quality_ceiling": ceiling,
+        "seeds": list(ctx.options.run_seeds),
         "rates": rates,
         "best_static": {"policy": best, **point(top[best])},
         "dilaserve": d,
@@ -340,7 +397,8 @@ def max_rate(ctx: EvalContext) -> tuple[dict, str]:
             for name, ps in probes.items()
         },
     }
-    runs = sum(len(ps) for ps in {id(ps): ps for ps in probes.values()}.values())  # shared searches once
+    # shared searches once, each probe once per seed
+    runs = len(ctx.options.run_seeds) * sum(len(ps) for ps in {id(ps): ps for ps in probes.values()}.values())
     text = _summary(setting, out, top, probes, runs, time.perf_counter() - t0)
     _write(Path(ctx.options.out) / "max-rate", out, text, probes, ceiling)
     return out, text
@@ -383,6 +441,7 @@ def _summary(setting, out: dict, top: dict, probes: dict[str, list[Probe]], runs
         "",
         f"dilaserve holds {out['dilaserve']['rate']:.1f} req/s; the best static policy, "
         f"{out['best_static']['policy']}, {out['best_static']['rate']:.1f} req/s (ratio {ratio}). "
-        f"{runs} simulator runs, {wall_s:.0f} s wall.",
+        f"{runs} simulator runs, {wall_s:.0f} s wall"
+        + (f"; each probe pools seeds {', '.join(map(str, out['seeds']))}." if len(out["seeds"]) > 1 else "."),
     ]
     return "\n".join(lines)

@@ -70,6 +70,7 @@ def test_max_rate_reports_each_policy_the_best_static_one_and_the_ratio(tmp_path
         "target",
         "criterion",
         "quality_ceiling",
+        "seeds",
         "rates",
         "best_static",
         "dilaserve",
@@ -178,3 +179,32 @@ def test_a_named_tp_mix_is_refused_where_it_cannot_run():
     with pytest.raises(SystemExit):  # the other experiments start every policy from one cluster
         parse(["trace", "--quick", "--policies", "dilaserve", "fixed@0.7 tp=4"])
     assert parse(["max-rate", "--quick", "--policies", "dilaserve", "fixed@0.7 tp=4"])[1].policies[1].endswith("tp=4")
+
+
+def test_a_probe_at_several_seeds_pools_their_busiest_phases_request_by_request(tmp_path):
+    """``--seeds``: a probe is its runs at every seed pooled, each request weighing alike.
+    The tiny trace's arrivals do not depend on the seed (its step outcomes do), so both runs
+    hold the same requests and the pooled probe is the mean of the one-seed probes."""
+    policies = ("dilaserve", "fixed@0.8+admission")
+    alone = {s: max_rate(_tiny(tmp_path / str(s), policies, seed=s))[0] for s in (0, 1)}
+    pooled, text = max_rate(_tiny(tmp_path / "both", policies, seeds=(0, 1)))
+    assert pooled["seeds"] == [0, 1] and alone[0]["seeds"] == [0]
+    assert "each probe pools seeds 0, 1" in text
+    by_load = [{p["load"]: p for p in out["probes"]["dilaserve"]} for out in (alone[0], alone[1])]
+    shared = [p for p in pooled["probes"]["dilaserve"] if all(p["load"] in b for b in by_load)]
+    differ = [p for p in shared if by_load[0][p["load"]]["goodput"] != by_load[1][p["load"]]["goodput"]]
+    assert differ, "the seeds' step outcomes should move dilaserve's goodput at some load"
+    for p in shared:
+        runs = [b[p["load"]] for b in by_load]
+        assert p["goodput"] == pytest.approx((runs[0]["goodput"] + runs[1]["goodput"]) / 2)
+        assert p["attainment"] == pytest.approx((runs[0]["attainment"] + runs[1]["attainment"]) / 2)
+        assert p["rate"] == pytest.approx(runs[0]["rate"])
+
+
+def test_seeds_are_distinct_and_pool_only_in_max_rate():
+    with pytest.raises(ValueError, match="distinct seeds"):
+        EvalOptions(seeds=(1, 1))
+    with pytest.raises(SystemExit):
+        parse(["trace", "--seeds", "0", "1"])
+    assert parse(["max-rate", "--seeds", "0", "1", "2"])[1].run_seeds == (0, 1, 2)
+    assert parse(["max-rate", "--seed", "3"])[1].run_seeds == (3,)
