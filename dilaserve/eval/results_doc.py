@@ -251,7 +251,7 @@ def max_rate_rows(docs: dict[str, dict]) -> list[str]:
         d, s = out["dilaserve"], out["best_static"]
         cells = [
             _workload(doc["command"]),
-            f"{100 * out['target']:.0f}% {out.get('criterion', 'attainment')}",
+            f"{100 * out['target']:.0f}% {out.get('criterion', 'attainment')}" + _pooled_seeds(out),
             f"{d['rate']:.1f}",
             "–" if d["goodput"] is None else _pct(d["goodput"]),
             s["policy"],
@@ -262,6 +262,12 @@ def max_rate_rows(docs: dict[str, dict]) -> list[str]:
         ]
         rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
     return rows
+
+
+def _pooled_seeds(out: dict) -> str:
+    """``, seeds 0, 1, 2`` where each probe of a max-rate run pooled several seeds."""
+    seeds = out.get("seeds") or []
+    return f", seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""
 
 
 def capacity_markdown(run: str, capacity: dict) -> list[str]:
@@ -420,7 +426,9 @@ def render(docs: dict[str, dict], control: dict[str, dict] | None = None) -> str
                 "over its. SLO attainment does not see quality: a low fixed threshold can hold a high rate with",
                 "wrong answers, which its goodput shows. The `goodput` criterion holds a rate only where the",
                 "answers on time and correct make the target share of what the same requests get right at",
-                "threshold 0.9 (`--criterion goodput`). The last column has the rates the other policies hold.",
+                "threshold 0.9 (`--criterion goodput`). Where the target names seeds, each probe pooled the",
+                "busiest phase's requests of one run per seed (`--seeds`). The last column has the rates the other",
+                "policies hold.",
                 "",
                 "| run | workload | target | dilaserve (req/s) | its goodput | best static point | its rate (req/s) "
                 "| its goodput | ratio | the other policies (req/s) |",

@@ -146,6 +146,13 @@ def test_a_max_rate_run_gets_a_capacity_row_and_no_other():
         r for r in render({"cap": {"command": "x", "output": by_goodput}}).splitlines() if r.startswith("| `cap`")
     )
     assert "| 90% goodput | 61.2 |" in row
+    # A run whose probes pooled seeds names them (one seed, as before the flag, names none).
+    pooled = {**by_goodput, "seeds": [0, 1, 2]}
+    row = next(r for r in render({"cap": {"command": "x", "output": pooled}}).splitlines() if r.startswith("| `cap`"))
+    assert "| 90% goodput, seeds 0, 1, 2 | 61.2 |" in row
+    one = {**by_goodput, "seeds": [0]}
+    row = next(r for r in render({"cap": {"command": "x", "output": one}}).splitlines() if r.startswith("| `cap`"))
+    assert "| 90% goodput | 61.2 |" in row
 
 
 def test_a_record_names_the_artifacts_it_replayed_and_the_fingerprint_sees_a_rebuild(tmp_path):
