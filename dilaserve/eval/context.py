@@ -492,14 +492,21 @@ def split_mix(name: str) -> tuple[str, str | None]:
     return (policy, mix) if sep else (name, None)
 
 
+def is_static(name: str) -> bool:
+    """``name`` runs one fixed operating point: a fixed threshold (or one per tier), no
+    tuning, no reconfiguration, on the cluster it starts from or the TP mix its ``tp=``
+    names. These are the candidates for the best static point; the rest choose as they go."""
+    pol = get_policy(resolve_policy(split_mix(name)[0])[0])
+    return pol.selection == "fixed" and not pol.reconfig and not pol.tune
+
+
 def check_mix(name: str) -> None:
     """Raise ValueError, saying how to fix it, where ``name``'s ``tp=`` cannot run: on a
     policy that is not static (it plans its own mix), or naming no mix."""
     policy, mix = split_mix(name)
     if mix is None:
         return
-    pol = get_policy(resolve_policy(policy)[0])
-    if pol.selection != "fixed" or pol.reconfig or pol.tune:
+    if not is_static(policy):
         raise ValueError(
             f"policy {name!r}: only a static policy runs on a named TP mix (e.g. fixed@0.7+admission{MIX_SUFFIX}4); "
             f"start {policy} from that cluster with --static-tp {mix}"

@@ -62,8 +62,8 @@ from pathlib import Path
 import polars as pl
 
 from dilaserve.eval.context import (
-    TIER_POINT_PREFIX,
     EvalContext,
+    is_static,
     resolve_policy,
     run_identity,
     split_mix,
@@ -347,13 +347,6 @@ def _at_max(probes: list[Probe], target: float, criterion: str, ceiling: float |
     """The probe at the highest load held (below the lowest missed), or None."""
     search = RateSearch(target, 0.0, 0.0, {p.load: p.score(criterion, ceiling) for p in probes})
     return next((p for p in probes if p.load == search.held), None)
-
-
-def is_static(policy: str) -> bool:
-    """A policy that runs one fixed threshold (on all TP-1, ``--static-tp``'s cluster, or the
-    TP mix its ``tp=`` names): a candidate for the best static point."""
-    policy = split_mix(policy)[0]
-    return policy in STATIC_POLICIES or policy.startswith(("fixed@", TIER_POINT_PREFIX))
 
 
 def max_rate(ctx: EvalContext) -> tuple[dict, str]:
