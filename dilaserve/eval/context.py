@@ -159,7 +159,7 @@ class EvalOptions:
     seed: seeds arrivals, replayed outcomes and latency noise.
     seeds: with ``max-rate``: each probe runs once per seed and pools the busiest phase's
         requests of all of them (None: ``seed`` alone). Near a tuned policy's knee one
-        run's criterion moves by about a point with when its tunings fall, so the rate one
+        run's criterion moves by about a point with the timing of its tunings, so the rate one
         run holds is partly a draw; pooled seeds make it less of one
         (docs/architecture.md, "Capacity at an SLO").
     artifacts: pipeline artifact folder (None: ``$DILASERVE_ARTIFACTS`` or data/artifacts).

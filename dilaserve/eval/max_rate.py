@@ -28,7 +28,7 @@ bent curve still narrows it quickly) until the two ends are within ``--rate-tol`
 other. Runs are reused: policies that make the same run (``infaas`` is ``fixed@0.9``)
 share one search, and every probe is run once. With ``--seeds`` a probe runs once per seed
 and pools the busiest phase's requests of all of them: near a tuned policy's knee one
-run's criterion moves by about a point with when its tunings fall, so one run's held rate
+run's criterion moves by about a point with the timing of its tunings, so one run's held rate
 is partly a draw. Runs go ``--jobs`` at a time (a probe's seeds side by side), each
 policy's next probe as soon as its last one is back.
 
