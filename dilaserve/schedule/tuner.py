@@ -255,7 +255,8 @@ class OperatingPointTuner:
         self._onset = float("-inf")
         #: times the tuner tuned early on a rise of the arrival rate
         self.rises: list[float] = []
-        #: ``(time, point label, replayed goodput per candidate label)`` of every tuning.
+        #: ``(time, point label, replayed goodput per candidate label)`` of every tuning (a
+        #: :class:`~dilaserve.schedule.window.Bound` where the candidate's replay stopped early).
         self.history: list[tuple[float, str, dict[str, float]]] = []
         #: ``(time, goodput now, goodput on the plan's layout, applied)`` of every plan replayed.
         self.plan_checks: list[tuple[float, float, float, bool]] = []
@@ -390,7 +391,7 @@ class OperatingPointTuner:
         self._interval = min(2 * self._interval, cfg.max_backoff * cfg.interval_s) if kept else cfg.interval_s
         self.history.append((job.now, chosen.label, by_label))
         log.info(
-            "tuner at %.0fs%s: %s (replayed goodput %s)",
+            "tuner at %.0fs%s: %s (replayed goodput, <= where a replay stopped at its bound: %s)",
             job.now,
             f" (arrivals rose to {job.rate:.1f}/s)" if job.rose else "",
             chosen.label,

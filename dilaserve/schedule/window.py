@@ -39,7 +39,8 @@ class WindowEvaluator(Protocol):
     ``keep``: only the ``keep`` best points need their own goodput; a point that cannot
     reach the ``keep``-th best may return a bound below it (a screen's ranking).
     ``floor``: only a goodput of at least ``floor`` matters; a point that cannot reach it
-    may return a bound below it (a plan's check, once the answer is no)."""
+    may return a bound below it (a plan's check, once the answer is no). A bound is
+    returned as a :class:`Bound`."""
 
     def __call__(
         self,
@@ -55,6 +56,19 @@ class WindowEvaluator(Protocol):
 
 #: The score of a candidate a screened tuning did not replay at the full sample: it never wins.
 NOT_FINALIST = float("-inf")
+
+
+class Bound(float):
+    """A replayed score that is not the point's own goodput: its replay stopped once it could
+    not reach the best (or a floor), and this is the most it could still have made. It
+    compares and adds as the float it is, so every decision reads it as before; only its
+    repr differs (``<=0.9792``), so a tuning's log tells a stopped candidate, which sits just
+    below the best whatever it would have made, from one replayed whole."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"<={float(self):.4f}"
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.predict.row_memo import RowMemo
 from dilaserve.schedule.policies import SchedulerPolicy
-from dilaserve.schedule.window import WindowArrival
+from dilaserve.schedule.window import Bound, WindowArrival
 from dilaserve.sim.metrics import good
 from dilaserve.sim.progress import ReplayProgress
 from dilaserve.sim.run import REQUEST_COLUMNS, BaseSimulator, SimConfig
@@ -158,7 +158,7 @@ class WindowReplay:
             cutoff = _Cutoff(deadlines, max(bars)) if bars else None
             res = BaseSimulator(setting, progress, self.predictors, config).run(self.policy, wl, slo, cutoff)
             if cutoff is not None and cutoff.stopped:
-                out.append(cutoff.bound)
+                out.append(Bound(cutoff.bound))
             elif warm:
                 scored = res.requests.filter(pl.col("request_id").str.starts_with("window-"))
                 out.append(float(good(scored).mean()))

@@ -3,6 +3,8 @@ layouts, and a candidate replay stops once it can no longer beat the best one so
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,7 +13,7 @@ from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.config import ClusterConfig
 from dilaserve.reconfig.plan import layout_from_node_counts, static_layout
-from dilaserve.schedule.window import LayoutJob, WindowArrival, plan_slice
+from dilaserve.schedule.window import Bound, LayoutJob, WindowArrival, plan_slice
 from dilaserve.sim.progress import ReplayProgress
 from dilaserve.sim.run import REQUEST_COLUMNS, BaseSimulator
 from dilaserve.sim.simulator import SimConfig
@@ -75,6 +77,10 @@ def test_a_candidate_that_cannot_beat_the_best_stops_early_and_scores_below_it()
     (alone,) = replay(arrivals, layout, [slow])
     best, bound = replay(arrivals, layout, [fast, slow])
     assert alone <= bound < best
+    # A stopped candidate's score says it is a bound (a tuning's log prints it "<=..."),
+    # and it stays one through a worker process's pickle; a whole replay's is a plain float.
+    assert isinstance(bound, Bound) and repr(bound) == f"<={bound:.4f}"
+    assert isinstance(pickle.loads(pickle.dumps(bound)), Bound) and not isinstance(best, Bound)
     assert replay(arrivals, layout, [slow, fast])[0] == alone  # the first candidate always runs to its end
     assert replay(arrivals, layout, [fast, slow], keep=2) == [best, alone]  # a screen ranks the two best exactly
 
@@ -112,6 +118,7 @@ def test_a_replay_under_a_floor_stops_once_it_cannot_reach_it():
     (alone,) = replay(arrivals, layout, [slow])
     (bound,) = replay(arrivals, layout, [slow], floor=best)
     assert alone <= bound < best and alone < bound  # stopped before its end
+    assert isinstance(bound, Bound) and not isinstance(alone, Bound)
     assert replay(arrivals, layout, [fast], floor=alone) == [best]
 
 
