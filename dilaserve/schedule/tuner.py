@@ -450,6 +450,9 @@ class OperatingPointTuner:
                 recent, rate, period, onset = faster, since, len(faster) / since, start
         copies = int(self._forecast_span() // period) or 1
         shifted = [replace(a, arrival=a.arrival - k * period) for k in range(copies - 1, -1, -1) for a in recent]
+        # A compressed block spans its period exactly, so one copy's last arrival and the
+        # next copy's first may cross by a rounding error; a replay takes arrivals in order.
+        shifted.sort(key=lambda a: a.arrival)
         return shifted, rate, onset
 
     def _forecast_span(self) -> float:

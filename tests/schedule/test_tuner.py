@@ -348,6 +348,30 @@ def test_with_rise_onset_a_step_in_the_rate_trips_one_tuning_at_its_height():
     assert window_low > 0 and onset_low <= 2  # the window starts where the rise did (give or take)
 
 
+def test_an_onset_forecast_is_in_time_order_on_random_ramps():
+    """The onset's forecast repeats the rise window's arrivals compressed to the new rate,
+    each copy spanning the period exactly: rounding made one copy's last arrival fall after
+    the next copy's first on 85 of 200 random steps, and the simulator's replay refused
+    the window (its requests must come in order)."""
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        replay = ScriptedReplay(lambda p: 0.5)
+        forecasts = []
+
+        def record(arrivals, layout, points, **kw):
+            forecasts.append([a.arrival for a in arrivals])
+            return replay(arrivals, layout, points, **kw)
+
+        cfg = TunerConfig(interval_s=10, window_s=10, sample=1.0, rise_window_s=2.5, min_arrivals=10, rise_onset=True)
+        tuner = OperatingPointTuner(record, (0.8,), cfg)
+        times = np.concatenate([np.sort(rng.uniform(0, 10.5, 105)), np.sort(rng.uniform(10.5, 14, 210))])
+        point = OperatingPoint.static(0.8)
+        for i, now in enumerate(times.tolist()):
+            tuner.observe(make_request(f"a{i}", arrival=now), now)
+            point = tuner.maybe_tune(now, LAYOUT, point) or point
+        assert tuner.rises and all(t == sorted(t) for t in forecasts), seed
+
+
 def test_after_a_rise_the_next_interval_replays_the_new_rate_and_compares_later_rises_with_it():
     """A step from 10 to 40 arrivals a second. The interval's tuning after the rise replays
     the window from the rise window's start on: the low rate's seconds before it would
