@@ -353,16 +353,15 @@ def test_an_onset_forecast_is_in_time_order_on_random_ramps():
     each copy spanning the period exactly: rounding made one copy's last arrival fall after
     the next copy's first on 85 of 200 random steps, and the simulator's replay refused
     the window (its requests must come in order)."""
+    forecasts: list[list[float]] = []
+
+    def record(arrivals, layout, points, **kw):
+        forecasts.append([a.arrival for a in arrivals])
+        return [0.5] * len(points)
+
+    cfg = TunerConfig(interval_s=10, window_s=10, sample=1.0, rise_window_s=2.5, min_arrivals=10, rise_onset=True)
     for seed in range(40):
         rng = np.random.default_rng(seed)
-        replay = ScriptedReplay(lambda p: 0.5)
-        forecasts = []
-
-        def record(arrivals, layout, points, **kw):
-            forecasts.append([a.arrival for a in arrivals])
-            return replay(arrivals, layout, points, **kw)
-
-        cfg = TunerConfig(interval_s=10, window_s=10, sample=1.0, rise_window_s=2.5, min_arrivals=10, rise_onset=True)
         tuner = OperatingPointTuner(record, (0.8,), cfg)
         times = np.concatenate([np.sort(rng.uniform(0, 10.5, 105)), np.sort(rng.uniform(10.5, 14, 210))])
         point = OperatingPoint.static(0.8)
