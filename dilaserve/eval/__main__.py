@@ -20,7 +20,11 @@ goodput_high}}}``: every policy run, keyed by name for the first setting and
 ``slo-sweep`` they are those at scale 5; for ``all``, the trace and ablation runs (the
 sweeps are in their tables). ``frontier`` adds ``"frontier": {LOAD: {NAME: {...}}}``, the
 same numbers per high-phase load. ``"policy_wall_s": {NAME: seconds}`` is each policy's
-headline run's wall time (what a policy's control plane costs to simulate).
+headline run's wall time (what a policy's control plane costs to simulate). ``trace`` (at
+one load) and ``ablation`` with ``--seeds 0 1 2`` run each policy once per seed: its
+numbers pool the requests of those runs (and its wall time sums theirs), and the line adds
+``"seeds"`` and ``"per_seed": {SETTING: {NAME: {"slo_attainment": [...], "goodput": [...]}}}``,
+each run's own, in seed order.
 
 ``max-rate`` finds, per policy (``--policies``; default dilaserve and the static
 policies), the highest rate of the trace's busiest phase it holds at ``--target`` (0.9) of
@@ -77,6 +81,9 @@ from dilaserve.eval.results_doc import RESULTS_DIR, record, write_report
 from dilaserve.sim.traces import TraceFormatError
 from dilaserve.utils.cli import add_dataclass_arguments, build_dataclass, flag_error, values_for
 
+#: The experiments ``--seeds`` pools: max-rate's probes, and each policy's run of trace and ablation.
+SEEDED_EXPERIMENTS = ("max-rate", "trace", "ablation")
+
 
 def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool, str | None]:
     ap = argparse.ArgumentParser(
@@ -124,8 +131,10 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool, str | None]:
             f"--policies {' '.join(mixed)}: a policy on a named TP mix runs in max-rate; {a.experiment} starts every "
             "policy from one cluster, --static-tp"
         )
-    if opts.seeds is not None and a.experiment != "max-rate":
-        ap.error(f"--seeds pools runs in max-rate's probes; {a.experiment} runs one seed: pass --seed")
+    if opts.seeds is not None and a.experiment not in SEEDED_EXPERIMENTS:
+        ap.error(f"--seeds pools runs in {', '.join(SEEDED_EXPERIMENTS)}; {a.experiment} runs one seed: pass --seed")
+    if opts.seeds is not None and a.experiment == "trace" and opts.high_load is None and opts.workload is None:
+        ap.error("trace --seeds pools one load's runs: pass --high-load (e.g. --high-load 1.0) or --workload")
     names = list(ALL_EXPERIMENTS) if a.experiment == "all" else [a.experiment]
     return names, opts, a.json, a.record
 

@@ -158,9 +158,11 @@ class EvalOptions:
     out: results folder (git-ignored).
     seed: seeds arrivals, replayed outcomes and latency noise.
     seeds: with ``max-rate``: each probe runs once per seed and pools the busiest phase's
-        requests of all of them (None: ``seed`` alone). Near a tuned policy's knee one
-        run's criterion moves by about a point with the timing of its tunings, so the rate one
-        run holds is partly a draw; pooled seeds make it less of one
+        requests of all of them; with ``trace`` (at one load) and ``ablation``: each policy
+        runs once per seed and its row pools the requests of all its runs, the JSON's
+        ``per_seed`` giving each run's own (None: ``seed`` alone). Near a tuned policy's
+        knee one run's criterion moves by about a point with the timing of its tunings, so
+        one run's margin or held rate is partly a draw; pooled seeds make it less of one
         (docs/architecture.md, "Capacity at an SLO").
     artifacts: pipeline artifact folder (None: ``$DILASERVE_ARTIFACTS`` or data/artifacts).
     latency_noise: sigma of the multiplicative step-latency noise.
@@ -306,7 +308,7 @@ class EvalOptions:
 
     @property
     def run_seeds(self) -> tuple[int, ...]:
-        """The seeds a max-rate probe pools: ``seeds``, else ``seed`` alone."""
+        """The seeds a run pools: ``seeds``, else ``seed`` alone."""
         return self.seeds or (self.seed,)
 
     @property

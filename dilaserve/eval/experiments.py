@@ -24,13 +24,16 @@ every latency profile; the absolute rates are reported next to the results.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import polars as pl
 
 from dilaserve.eval.context import EvalContext
 from dilaserve.eval.hindsight import LayoutError, hindsight, mix_layout, with_layout
 from dilaserve.eval.workloads import poisson_at, slo_at_scale, trace_slo, trace_workload
 from dilaserve.schedule.policies import FIXED_ADMISSION_POLICIES, FIXED_POLICIES, VARIANTS
+from dilaserve.sim.metrics import summarize
 from dilaserve.sim.setting import ClusterSetting
 from dilaserve.sim.simulator import SimResult
 from dilaserve.sim.slo import DEFAULT_SLO_SCALE
@@ -101,15 +104,25 @@ def static_mix(ctx: EvalContext, setting: ClusterSetting, wl: Workload, slo: flo
 def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: tuple[float, ...] | None = None) -> ExperimentOutput:
     """Every policy on the shaped trace, once per high-phase load (None: the setting's own
     load alone); every run's ``x`` is its load, and the run at the setting's own load is
-    the headline."""
+    the headline. With ``--seeds`` each policy runs once per seed and its run is those runs
+    pooled (:func:`pool_seeds`); ``extra["per_seed"]`` keeps each run's own numbers."""
     out = ExperimentOutput(name)
+    seeds = ctx.options.run_seeds
+    if len(seeds) > 1:
+        out.extra = {"seeds": list(seeds), "per_seed": {}}
+        out.notes.append(
+            f"each policy's row pools its runs at seeds {', '.join(map(str, seeds))}, request by request "
+            "(the time series are the first seed's)"
+        )
     for setting in ctx.settings:
         own = ctx.high_load_of(setting)
         loads = high_loads or (own,)
         for load in loads:
+            contexts = [ctx.with_seed(seed) for seed in seeds]
             # The setting's own load is a default: a named workload keeps its own peak there.
-            wl = trace_workload(ctx, setting, high_load=load if high_loads else None)
-            slo = slo_at_scale(ctx, setting, wl, DEFAULT_SLO_SCALE)
+            workloads = [trace_workload(at, setting, high_load=load if high_loads else None) for at in contexts]
+            slos = [slo_at_scale(at, setting, w, DEFAULT_SLO_SCALE) for at, w in zip(contexts, workloads)]
+            wl, slo = workloads[0], slos[0]
             rates = ", ".join(f"{p.name} {p.rate:.1f} req/s" for p in wl.phases)
             law = ctx.law_of(setting).name
             out.notes.append(
@@ -117,7 +130,18 @@ def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: tuple[float, 
                 f"{rates} (high {load:g} x nominal capacity); SLO {slo:.2f} s"
             )
             label = "" if len(loads) == 1 else f" high x{load:g}"
-            for res in ctx.run_policies(static_mix(ctx, setting, wl, slo), policies, wl, slo, label):
+            runs_by_seed = [
+                at.run_policies(
+                    static_mix(at, setting, w, s), policies, w, s, label + (f" seed {seed}" if len(seeds) > 1 else "")
+                )
+                for at, w, s, seed in zip(contexts, workloads, slos, seeds)
+            ]
+            for results in zip(*runs_by_seed):
+                res = results[0] if len(results) == 1 else pool_seeds(results, seeds)
+                if len(results) > 1:
+                    out.extra["per_seed"].setdefault(setting.name, {})[res.policy] = {
+                        key: [getattr(r.summary, key) for r in results] for key in ("slo_attainment", "goodput")
+                    }
                 out.runs.append(
                     Run(
                         name,
@@ -132,6 +156,31 @@ def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: tuple[float, 
                     )
                 )
     return out
+
+
+def pool_seeds(results: Sequence[SimResult], seeds: Sequence[int]) -> SimResult:
+    """One policy's runs at ``seeds`` as one run: every request of every run, each weighing
+    alike (its id prefixed by its seed, ``s1/...``), and their summary; events, wall and
+    simulated seconds, migrations and launches summed; tunings and failures of all runs;
+    the time series of the first (runs at several seeds overlaid would read as one)."""
+    requests = pl.concat(
+        [
+            r.requests.with_columns(pl.concat_str(pl.lit(f"s{seed}/"), pl.col("request_id")).alias("request_id"))
+            for r, seed in zip(results, seeds)
+        ]
+    )
+    return replace(
+        results[0],
+        requests=requests,
+        summary=summarize(requests),
+        events=sum(r.events for r in results),
+        wall_s=sum(r.wall_s for r in results),
+        sim_s=sum(r.sim_s for r in results),
+        migrations=sum(r.migrations for r in results),
+        reconfig_launches=sum(r.reconfig_launches for r in results),
+        tunings=tuple(t for r in results for t in r.tunings),
+        failures=tuple(f for r in results for f in r.failures),
+    )
 
 
 def trace(ctx: EvalContext) -> ExperimentOutput:

@@ -1,6 +1,7 @@
 """The eval harness: tables, plots, the JSON line, and clean failures."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import polars as pl
@@ -276,6 +277,38 @@ def test_trace_sweeps_the_high_phase_and_headlines_the_setting_load(tmp_path):
         )
     )
     assert [r.x for r in one.runs] == [1.2] and "load_sweep" not in extra_json(one)
+
+
+def test_trace_at_several_seeds_pools_each_policys_runs_request_by_request(tmp_path):
+    """``trace --seeds``: each policy's row is its runs at every seed pooled, each request
+    weighing alike, and ``per_seed`` keeps each run's own numbers. The tiny trace's arrivals
+    do not depend on the seed (its step outcomes do), so the pooled goodput is the mean."""
+    from dilaserve.eval.experiments import trace
+
+    def run(**seeding):
+        opts = EvalOptions(
+            quick=True, settings=("paper",), phase_s=4.0, out=tmp_path, policies=("infaas", "dilaserve"), high_load=1.2
+        )
+        return trace(TinyContext(replace(opts, **seeding)))
+
+    alone = [{r.result.policy: r.result for r in run(seed=s).runs} for s in (0, 1)]
+    pooled = run(seeds=(0, 1))
+    assert [r.result.policy for r in pooled.runs] == ["infaas", "dilaserve"]
+    extra = extra_json(pooled)
+    assert extra["seeds"] == [0, 1] and any("pools its runs at seeds 0, 1" in n for n in pooled.notes)
+    # the seeds' step outcomes move the runs
+    assert alone[0]["dilaserve"].summary.mean_latency_s != alone[1]["dilaserve"].summary.mean_latency_s
+    for r in pooled.runs:
+        name, runs = r.result.policy, [a[r.result.policy] for a in alone]
+        assert r.result.requests.height == sum(x.requests.height for x in runs)
+        assert r.result.requests["request_id"].n_unique() == r.result.requests.height  # each seed's ids apart
+        for key in ("goodput", "slo_attainment", "mean_latency_s"):  # every request finished, in both runs
+            assert getattr(r.result.summary, key) == pytest.approx(np.mean([getattr(x.summary, key) for x in runs]))
+        assert r.result.events == sum(x.events for x in runs)
+        assert extra["per_seed"]["small"][name]["goodput"] == [x.summary.goodput for x in runs]
+    assert policies_json(pooled)["dilaserve"] == pooled.runs[1].result.summary.as_json()
+    text, folder = write(pooled, TinyContext(EvalOptions(quick=True, settings=("paper",), out=tmp_path)))
+    assert (folder / "threshold_over_time.png").stat().st_size > 0
 
 
 def test_published_setting_and_dynamics_option(tmp_path, capsys):

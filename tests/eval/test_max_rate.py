@@ -201,10 +201,14 @@ def test_a_probe_at_several_seeds_pools_their_busiest_phases_request_by_request(
         assert p["rate"] == pytest.approx(runs[0]["rate"])
 
 
-def test_seeds_are_distinct_and_pool_only_in_max_rate():
+def test_seeds_are_distinct_and_pool_only_runs_at_one_load():
     with pytest.raises(ValueError, match="distinct seeds"):
         EvalOptions(seeds=(1, 1))
     with pytest.raises(SystemExit):
-        parse(["trace", "--seeds", "0", "1"])
+        parse(["trace", "--seeds", "0", "1"])  # a load sweep: pass --high-load
+    with pytest.raises(SystemExit):
+        parse(["frontier", "--seeds", "0", "1"])
+    assert parse(["trace", "--high-load", "1.0", "--seeds", "0", "1"])[1].run_seeds == (0, 1)
+    assert parse(["ablation", "--seeds", "0", "2"])[1].run_seeds == (0, 2)
     assert parse(["max-rate", "--seeds", "0", "1", "2"])[1].run_seeds == (0, 1, 2)
     assert parse(["max-rate", "--seed", "3"])[1].run_seeds == (3,)
