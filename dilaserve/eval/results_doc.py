@@ -114,7 +114,7 @@ def single_slo_rows(docs: dict[str, dict]) -> list[str]:
         adm, a_g = best_fixed(pol, "+admission")
         d = pol["dilaserve"]["goodput"]
         rows.append(
-            f"| `{name}` | {_pct(pol['fixed@0.9']['goodput'])} | {_pct(f_g)} ({_tau(fixed)}) | "
+            f"| `{name}`{_pooled_seeds(doc['output'])} | {_pct(pol['fixed@0.9']['goodput'])} | {_pct(f_g)} ({_tau(fixed)}) | "
             f"{_pct(a_g)} ({_tau(adm)}) | {_pct(d)} | {100 * (d - max(f_g, a_g)):+.1f} |"
         )
     return rows
@@ -148,7 +148,7 @@ def ablation_rows(docs: dict[str, dict]) -> list[str]:
             base = "dilaserve-paper" if policy.startswith("dilaserve-paper") else "dilaserve"
             diff = "–" if policy == base or base not in pol else f"{100 * (v['goodput'] - pol[base]['goodput']):+.1f}"
             cells = [policy, _pct(v["goodput"]), _pct(v["goodput_low"]), _pct(v["goodput_high"]), diff]
-            rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
+            rows.append(f"| `{name}`{_pooled_seeds(doc['output'])} | " + " | ".join(cells) + " |")
     return rows
 
 
@@ -265,7 +265,8 @@ def max_rate_rows(docs: dict[str, dict]) -> list[str]:
 
 
 def _pooled_seeds(out: dict) -> str:
-    """``, seeds 0, 1, 2`` where each probe of a max-rate run pooled several seeds."""
+    """``, seeds 0, 1, 2`` where a run pooled several seeds (each probe of a max-rate run,
+    each policy of a trace or ablation run)."""
     seeds = out.get("seeds") or []
     return f", seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""
 
@@ -361,6 +362,7 @@ def render(docs: dict[str, dict], control: dict[str, dict] | None = None) -> str
         "",
         "Best `fixed@τ` is the best fixed threshold without admission, best `fixed@τ+admission` the",
         "best with the same SLO-aware admission; the margin is dilaserve minus the better of the two.",
+        "Where a run names seeds, each policy's numbers pool the requests of one run per seed (`--seeds`).",
         "",
         "| run | fixed@0.9 | best fixed@τ | best fixed@τ+admission | dilaserve | margin |",
         "| --- | --- | --- | --- | --- | --- |",

@@ -106,6 +106,15 @@ def test_an_ablation_run_gets_one_row_per_policy_against_its_base():
     assert "One SLO for all" in render(docs)  # the single-SLO table does not take an ablation for a trace run
 
 
+def test_a_trace_run_pooled_over_seeds_names_them_in_its_row():
+    pol = {f"fixed@{t}{a}": {"goodput": t / 2} for t in (0.8, 0.9) for a in ("", "+admission")}
+    pol["dilaserve"] = {"goodput": 0.44}
+    command = "python -m dilaserve.eval trace --quick --high-load 1.2 --json"
+    one = render({"run": {"command": command, "output": {"policies": pol}}})
+    pooled = render({"run": {"command": command + " --seeds 0 1 2", "output": {"policies": pol, "seeds": [0, 1, 2]}}})
+    assert "| `run` | 45.0 |" in one and "| `run`, seeds 0, 1, 2 | 45.0 |" in pooled
+
+
 def test_a_run_on_a_named_cluster_gets_its_phases_per_policy():
     pol = {"dilaserve-no-reconfig": {"goodput": 0.57, "goodput_low": 0.79, "goodput_high": 0.51}}
     command = "python -m dilaserve.eval trace --quick --static-tp 4,4,4,2+1+1 --policies dilaserve-no-reconfig"
