@@ -371,6 +371,47 @@ def test_an_onset_forecast_is_in_time_order_on_random_ramps():
         assert tuner.rises and all(t == sorted(t) for t in forecasts), seed
 
 
+def test_a_forecast_from_the_window_replays_its_distinct_requests_at_the_rise_rate():
+    """A step from 10 to 60 arrivals a second, each arrival a prompt of its own length. The
+    default forecast repeats the rise window's few seconds over a window, so each of its
+    requests comes several times; from the window, the forecast's requests are the window's
+    own, each once per copy, at the rate of the rise, in time order."""
+
+    def first_forecast(from_window: bool) -> list:
+        forecasts: list[list] = []
+
+        def record(arrivals, layout, points, **kw):
+            forecasts.append(list(arrivals))
+            return [0.5] * len(points)
+
+        cfg = TunerConfig(
+            interval_s=10,
+            window_s=10,
+            sample=1.0,
+            rise_window_s=2.5,
+            min_arrivals=10,
+            rise_forecast_from_window=from_window,
+        )
+        tuner = OperatingPointTuner(record, (0.8,), cfg)
+        point, i = OperatingPoint.static(0.8), 0
+        for t0, t1, rate in ((0.0, 10.5, 10.0), (10.5, 14.0, 60.0)):
+            for k in range(int(round((t1 - t0) * rate))):
+                now, i = t0 + k / rate, i + 1
+                tuner.observe(make_request(f"a{i}", prompt=10 + i, arrival=now), now)
+                point = tuner.maybe_tune(now, LAYOUT, point) or point
+        assert tuner.rises
+        return forecasts[len(forecasts) - len(tuner.rises)]  # the first rise's replay
+
+    repeated, window = first_forecast(False), first_forecast(True)
+    distinct = {a.prompt_tokens for a in window}
+    assert len(distinct) > 2 * len({a.prompt_tokens for a in repeated})  # the low rate's requests too
+    times = [a.arrival for a in window]
+    assert times == sorted(times)
+    rate_repeated = len(repeated) / (repeated[-1].arrival - repeated[0].arrival)
+    rate_window = len(window) / (times[-1] - times[0])
+    assert rate_window == pytest.approx(rate_repeated, rel=0.15)  # both at the rise's rate
+
+
 def test_after_a_rise_the_next_interval_replays_the_new_rate_and_compares_later_rises_with_it():
     """A step from 10 to 40 arrivals a second. The interval's tuning after the rise replays
     the window from the rise window's start on: the low rate's seconds before it would
