@@ -44,6 +44,7 @@ from dilaserve.schedule.window import (
     WindowEvaluator,
     at_rate,
     rate_onset,
+    repeat_period,
 )
 
 __all__ = ["OperatingPointTuner", "TunerConfig", "WindowArrival", "WindowEvaluator"]
@@ -462,9 +463,7 @@ class OperatingPointTuner:
         if cfg.rise_forecast_from_window:
             faster = at_rate(list(self._window), rate)
             if faster is not None:
-                # the window's distinct requests at the new rate, a mean gap between copies
-                span = faster[-1].arrival - faster[0].arrival
-                recent, period = faster, span * len(faster) / (len(faster) - 1)
+                recent, period = faster, repeat_period(faster)  # the window's own requests, at the new rate
         copies = int(self._forecast_span() // period) or 1
         shifted = [replace(a, arrival=a.arrival - k * period) for k in range(copies - 1, -1, -1) for a in recent]
         # A compressed block spans its period exactly, so one copy's last arrival and the

@@ -282,6 +282,12 @@ def at_rate(arrivals: Sequence[WindowArrival], rate: float) -> list[WindowArriva
     return [replace(a, arrival=end - (end - a.arrival) * scale) for a in arrivals]
 
 
+def repeat_period(arrivals: Sequence[WindowArrival]) -> float:
+    """How far apart copies of ``arrivals`` (in time order) go when they repeat back to back:
+    their span and one mean gap, so the rate runs on across the seam (0 for one arrival)."""
+    return (arrivals[-1].arrival - arrivals[0].arrival) * len(arrivals) / max(len(arrivals) - 1, 1)
+
+
 def rate_onset(
     times: Sequence[float], start: float, end: float, min_share: float = 0.2, min_count: int = 10
 ) -> tuple[float, float]:

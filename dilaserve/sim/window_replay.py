@@ -27,7 +27,7 @@ from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.predict.row_memo import RowMemo
 from dilaserve.schedule.policies import SchedulerPolicy
-from dilaserve.schedule.window import Bound, WindowArrival
+from dilaserve.schedule.window import Bound, WindowArrival, repeat_period
 from dilaserve.sim.metrics import good
 from dilaserve.sim.progress import ReplayProgress
 from dilaserve.sim.run import REQUEST_COLUMNS, BaseSimulator, SimConfig
@@ -114,7 +114,7 @@ class WindowReplay:
         if compress:
             kept = [replace(a, arrival=t0 + (a.arrival - t0) * share) for a in kept]
         # The warm-up copy ends one mean gap before the scored copy starts: the rate runs on.
-        span = (kept[-1].arrival - t0) * len(kept) / max(len(kept) - 1, 1) if warm else 0.0
+        span = repeat_period(kept) if warm else 0.0
         copies = [("warmup", 0.0), ("window", span)] if warm else [("window", 0.0)]
         wl = Workload(
             "window",
