@@ -21,10 +21,11 @@ goodput_high}}}``: every policy run, keyed by name for the first setting and
 sweeps are in their tables). ``frontier`` adds ``"frontier": {LOAD: {NAME: {...}}}``, the
 same numbers per high-phase load. ``"policy_wall_s": {NAME: seconds}`` is each policy's
 headline run's wall time (what a policy's control plane costs to simulate). ``trace`` (at
-one load) and ``ablation`` with ``--seeds 0 1 2`` run each policy once per seed: its
-numbers pool the requests of those runs (and its wall time sums theirs), and the line adds
-``"seeds"`` and ``"per_seed": {SETTING: {NAME: {"slo_attainment": [...], "goodput": [...]}}}``,
-each run's own, in seed order.
+one load) and ``ablation`` with ``--seeds 0 1 2`` run each policy once per seed (``--jobs``
+seeds at a time, each in its own process): its numbers pool the requests of those runs (and
+its wall time sums theirs), and the line adds ``"seeds"`` and ``"per_seed": {SETTING: {NAME:
+{"slo_attainment": [...], "goodput": [...], "goodput_high": [...]}}}``, each run's own, in
+seed order.
 
 ``max-rate`` finds, per policy (``--policies``; default dilaserve and the static
 policies), the highest rate of the trace's busiest phase it holds at ``--target`` (0.9) of

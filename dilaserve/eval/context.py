@@ -197,7 +197,7 @@ class EvalOptions:
     hindsight: with ``frontier``: run the static grid on the one workload (threshold x
         admission x static TP mix, and per-tier thresholds with ``--slo-tiers``) and report
         the best static point in hindsight against dilaserve, instead of the load sweep.
-    jobs: simulator runs in parallel (processes) where an experiment runs a grid.
+    jobs: simulator runs in parallel (processes) where an experiment runs a grid, or seeds (``--seeds``).
     target: with ``max-rate``: the share of its ``criterion`` a policy must hold at a rate (0.9: 90%).
     criterion: with ``max-rate``: what a rate is held on. ``attainment``: the share of the
         busiest phase's requests that met their SLO. ``goodput``: the share answered on time

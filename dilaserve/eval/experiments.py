@@ -24,6 +24,8 @@ every latency profile; the absolute rates are reported next to the results.
 
 from __future__ import annotations
 
+import logging
+import multiprocessing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -114,15 +116,15 @@ def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: tuple[float, 
             f"each policy's row pools its runs at seeds {', '.join(map(str, seeds))}, request by request "
             "(the time series are the first seed's)"
         )
-    for setting in ctx.settings:
+    for setting_name, setting in zip(ctx.options.settings, ctx.settings):
         own = ctx.high_load_of(setting)
         loads = high_loads or (own,)
         for load in loads:
-            contexts = [ctx.with_seed(seed) for seed in seeds]
             # The setting's own load is a default: a named workload keeps its own peak there.
-            workloads = [trace_workload(at, setting, high_load=load if high_loads else None) for at in contexts]
-            slos = [slo_at_scale(at, setting, w, DEFAULT_SLO_SCALE) for at, w in zip(contexts, workloads)]
-            wl, slo = workloads[0], slos[0]
+            at_load = load if high_loads else None
+            first = ctx.with_seed(seeds[0])  # the run the notes and the row's rate describe
+            wl = trace_workload(first, setting, high_load=at_load)
+            slo = slo_at_scale(first, setting, wl, DEFAULT_SLO_SCALE)
             rates = ", ".join(f"{p.name} {p.rate:.1f} req/s" for p in wl.phases)
             law = ctx.law_of(setting).name
             out.notes.append(
@@ -130,17 +132,14 @@ def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: tuple[float, 
                 f"{rates} (high {load:g} x nominal capacity); SLO {slo:.2f} s"
             )
             label = "" if len(loads) == 1 else f" high x{load:g}"
-            runs_by_seed = [
-                at.run_policies(
-                    static_mix(at, setting, w, s), policies, w, s, label + (f" seed {seed}" if len(seeds) > 1 else "")
-                )
-                for at, w, s, seed in zip(contexts, workloads, slos, seeds)
-            ]
+            jobs = [SeedJob(setting_name, tuple(policies), at_load, label, seed) for seed in seeds]
+            runs_by_seed = run_seed_jobs(ctx, jobs)
             for results in zip(*runs_by_seed):
                 res = results[0] if len(results) == 1 else pool_seeds(results, seeds)
                 if len(results) > 1:
                     out.extra["per_seed"].setdefault(setting.name, {})[res.policy] = {
-                        key: [getattr(r.summary, key) for r in results] for key in ("slo_attainment", "goodput")
+                        key: [getattr(r.summary, key) for r in results]
+                        for key in ("slo_attainment", "goodput", "goodput_high")
                     }
                 out.runs.append(
                     Run(
@@ -156,6 +155,56 @@ def _trace_runs(ctx: EvalContext, name: str, policies, high_loads: tuple[float, 
                     )
                 )
     return out
+
+
+@dataclass(frozen=True)
+class SeedJob:
+    """One seed's runs of a trace experiment: every policy, on the workload ``seed`` draws."""
+
+    #: the setting as ``--settings`` names it (a worker rebuilds it from the options)
+    setting: str
+    policies: tuple[str, ...]
+    #: the busiest phase's load; None: the setting's own (or a named workload's)
+    high_load: float | None
+    label: str
+    seed: int
+
+    def run(self, ctx: EvalContext) -> list[SimResult]:
+        at = ctx.with_seed(self.seed)
+        setting = at.setting(self.setting)
+        wl = trace_workload(at, setting, high_load=self.high_load)
+        slo = slo_at_scale(at, setting, wl, DEFAULT_SLO_SCALE)
+        seeded = f" seed {self.seed}" if len(ctx.options.run_seeds) > 1 else ""
+        return at.run_policies(static_mix(at, setting, wl, slo), self.policies, wl, slo, self.label + seeded)
+
+
+#: the context a seed worker rebuilt from the options (:func:`_init_seed_worker`)
+_SEED_WORKER: dict[str, EvalContext] = {}
+
+
+def _init_seed_worker(context: type[EvalContext], options) -> None:
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    _SEED_WORKER["ctx"] = context(options)
+
+
+def _run_seed_job(job: SeedJob) -> list[SimResult]:
+    return job.run(_SEED_WORKER["ctx"])
+
+
+def run_seed_jobs(ctx: EvalContext, jobs: Sequence[SeedJob]) -> list[list[SimResult]]:
+    """Each job's results, in the jobs' order: ``--jobs`` seeds at a time, each in a process
+    that rebuilds the context from its options (every run is deterministic, so the results
+    are those of the runs one after the other; each run's wall time is then measured beside
+    the others), or here where one job or one process is asked for."""
+    workers = min(ctx.options.jobs, len(jobs))
+    if workers <= 1:
+        return [job.run(ctx) for job in jobs]
+    pool = multiprocessing.get_context("spawn").Pool(workers, _init_seed_worker, (type(ctx), ctx.options))
+    try:
+        return pool.map(_run_seed_job, jobs, chunksize=1)
+    finally:
+        pool.close()
+        pool.join()
 
 
 def pool_seeds(results: Sequence[SimResult], seeds: Sequence[int]) -> SimResult:

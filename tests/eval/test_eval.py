@@ -279,10 +279,13 @@ def test_trace_sweeps_the_high_phase_and_headlines_the_setting_load(tmp_path):
     assert [r.x for r in one.runs] == [1.2] and "load_sweep" not in extra_json(one)
 
 
-def test_trace_at_several_seeds_pools_each_policys_runs_request_by_request(tmp_path):
+def test_trace_at_several_seeds_pools_each_policys_runs_request_by_request(tmp_path, monkeypatch):
     """``trace --seeds``: each policy's row is its runs at every seed pooled, each request
     weighing alike, and ``per_seed`` keeps each run's own numbers. The tiny trace's arrivals
-    do not depend on the seed (its step outcomes do), so the pooled goodput is the mean."""
+    do not depend on the seed (its step outcomes do), so the pooled goodput is the mean.
+    The seeds run in ``--jobs`` processes, each rebuilding the context from the options,
+    to the same numbers as one after the other."""
+    from dilaserve.eval import experiments
     from dilaserve.eval.experiments import trace
 
     def run(**seeding):
@@ -291,8 +294,15 @@ def test_trace_at_several_seeds_pools_each_policys_runs_request_by_request(tmp_p
         )
         return trace(TinyContext(replace(opts, **seeding)))
 
+    pools = []
+    real = experiments.multiprocessing.get_context
+    monkeypatch.setattr(experiments.multiprocessing, "get_context", lambda how: pools.append(how) or real(how))
     alone = [{r.result.policy: r.result for r in run(seed=s).runs} for s in (0, 1)]
+    assert not pools  # one seed runs here
     pooled = run(seeds=(0, 1))
+    assert pools == ["spawn"]  # two seeds, two jobs: side by side
+    serial = run(seeds=(0, 1), jobs=1)
+    assert pools == ["spawn"] and extra_json(serial) == extra_json(pooled)
     assert [r.result.policy for r in pooled.runs] == ["infaas", "dilaserve"]
     extra = extra_json(pooled)
     assert extra["seeds"] == [0, 1] and any("pools its runs at seeds 0, 1" in n for n in pooled.notes)
@@ -305,7 +315,8 @@ def test_trace_at_several_seeds_pools_each_policys_runs_request_by_request(tmp_p
         for key in ("goodput", "slo_attainment", "mean_latency_s"):  # every request finished, in both runs
             assert getattr(r.result.summary, key) == pytest.approx(np.mean([getattr(x.summary, key) for x in runs]))
         assert r.result.events == sum(x.events for x in runs)
-        assert extra["per_seed"]["small"][name]["goodput"] == [x.summary.goodput for x in runs]
+        for key in ("goodput", "goodput_high"):
+            assert extra["per_seed"]["small"][name][key] == [getattr(x.summary, key) for x in runs]
     assert policies_json(pooled)["dilaserve"] == pooled.runs[1].result.summary.as_json()
     text, folder = write(pooled, TinyContext(EvalOptions(quick=True, settings=("paper",), out=tmp_path)))
     assert (folder / "threshold_over_time.png").stat().st_size > 0
