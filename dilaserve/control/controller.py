@@ -32,7 +32,7 @@ from dilaserve.control.load_pass import LoadPass
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.control.policies import Rejection, admission_policies, load_controls, selection_policies
 from dilaserve.control.policies.admission import QueueAhead, WaitingRoom, queued_finish_s
-from dilaserve.control.predictions import PredictionCache
+from dilaserve.control.predictions import PredictionCache, StepCalibration
 from dilaserve.control.quality_budget import quality_allowed
 from dilaserve.control.rationing import WorkRation
 from dilaserve.control.request import TrackedRequest
@@ -341,6 +341,16 @@ class ThresholdController:
         self._fn_memo.pop(req, None)
         if self.predictions is not None:
             self.predictions.observe_finish(req)
+
+    def learned_calibration(self) -> StepCalibration | None:
+        """What the step predictions' calibration has learned (None without predictions)."""
+        return self.predictions.learned() if self.predictions is not None else None
+
+    def resume_calibration(self, learned: StepCalibration) -> None:
+        """Calibrate the step predictions from ``learned`` on (a tuner's replay starts from the
+        live control plane's calibration)."""
+        if self.predictions is not None:
+            self.predictions.resume(learned)
 
     def profile_changed(self) -> None:
         """The profile was rescaled (step-time calibration): drop what was priced on the old one."""

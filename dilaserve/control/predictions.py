@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -11,6 +12,18 @@ from dilaserve.control.request import TrackedRequest
 from dilaserve.predict.base import PredictionBatch, StepPredictor
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StepCalibration:
+    """What online calibration has learned, as data: the log factor over all requests and,
+    per length class, its own log factor and the finishes it has seen. A tuner's replay
+    starts from the live control plane's (:meth:`PredictionCache.resume`), so the replayed
+    admission predicts as the live one does."""
+
+    log_scale: float = 0.0
+    #: ``(length class, log factor, finishes seen)`` per class seen
+    classes: tuple[tuple[int, float, int], ...] = ()
 
 
 class PredictionCache:
@@ -90,6 +103,18 @@ class PredictionCache:
         # that rather than replace it.
         self._class_scale[k] = (self._blend(log_scale, ratio), seen + 1)
         self.calibrated_on += 1
+
+    def learned(self) -> StepCalibration:
+        """A snapshot of the calibration (the factors of no calibration where it is off)."""
+        return StepCalibration(self._log_scale, tuple((k, f, n) for k, (f, n) in sorted(self._class_scale.items())))
+
+    def resume(self, learned: StepCalibration) -> None:
+        """Go on from ``learned`` (another cache's :meth:`learned`), as if this cache had seen
+        its finishes; nothing where calibration is off."""
+        if not self.calibrate:
+            return
+        self._log_scale = learned.log_scale
+        self._class_scale = {k: (f, n) for k, f, n in learned.classes}
 
     def due(self, req: TrackedRequest) -> bool:
         return req.steps_pred is None or req.state.steps_done - req.pred_step >= self.every_k

@@ -143,6 +143,7 @@ def build_control_plane(
             placement=placement,
             admission=controller.admission_on,
             worker=spec.control_worker,
+            learned=controller.learned_calibration,
         )
     scheduler = GlobalScheduler(
         backend,

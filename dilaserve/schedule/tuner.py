@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
+from dilaserve.control.predictions import StepCalibration
 from dilaserve.control.request import TrackedRequest
 from dilaserve.schedule.control_worker import ControlWorker, InlineWorker, candidates_within
 from dilaserve.schedule.window import (
@@ -167,6 +168,14 @@ class TunerConfig:
             minute, and it rated the adaptive walk above the lower thresholds a sustained
             peak needs (a simulated server's single-SLO run at seed 1 of the published law
             lost 2 points to it). A whole window's forecast is replayed cold, as before.
+        replay_calibration: a replay's step predictions start from the live control plane's
+            calibration (:class:`~dilaserve.control.predictions.StepCalibration`: the
+            factor per answer length that the finished requests taught it), not from none.
+            A window holds few finishes of each length class, so a replay that starts
+            uncalibrated predicts with the predictor's length bias for most of its span,
+            and its admission refuses and takes other requests than the live one would.
+            False (the default): the recorded runs were made without it
+            (docs/architecture.md, "Operating points").
     """
 
     interval_s: float = 60.0
@@ -188,6 +197,7 @@ class TunerConfig:
     compress: bool = False
     rise_forecast_s: float | None = None
     warm_rises: bool = True
+    replay_calibration: bool = False
 
     def __post_init__(self) -> None:
         if self.screen is not None and not (0 < self.screen <= 1 and self.finalists >= 1):
@@ -231,6 +241,9 @@ class OperatingPointTuner:
         point with admission switched the other way (:attr:`OperatingPoint.admit`).
     worker: runs the replays (:class:`~dilaserve.schedule.control_worker.ControlWorker`);
         None: at once, in the caller.
+    learned: what the live step predictions' calibration has learned, now (the
+        controller's :meth:`~dilaserve.control.controller.ThresholdController.learned_calibration`);
+        with ``config.replay_calibration`` every replay starts from it.
     """
 
     def __init__(
@@ -241,8 +254,10 @@ class OperatingPointTuner:
         placement: bool = False,
         admission: bool = False,
         worker: ControlWorker | None = None,
+        learned: Callable[[], StepCalibration | None] | None = None,
     ):
         self.evaluate = evaluate
+        self._learned = learned
         #: runs the replays: at once by default (the simulator), beside the step loop in a server
         self.worker = worker or InlineWorker(evaluate)
         #: tag -> what a job in the worker was started for (adopted when its result comes back)
@@ -327,11 +342,25 @@ class OperatingPointTuner:
         if cfg.screen is not None and cfg.screen < cfg.sample and (len(priorities) > 1 or cfg.screen_one_tier):
             order = list(range(len(candidates)))  # a screen ranks in its own order
             job = PointJob(
-                tuple(arrivals), tuple(layout), tuple(candidates), sample, cfg.screen * scale, cfg.finalists, warm
+                tuple(arrivals),
+                tuple(layout),
+                tuple(candidates),
+                sample,
+                cfg.screen * scale,
+                cfg.finalists,
+                warm,
+                self._calibration(),
             )
         else:
             order = self._replay_order(candidates)
-            job = PointJob(tuple(arrivals), tuple(layout), tuple(candidates[i] for i in order), sample, warm=warm)
+            job = PointJob(
+                tuple(arrivals),
+                tuple(layout),
+                tuple(candidates[i] for i in order),
+                sample,
+                warm=warm,
+                calibration=self._calibration(),
+            )
         tag = next(self._tags)
         self._pending[tag] = _Pending(now, candidates=candidates, base=base, rate=rate, rose=rose, order=order)
         if not self.worker.submit(tag, job):
@@ -341,6 +370,12 @@ class OperatingPointTuner:
         if len(self.history) > tunings:
             return adopted
         return None if base == current else base  # admission is back on at once after a rise
+
+    def _calibration(self) -> StepCalibration | None:
+        """The live calibration a replay starts from (None: none, as configured)."""
+        if not self.config.replay_calibration or self._learned is None:
+            return None
+        return self._learned()
 
     def _rise_running(self) -> bool:
         """A tuning tripped by a rise is out with the worker."""
@@ -534,6 +569,7 @@ class OperatingPointTuner:
             peak_rate,
             cfg.sample,
             cfg.min_arrivals,
+            self._calibration(),
         )
         tag = next(self._tags)
         self._pending[tag] = _Pending(now, on_verdict=on_verdict, rate=peak_rate)

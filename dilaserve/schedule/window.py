@@ -11,12 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Protocol
 
 import numpy as np
 
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
+from dilaserve.control.predictions import StepCalibration
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,8 @@ class WindowEvaluator(Protocol):
     reach the ``keep``-th best may return a bound below it (a screen's ranking).
     ``floor``: only a goodput of at least ``floor`` matters; a point that cannot reach it
     may return a bound below it (a plan's check, once the answer is no). A bound is
-    returned as a :class:`Bound`."""
+    returned as a :class:`Bound`. ``calibration``: the replayed control plane's step
+    predictions start from this calibration (the live one's); None: from none."""
 
     def __call__(
         self,
@@ -51,6 +54,7 @@ class WindowEvaluator(Protocol):
         warm: bool = False,
         keep: int = 1,
         floor: float | None = None,
+        calibration: StepCalibration | None = None,
     ) -> list[float]: ...
 
 
@@ -96,6 +100,8 @@ class PointJob:
     #: the arrivals run twice and only the second copy is scored (a short forecast's cluster
     #: starts with the queue the rate builds, :class:`WindowEvaluator`)
     warm: bool = False
+    #: the live step-prediction calibration the replays start from (None: none)
+    calibration: StepCalibration | None = None
 
     def run(self, evaluate: WindowEvaluator) -> list[float]:
         if self.screen is None or len(self.candidates) <= self.finalists + 1:
@@ -112,6 +118,7 @@ class PointJob:
             sample=self.screen,
             keep=self.finalists,
             warm=self.warm,
+            calibration=self.calibration,
         )
         # Best first: a finalist replayed after a better one may stop early on the full
         # sample, and the scores go back to their candidates, so the order decides nothing.
@@ -133,7 +140,7 @@ class PointJob:
         return copies * ((n - 1) * self.screen + (1 + self.finalists) * full) * len(self.arrivals)
 
     def _replay(self, evaluate: WindowEvaluator, points: Sequence[OperatingPoint], sample: float | None) -> list[float]:
-        return evaluate(self.arrivals, self.layout, points, sample=sample, warm=self.warm)
+        return evaluate(self.arrivals, self.layout, points, sample=sample, warm=self.warm, calibration=self.calibration)
 
 
 @dataclass(frozen=True)
@@ -170,6 +177,8 @@ class LayoutJob:
     peak_rate: float | None = None
     sample: float = 1.0
     min_arrivals: int = 0
+    #: the live step-prediction calibration the replays start from (None: none)
+    calibration: StepCalibration | None = None
 
     def replayed_requests(self, default_sample: float) -> float:
         """About how many requests the job replays, at most: both layouts, the transition and
@@ -179,6 +188,7 @@ class LayoutJob:
 
     def run(self, evaluate: WindowEvaluator) -> LayoutVerdict:
         point, warm = self.point, self.warm
+        evaluate = partial(evaluate, calibration=self.calibration)
         arrivals, current, target, share = plan_slice(
             self.arrivals, self.current, self.target, self.sample, self.min_arrivals
         )

@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from dilaserve.cluster.base import InstanceFailed
+from dilaserve.control.predictions import StepCalibration
 from dilaserve.control.request import TrackedRequest
 from dilaserve.control.step_time import KINDS, scale_profile
 from dilaserve.predict.base import OraclePredictor, StepPredictor
@@ -192,13 +193,15 @@ class BaseSimulator:
         workload: Workload,
         slo_s: float,
         give_up: Callable[[tuple, float], bool] | None = None,
+        calibration: StepCalibration | None = None,
     ) -> SimResult:
         """Serve ``workload`` under ``policy``; every request gets ``slo_s`` seconds.
 
         ``give_up`` is called with each request's row as it is recorded (the columns of
         ``REQUEST_COLUMNS``, in order) and the simulated time; once it returns True the run
         stops there and the requests still running count as unfinished (a tuner's replay that can no longer
-        beat the best candidate need not run to its end)."""
+        beat the best candidate need not run to its end). ``calibration``: the step
+        predictions start from it (a tuner's replay of the live control plane)."""
         if slo_s <= 0:
             raise ValueError(f"slo_s={slo_s} must be positive seconds")
         pol = get_policy(policy)
@@ -243,6 +246,8 @@ class BaseSimulator:
         )
         recorder = _RunRecorder(record)
         sched = build_control_plane(backend, pol, spec, self._predictor(pol, live), recorder)
+        if calibration is not None:
+            sched.controller.resume_calibration(calibration)
         reconfigurator = sched.reconfigurator
         initial = list(st.initial_layout) if st.initial_layout else static_layout(st.cluster, st.initial_tp)
         with backend.instant_launches():

@@ -25,6 +25,7 @@ import polars as pl
 
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
+from dilaserve.control.predictions import StepCalibration
 from dilaserve.predict.row_memo import RowMemo
 from dilaserve.schedule.policies import SchedulerPolicy
 from dilaserve.schedule.window import Bound, WindowArrival, repeat_period
@@ -89,10 +90,12 @@ class WindowReplay:
         warm: bool = False,
         keep: int = 1,
         floor: float | None = None,
+        calibration: StepCalibration | None = None,
     ) -> list[float]:
         """Each point's goodput on the window; ``keep``: only the ``keep`` best need their
         own score (a screen's finalists), the others may stop early with a bound below it;
-        ``floor``: every point may stop early with a bound below ``floor``."""
+        ``floor``: every point may stop early with a bound below ``floor``; ``calibration``:
+        the replayed step predictions start from it (the live control plane's)."""
         self.calls += 1
         asked = self.sample if sample is None else sample
         # Compressed: the whole cluster, under the sampled arrivals at the window's rate.
@@ -156,7 +159,9 @@ class WindowReplay:
             bars = [sorted(out)[-keep]] if len(out) >= keep else []
             bars += [floor] if floor is not None else []
             cutoff = _Cutoff(deadlines, max(bars)) if bars else None
-            res = BaseSimulator(setting, progress, self.predictors, config).run(self.policy, wl, slo, cutoff)
+            res = BaseSimulator(setting, progress, self.predictors, config).run(
+                self.policy, wl, slo, cutoff, calibration
+            )
             if cutoff is not None and cutoff.stopped:
                 out.append(Bound(cutoff.bound))
             elif warm:

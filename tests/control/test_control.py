@@ -18,6 +18,7 @@ from dilaserve.control import (
     walk_thresholds,
 )
 from dilaserve.control.cost_model import split_cost_one
+from dilaserve.control.predictions import StepCalibration
 from dilaserve.control.step_law import StepLaw
 from dilaserve.predict.base import OneShotPredictor
 from dilaserve.profile.types import LatencyProfile, StepCurve
@@ -229,6 +230,29 @@ def test_a_length_class_keeps_the_overall_factor_until_enough_finish():
     assert cache.scale_for(make_request("l", gen=256)) == pytest.approx(cache.scale)
     cache.observe_finish(_finished(cache, "last", 256, 32))
     assert cache.scale_for(make_request("l", gen=256)) < cache.scale
+
+
+def test_a_cache_resumed_from_anothers_calibration_predicts_as_it_does():
+    """A tuner's replay starts from the live calibration: a fresh cache resumed from a
+    learned one scales every length class as that one does, and goes on learning; a cache
+    without calibration ignores it."""
+    live = PredictionCache(OneShotPredictor({0.9: 0.5}), (0.9,), every_k=2, calibrate=True)
+    for i in range(100):
+        live.observe_finish(_finished(live, f"s{i}", 32, 8))
+        live.observe_finish(_finished(live, f"l{i}", 256, 256))
+    learned = live.learned()
+    assert [k for k, _, _ in learned.classes] == sorted(k for k, _, _ in learned.classes)
+    replay = PredictionCache(OneShotPredictor({0.9: 0.5}), (0.9,), every_k=2, calibrate=True)
+    assert replay.learned() == StepCalibration()  # nothing learned yet
+    replay.resume(learned)
+    for gen in (32, 96, 256):
+        assert replay.scale_for(make_request("r", gen=gen)) == live.scale_for(make_request("r", gen=gen))
+    assert replay.learned() == learned
+    replay.observe_finish(_finished(replay, "next", 32, 32))
+    assert replay.scale_for(make_request("r", gen=32)) > live.scale_for(make_request("r", gen=32))
+    off = PredictionCache(OneShotPredictor({0.9: 0.5}), (0.9,), every_k=2)
+    off.resume(learned)
+    assert off.scale_for(make_request("r", gen=256)) == 1.0
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import pytest
 
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
+from dilaserve.control.predictions import StepCalibration
 from dilaserve.schedule.tuner import OperatingPointTuner, TunerConfig
 from dilaserve.schedule.window import rate_onset
 from tests.control.builders import make_request
@@ -21,12 +22,13 @@ class ScriptedReplay:
     """A replay whose goodput per point is a given function of the point (recorded calls)."""
 
     def __init__(self, score):
-        self.score, self.calls, self.samples, self.warm = score, [], [], []
+        self.score, self.calls, self.samples, self.warm, self.calibrations = score, [], [], [], []
 
-    def __call__(self, arrivals, layout, points, sample=None, warm=False, keep=1, floor=None):
+    def __call__(self, arrivals, layout, points, sample=None, warm=False, keep=1, floor=None, calibration=None):
         self.calls.append((len(arrivals), list(layout), list(points)))
         self.samples.append(sample)
         self.warm.append(warm)
+        self.calibrations.append(calibration)
         return [self.score(p) for p in points]
 
 
@@ -66,6 +68,21 @@ def test_the_last_tunings_best_replays_right_after_the_current_point_and_the_ord
     assert tuner.history[-1][2] == {"static@0.8": 0.9, "adaptive": 0.95, "static@0.7": 0.95, "static@0.9": 0.5}
 
 
+@pytest.mark.parametrize("on", [True, False])
+def test_a_replay_starts_from_the_live_calibration_of_its_tuning_only_where_asked(on):
+    """With ``replay_calibration`` every replay (a point's and a plan's) is handed what the
+    live predictions have learned at the tuning; without it, nothing."""
+    learned = [StepCalibration(0.5, ((0, -0.4, 9),))]
+    replay = ScriptedReplay(lambda p: 0.5)
+    cfg = TunerConfig(interval_s=10, window_s=10, sample=1.0, replay_calibration=on)
+    tuner = OperatingPointTuner(replay, (0.7, 0.9), cfg, learned=lambda: learned[-1])
+    _fill(tuner, 50, 0.0, 10.0)
+    tuner.maybe_tune(10.0, LAYOUT, OperatingPoint.adaptive())
+    learned.append(StepCalibration(0.7))
+    tuner.layout_pays(10.0, LAYOUT, LAYOUT[:2], OperatingPoint.adaptive())
+    assert replay.calibrations == ([learned[0]] + [learned[1]] * 2 if on else [None] * 3)
+
+
 def test_keeps_the_current_point_unless_another_beats_it_by_the_margin():
     replay = ScriptedReplay(lambda p: 0.802 if p == OperatingPoint.static(0.7) else 0.8)
     tuner = OperatingPointTuner(replay, (0.7, 0.9), TunerConfig(interval_s=5, window_s=5, sample=1.0, min_gain=0.005))
@@ -100,7 +117,7 @@ def test_a_plan_is_applied_only_where_its_layout_replays_better():
 
     # A replay that scores the layout, not the point: more instances, more goodput.
     class LayoutReplay(ScriptedReplay):
-        def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None):
+        def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
             assert sample == 1.0  # a plan is judged on the whole window and cluster
             self.calls.append((len(arrivals), list(layout), list(points)))
             return [0.1 * len(layout) for _ in points]
@@ -121,7 +138,7 @@ def test_a_plan_must_also_repay_its_transition():
     half its lifetime in transition the move is worth 0.2, no gain; at a tenth, 0.28."""
 
     class LayoutReplay(ScriptedReplay):
-        def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None):
+        def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
             self.calls.append((len(arrivals), list(layout), list(points)))
             return [0.1 * len(layout) for _ in points]
 
@@ -142,7 +159,7 @@ def test_a_plan_that_loses_at_the_peak_rate_is_refused():
     tp4 = [InstanceSpec("big", 4, 0, (0, 1, 2, 3), 16384)]
 
     class RateReplay(ScriptedReplay):
-        def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None):
+        def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
             rate = len(arrivals) / (arrivals[-1].arrival - arrivals[0].arrival)
             self.calls.append(rate)
             big = len(layout) == 1
@@ -267,7 +284,7 @@ def test_a_rise_forecast_may_span_less_than_a_window():
 
 def test_a_plan_checked_at_a_rise_replays_the_forecast():
     class LayoutReplay(ScriptedReplay):
-        def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None):
+        def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
             self.calls.append((len(arrivals), list(layout), list(points)))
             return [0.5 for _ in points]
 

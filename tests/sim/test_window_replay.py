@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
+import polars as pl
+
 from dilaserve.control.operating_point import OperatingPoint
+from dilaserve.control.predictions import StepCalibration
 from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.config import ClusterConfig
 from dilaserve.reconfig.plan import layout_from_node_counts, static_layout
 from dilaserve.schedule.policies import get_policy
 from dilaserve.schedule.tuner import TunerConfig, WindowArrival
 from dilaserve.sim.progress import ReplayProgress
+from dilaserve.sim.run import BaseSimulator
 from dilaserve.sim.simulator import SimConfig
 from dilaserve.sim.window_replay import WindowReplay, layout_slice
+from dilaserve.sim.workload import Workload, WorkloadRequest
 from tests.sim.builders import predictors, quality, small_setting, tp1_dilaserve_replay, varied_dynamics
 
 
@@ -118,3 +124,31 @@ def test_a_compressed_sample_replays_the_whole_cluster_as_the_full_window_does()
     for f, s, c in zip(full, sliced, compressed):
         assert s < f - 0.03  # the slice queues where the cluster does not
         assert abs(c - f) < 0.01
+
+
+def test_a_replay_predicts_with_the_live_calibration_it_is_handed():
+    """A replay's control plane starts from the calibration the tuner hands it (the live
+    one's). Told that answers take four times their predicted steps, its admission refuses
+    requests the uncalibrated replay took; a calibration that learned nothing replays as none."""
+    dyn = varied_dynamics()
+    table = ReplayTable(dyn)
+    setting = small_setting(dyn, tp_degrees=(1,))
+    arrivals = [WindowArrival(0.05 * i, 200, 256, 1.5, 0, 0.0) for i in range(120)]
+    wl = Workload("w", [WorkloadRequest(f"r{i}", a.arrival, 200, 256, slo_s=a.slo_s) for i, a in enumerate(arrivals)])
+
+    def refused(calibration):
+        sim = BaseSimulator(setting, ReplayProgress(table, quality()), predictors(table), SimConfig())
+        res = sim.run(get_policy("dilaserve"), wl, 1.5, calibration=calibration)
+        return res.requests.filter(pl.col("status") != "finished").height, res.summary.goodput
+
+    none = refused(None)
+    assert refused(StepCalibration()) == none
+    slow = refused(StepCalibration(math.log(4.0)))
+    assert slow[0] > none[0]
+    replay = WindowReplay(
+        setting, ReplayProgress(table, quality()), predictors(table), SimConfig(), get_policy("dilaserve")
+    )
+    point = [OperatingPoint.static(0.7)]
+    layout = static_layout(setting.cluster, 1)
+    plain = replay(arrivals, layout, point, sample=1.0)
+    assert replay(arrivals, layout, point, sample=1.0, calibration=StepCalibration(math.log(4.0))) != plain
