@@ -339,6 +339,7 @@ class OperatingPointTuner:
         candidates = candidates_within(self.candidates(base, priorities, now), scale)
         sample = None if scale >= 1 else cfg.sample * scale
         warm = rose and cfg.warm_rises and self._forecast_span() < cfg.window_s
+        calibration = self._calibration()
         if cfg.screen is not None and cfg.screen < cfg.sample and (len(priorities) > 1 or cfg.screen_one_tier):
             order = list(range(len(candidates)))  # a screen ranks in its own order
             job = PointJob(
@@ -349,7 +350,7 @@ class OperatingPointTuner:
                 cfg.screen * scale,
                 cfg.finalists,
                 warm,
-                self._calibration(),
+                calibration,
             )
         else:
             order = self._replay_order(candidates)
@@ -359,7 +360,7 @@ class OperatingPointTuner:
                 tuple(candidates[i] for i in order),
                 sample,
                 warm=warm,
-                calibration=self._calibration(),
+                calibration=calibration,
             )
         tag = next(self._tags)
         self._pending[tag] = _Pending(now, candidates=candidates, base=base, rate=rate, rose=rose, order=order)
