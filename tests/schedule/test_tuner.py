@@ -511,3 +511,29 @@ def test_with_local_moves_a_tier_moves_a_step_from_its_pin_or_anywhere_from_adap
     assert {c.pin(0) for c in cands if c.pin(1) == 0.7} == {None, *thresholds}  # from adaptive: anywhere
     assert all(OperatingPoint.static(t) in cands for t in thresholds)  # the uniform jumps stay
     assert set(cands) < set(wide.candidates(current, {0, 1}))
+
+
+@pytest.mark.parametrize("unheld", [True, False])
+def test_a_point_a_rise_chose_is_weighed_without_hysteresis_at_the_next_interval(unheld):
+    """A rise chose 0.7 by a hair on its forecast; the interval's tuning after it replays the
+    window's own arrivals, where 0.8 leads by less than ``min_gain``. With
+    ``rise_point_unheld`` it moves to 0.8, and the window's average (the low seconds and
+    the new rate) is not the rate later rises are compared with, as the window replayed the
+    rise's arrivals at their own rate: the steady new rate trips no rise at once."""
+    scores = {"static@0.8": 0.9, "static@0.7": 0.8}
+    replay = ScriptedReplay(lambda p: scores.get(p.label, 0.5) - (0.0 if p.admit else 0.2))
+    cfg = TunerConfig(
+        interval_s=10, window_s=20, sample=1.0, rise_window_s=2.5, min_arrivals=10, rise_point_unheld=unheld
+    )
+    tuner = OperatingPointTuner(replay, (0.7, 0.8), cfg, admission=True)
+    _, point = _arrive(tuner, 0.0, 10.5, 10.0, OperatingPoint.static(0.8))
+    scores.update({"static@0.7": 0.906, "static@0.8": 0.9})  # the forecast: 0.7, past min_gain by a hair
+    _, point = _arrive(tuner, 10.5, 11.5, 40.0, point)
+    assert tuner.rises and point == OperatingPoint.static(0.7)
+    rises = len(tuner.rises)
+    scores.update({"static@0.7": 0.9, "static@0.8": 0.903})  # the window: 0.8, inside min_gain
+    moves, point = _arrive(tuner, 11.5, 25.0, 40.0, point)
+    interval = next(t for t, _, _ in tuner.history if t > tuner.rises[rises - 1] + 9.9)
+    assert point == (OperatingPoint.static(0.8) if unheld else OperatingPoint.static(0.7))
+    later = [t for t in tuner.rises[rises:] if t >= interval]
+    assert (not later) if unheld else later and later[0] - interval < 1.0
