@@ -532,7 +532,7 @@ def test_a_point_a_rise_chose_is_weighed_without_hysteresis_at_the_next_interval
     assert tuner.rises and point == OperatingPoint.static(0.7)
     rises = len(tuner.rises)
     scores.update({"static@0.7": 0.9, "static@0.8": 0.903})  # the window: 0.8, inside min_gain
-    moves, point = _arrive(tuner, 11.5, 25.0, 40.0, point)
+    _, point = _arrive(tuner, 11.5, 25.0, 40.0, point)
     interval = next(t for t, _, _ in tuner.history if t > tuner.rises[rises - 1] + 9.9)
     assert point == (OperatingPoint.static(0.8) if unheld else OperatingPoint.static(0.7))
     later = [t for t in tuner.rises[rises:] if t >= interval]
