@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -200,6 +200,15 @@ class ThresholdQuality:
         estimate is 0); the estimator of tables without ``late_weight``."""
         e = self.mixed.expected_accuracy
         return self.mixed.accuracy / e if e > 0 else 1.0
+
+    def ceiling(self, thresholds: Iterable[float]) -> float:
+        """The most :meth:`estimate` gives a request whose every step used one of
+        ``thresholds``: a late-weighted mean is at most its largest term; a table without
+        ``late_weight`` scales its mean by ``mix_factor`` (capped at 1)."""
+        top = max(self.accuracy(t) for t in thresholds)
+        if self.late_weight is None:
+            return min(1.0, top * max(1.0, self.mix_factor))
+        return top
 
     def estimate(self, thresholds_used: Sequence[float]) -> float:
         """Expected accuracy of a request decoded with these per-step thresholds, in step order."""

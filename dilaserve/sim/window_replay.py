@@ -151,14 +151,18 @@ class WindowReplay:
         base = replace(self.setting, initial_layout=tuple(part))
         out: list[float] = []
         for point in points:
-            setting = replace(base, control=replace(base.control, operating_point=point))
-            progress = ReplayProgress(self.table, self.quality, seed=self.seed, block_causal=self.block_causal)
             # Past the first (the current point), a candidate stops once it can no longer
             # beat the best so far (the ``keep``-th best): it scores its bound, below that,
             # so the tuner's choice is what the full replays would give.
             bars = [sorted(out)[-keep]] if len(out) >= keep else []
             bars += [floor] if floor is not None else []
-            cutoff = _Cutoff(deadlines, max(bars)) if bars else None
+            cutoff = _Cutoff(deadlines, max(bars), self._ceilings(point, kept)) if bars else None
+            if cutoff is not None and cutoff.stopped:
+                # Its answers' quality alone keeps it below the best: nothing to replay.
+                out.append(Bound(cutoff.bound))
+                continue
+            setting = replace(base, control=replace(base.control, operating_point=point))
+            progress = ReplayProgress(self.table, self.quality, seed=self.seed, block_causal=self.block_causal)
             res = BaseSimulator(setting, progress, self.predictors, config).run(
                 self.policy, wl, slo, cutoff, calibration
             )
@@ -171,6 +175,19 @@ class WindowReplay:
                 out.append(res.summary.goodput)
         return out
 
+    def _ceilings(self, point: OperatingPoint, kept: Sequence[WindowArrival]) -> dict[str, float]:
+        """The most goodput each scored request can make at ``point``: the quality of the
+        best threshold it may step at. A pinned tier's requests step at their pin or below
+        (load control only lowers a threshold), an adaptive tier's at any candidate; the
+        replay sets no client floor that could lift a pin."""
+        thresholds = self.setting.control.thresholds
+        by_tier: dict[int, float] = {}
+        for a in kept:
+            if a.priority not in by_tier:
+                pin = point.pin(a.priority)
+                by_tier[a.priority] = self.quality.ceiling(t for t in thresholds if pin is None or t <= pin + 1e-9)
+        return {f"window-{i}": by_tier[a.priority] for i, a in enumerate(kept)}
+
 
 _ID, _MET, _QUALITY = (list(REQUEST_COLUMNS).index(c) for c in ("request_id", "met_slo", "quality"))
 
@@ -179,25 +196,29 @@ class _Cutoff:
     """A replay's give-up rule: the goodput its scored requests have already lost leaves
     it no way to reach ``best``.
 
-    A request recorded loses ``1 - met x quality``. A request still running past its
-    deadline can no longer meet it: it has lost its whole share already, and counts at
-    once, not when it finishes, so a candidate whose queue holds requests past their
-    deadlines stops sooner. The bound it stops at is as exact as before: every request it
-    counts is lost whatever the rest of the replay does.
+    A request can make at most its ceiling (the quality of the best threshold it may step
+    at), so from the start it has lost ``1 - ceiling``: a point that pins a tier low can be
+    below the best on its answers' quality alone, and then is not replayed at all. A
+    request recorded loses the rest of its ceiling it did not make (``met x quality``). A
+    request still running past its deadline can no longer meet it: it has lost its whole
+    ceiling already, and counts at once, not when it finishes, so a candidate whose queue
+    holds requests past their deadlines stops sooner. The bound it stops at is exact: every
+    loss it counts is one the rest of the replay cannot undo.
 
     Args:
     deadlines: request id -> deadline (simulated seconds) of each scored request (the
         window's, not the warm-up copy's).
     best: the best goodput a candidate replayed so far.
+    ceilings: request id -> the most goodput that request can make (1 where absent).
     """
 
-    def __init__(self, deadlines: dict[str, float], best: float):
+    def __init__(self, deadlines: dict[str, float], best: float, ceilings: dict[str, float] | None = None):
         self.scored = len(deadlines)
         self.limit = self.scored * (1.0 - best)
-        self.lost = 0.0
-        self.stopped = False
-        #: the scored requests neither recorded nor counted overdue yet, and their deadlines
-        self._open = dict(deadlines)
+        #: the scored requests neither recorded nor counted overdue yet, and their ceilings
+        self._open = {rid: (ceilings or {}).get(rid, 1.0) for rid in deadlines}
+        self.lost = sum(1.0 - c for c in self._open.values())
+        self.stopped = self.lost > self.limit + 1e-9
         self._due = sorted((d, rid) for rid, d in deadlines.items())
         self._next = 0  # the first of ``_due`` not yet past
 
@@ -207,13 +228,15 @@ class _Cutoff:
         return 1.0 - self.lost / self.scored
 
     def __call__(self, row: tuple, now: float) -> bool:
-        if self._open.pop(row[_ID], None) is not None:
-            self.lost += 1.0 - float(row[_MET]) * (row[_QUALITY] or 0.0)
+        ceiling = self._open.pop(row[_ID], None)
+        if ceiling is not None:
+            self.lost += ceiling - float(row[_MET]) * (row[_QUALITY] or 0.0)
         # Past its deadline and still open: a miss whatever comes next.
         due = self._due
         while self._next < len(due) and due[self._next][0] < now:
-            if self._open.pop(due[self._next][1], None) is not None:
-                self.lost += 1.0
+            ceiling = self._open.pop(due[self._next][1], None)
+            if ceiling is not None:
+                self.lost += ceiling
             self._next += 1
         self.stopped = self.lost > self.limit + 1e-9
         return self.stopped

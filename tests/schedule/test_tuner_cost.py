@@ -106,6 +106,47 @@ def test_a_request_past_its_deadline_counts_as_lost_before_it_finishes():
     assert cut.bound == pytest.approx(1.0 - 2.25 / 3)
 
 
+def test_a_request_loses_what_its_quality_ceiling_leaves_from_the_start():
+    """A request can make at most the quality of the best threshold it may step at: the
+    rest is lost before the replay starts, a request recorded loses what it did not make of
+    its ceiling, and an overdue one its whole ceiling."""
+    deadlines = {"window-0": 1.0, "window-1": 5.0}
+    cut = _Cutoff(deadlines, best=0.5, ceilings={"window-0": 0.9, "window-1": 0.8})
+    assert cut.lost == pytest.approx(0.3) and not cut.stopped
+    assert not cut(_row("window-1", True, 0.7), 0.5)  # made 0.7 of its 0.8
+    assert cut.lost == pytest.approx(0.4)
+    assert cut(_row("warmup-0", True, 1.0), 2.0)  # window-0 is overdue: its 0.9 is gone
+    assert cut.bound == pytest.approx(1.0 - 1.3 / 2)
+    # Ceilings alone can put a point below the best: it stops before it runs.
+    assert _Cutoff(deadlines, best=0.9, ceilings={"window-0": 0.8, "window-1": 0.8}).stopped
+
+
+def test_a_point_whose_answers_cannot_reach_the_best_is_not_replayed(monkeypatch):
+    """At a light load every answer is on time, and a point pinned where the quality is
+    lower than the best replayed so far cannot win: it scores its quality ceiling as a
+    bound without a replay, and the replays it does run score as before."""
+    replay, setting = tp1_dilaserve_replay()
+    arrivals = [WindowArrival(0.5 * i, 50, 64, 5.0, 0, 0.0) for i in range(40)]
+    layout = static_layout(setting.cluster, 1)
+    high, low = OperatingPoint.static(0.9), OperatingPoint.static(0.5)
+    (alone,) = replay(arrivals, layout, [low])
+    runs = []
+    original = BaseSimulator.run
+    monkeypatch.setattr(BaseSimulator, "run", lambda self, *a, **k: runs.append(1) or original(self, *a, **k))
+    best, bound = replay(arrivals, layout, [high, low])
+    assert len(runs) == 1 and alone < best  # the low point was never run
+    assert isinstance(bound, Bound) and bound == pytest.approx(replay.quality.ceiling([0.5]))
+    assert alone <= bound < best
+
+
+def test_a_quality_ceiling_bounds_every_estimate_at_those_thresholds():
+    table = quality()
+    top = table.ceiling([0.5, 0.7])
+    for used in ([0.5], [0.7], [0.5, 0.7, 0.7], [0.7, 0.5, 0.5, 0.5]):
+        assert table.estimate(used) <= top + 1e-12
+    assert table.ceiling([0.7]) == pytest.approx(table.estimate([0.7]))
+
+
 def test_a_replay_under_a_floor_stops_once_it_cannot_reach_it():
     """A plan's check needs to know only whether a layout reaches a goodput: below that
     floor a replay stops and scores a bound (still below the floor); above it, its own
