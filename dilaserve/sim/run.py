@@ -258,7 +258,13 @@ class BaseSimulator:
             state = self.progress.new_state(wr, st.block_length)
             live[wr.request_id] = (wr, state)
             slo = wr.slo_s if wr.slo_s is not None else slo_s
-            tracked = TrackedRequest(state, arrival=wr.arrival, deadline=wr.arrival + slo, priority=wr.priority)
+            tracked = TrackedRequest(
+                state,
+                arrival=wr.arrival,
+                deadline=wr.arrival + slo,
+                priority=wr.priority,
+                min_threshold=wr.min_threshold,
+            )
             sched.handle(RequestArrived(loop.now, tracked))
             if i + 1 < len(reqs):
                 loop.at(reqs[i + 1].arrival, lambda: arrive(i + 1))

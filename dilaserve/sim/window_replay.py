@@ -129,6 +129,7 @@ class WindowReplay:
                     a.output_tokens,
                     priority=a.priority,
                     slo_s=a.slo_s,
+                    min_threshold=a.min_threshold,
                 )
                 for name, shift in copies
                 for i, a in enumerate(kept)
@@ -178,15 +179,27 @@ class WindowReplay:
     def _ceilings(self, point: OperatingPoint, kept: Sequence[WindowArrival]) -> dict[str, float]:
         """The most goodput each scored request can make at ``point``: the quality of the
         best threshold it may step at. A pinned tier's requests step at their pin or below
-        (load control only lowers a threshold), an adaptive tier's at any candidate; the
-        replay sets no client floor that could lift a pin."""
+        (load control only lowers a threshold), an adaptive tier's at any candidate; a
+        client's floor above a pin lifts it to the lowest candidate at or above the floor
+        (:meth:`~dilaserve.control.controller.ThresholdController.prepare_arrival`)."""
         thresholds = self.setting.control.thresholds
-        by_tier: dict[int, float] = {}
-        for a in kept:
-            if a.priority not in by_tier:
-                pin = point.pin(a.priority)
-                by_tier[a.priority] = self.quality.ceiling(t for t in thresholds if pin is None or t <= pin + 1e-9)
-        return {f"window-{i}": by_tier[a.priority] for i, a in enumerate(kept)}
+        memo: dict[tuple[int, float], float] = {}
+        out: dict[str, float] = {}
+        for i, a in enumerate(kept):
+            key = (a.priority, a.min_threshold)
+            if key not in memo:
+                top = _highest_step_threshold(thresholds, point.pin(a.priority), a.min_threshold)
+                memo[key] = self.quality.ceiling(t for t in thresholds if t <= top + 1e-9)
+            out[f"window-{i}"] = memo[key]
+        return out
+
+
+def _highest_step_threshold(thresholds: Sequence[float], pin: float | None, floor: float) -> float:
+    """The highest threshold a request with quality floor ``floor`` may step at where its
+    tier is pinned to ``pin`` (None: adaptive, any candidate)."""
+    if pin is None or pin >= floor - 1e-12:
+        return max(thresholds) if pin is None else pin
+    return min((t for t in thresholds if t >= floor - 1e-12), default=max(thresholds))
 
 
 _ID, _MET, _QUALITY = (list(REQUEST_COLUMNS).index(c) for c in ("request_id", "met_slo", "quality"))

@@ -18,7 +18,9 @@ class WorkloadRequest:
     canvas rounds it up to whole blocks. ``prompt`` is set only where a real model decodes
     the request (model mode) and grades its answer. ``tier``, ``priority`` and ``slo_s``
     come from SLO tiers (:func:`dilaserve.sim.slo.with_slo_tiers`); without them the run's
-    one SLO applies.
+    one SLO applies. ``min_threshold`` is the client's quality floor (a server's
+    ``min_threshold``): no step of the request runs below the lowest candidate threshold at
+    or above it, whatever the operating point pins.
     """
 
     request_id: str
@@ -30,6 +32,7 @@ class WorkloadRequest:
     tier: str = ""
     priority: int = 0
     slo_s: float | None = None
+    min_threshold: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,23 @@ def test_the_replay_ranks_a_slow_point_below_a_fast_one_under_overload():
     assert replay(arrivals, layout, [OperatingPoint.static(0.5)]) != [] and replay.calls == 2
 
 
+def test_a_replay_keeps_the_clients_quality_floors():
+    """A server's clients may ask for a quality floor (``min_threshold``): the live cluster
+    runs those requests at or above it whatever the point pins, and so does the replay, so a
+    low pin is not credited with answers its floors forbid. Below the floors a pin holds."""
+    replay, setting = tp1_dilaserve_replay()
+    layout = static_layout(setting.cluster, 1)
+    low, high = OperatingPoint.static(0.5), OperatingPoint.static(0.9)
+    light = [WindowArrival(0.5 * i, 50, 64, 5.0, 0, 0.0) for i in range(40)]  # every answer on time
+    floored = [WindowArrival(a.arrival, 50, 64, 5.0, 0, 0.9) for a in light]
+    (free,) = replay(light, layout, [low])
+    (at_high,) = replay(light, layout, [high])
+    assert free < at_high  # 0.5's answers are worse
+    assert replay(floored, layout, [low]) == [at_high]  # the floor runs them at 0.9
+    # The floor lifts the low pin's quality ceiling too: it is replayed, and ties the high pin.
+    assert replay(floored, layout, [high, low]) == [at_high, at_high]
+
+
 def test_the_sample_depends_on_the_window_not_on_the_replays_before_it():
     """A plan checked between two tunings (one more replay) must not change what the next
     tuning replays: the same window draws the same sample whatever ran before it."""
