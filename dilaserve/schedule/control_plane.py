@@ -144,6 +144,7 @@ def build_control_plane(
             admission=controller.admission_on,
             worker=spec.control_worker,
             learned=controller.learned_calibration,
+            machine=(lambda: calibration.factors) if calibration is not None else None,
         )
     scheduler = GlobalScheduler(
         backend,

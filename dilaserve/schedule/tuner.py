@@ -29,18 +29,20 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.control.predictions import StepCalibration
 from dilaserve.control.request import TrackedRequest
+from dilaserve.engine.state import StepKind
 from dilaserve.schedule.control_worker import ControlWorker, InlineWorker, candidates_within
 from dilaserve.schedule.window import (
     LayoutJob,
     LayoutVerdict,
     PointJob,
+    StepFactors,
     WindowArrival,
     WindowEvaluator,
     at_rate,
@@ -190,6 +192,14 @@ class TunerConfig:
             workloads it moved goodput by -0.41 to +0.78 points, +0.11 on average, within a
             run's draw (docs/architecture.md, "Capacity at an SLO"), and the recorded runs
             were made without it.
+        replay_step_time: a replay steps, and its control plane prices steps, as much slower
+            than the profile as the live control plane has learned the machine to be
+            (:mod:`dilaserve.control.step_time`), not at the profile. A server whose steps
+            take several times what an idle machine's profile says otherwise ranks its
+            points on a machine several times faster than its own, where slower,
+            higher-quality points keep their SLOs. True (the default): where the machine
+            steps as profiled (every simulation without ``step_time_factor``) no factor is
+            learned and nothing changes; False: the profile as measured.
     """
 
     interval_s: float = 60.0
@@ -213,6 +223,7 @@ class TunerConfig:
     warm_rises: bool = True
     replay_calibration: bool = False
     rise_point_unheld: bool = False
+    replay_step_time: bool = True
 
     def __post_init__(self) -> None:
         if self.screen is not None and not (0 < self.screen <= 1 and self.finalists >= 1):
@@ -259,6 +270,9 @@ class OperatingPointTuner:
     learned: what the live step predictions' calibration has learned, now (the
         controller's :meth:`~dilaserve.control.controller.ThresholdController.learned_calibration`);
         with ``config.replay_calibration`` every replay starts from it.
+    machine: how much slower than profiled the live instances step, now (the learned
+        factors per TP degree and step kind, :mod:`dilaserve.control.step_time`); with
+        ``config.replay_step_time`` every replay steps and prices that much slower.
     """
 
     def __init__(
@@ -270,9 +284,11 @@ class OperatingPointTuner:
         admission: bool = False,
         worker: ControlWorker | None = None,
         learned: Callable[[], StepCalibration | None] | None = None,
+        machine: Callable[[], Mapping[tuple[int, StepKind], float]] | None = None,
     ):
         self.evaluate = evaluate
         self._learned = learned
+        self._machine = machine
         #: runs the replays: at once by default (the simulator), beside the step loop in a server
         self.worker = worker or InlineWorker(evaluate)
         #: tag -> what a job in the worker was started for (adopted when its result comes back)
@@ -373,6 +389,7 @@ class OperatingPointTuner:
                 cfg.finalists,
                 warm,
                 calibration,
+                self._step_factors(),
             )
         else:
             order = self._replay_order(candidates)
@@ -383,6 +400,7 @@ class OperatingPointTuner:
                 sample,
                 warm=warm,
                 calibration=calibration,
+                step_factors=self._step_factors(),
             )
         tag = next(self._tags)
         self._pending[tag] = _Pending(now, candidates=candidates, base=base, rate=rate, rose=rose, order=order)
@@ -399,6 +417,12 @@ class OperatingPointTuner:
         if not self.config.replay_calibration or self._learned is None:
             return None
         return self._learned()
+
+    def _step_factors(self) -> StepFactors:
+        """The live machine's step-time factors a replay steps at (empty: as profiled)."""
+        if not self.config.replay_step_time or self._machine is None:
+            return ()
+        return tuple(sorted((key, float(f)) for key, f in self._machine().items() if f != 1.0))
 
     def _rise_running(self) -> bool:
         """A tuning tripped by a rise is out with the worker."""
@@ -595,6 +619,7 @@ class OperatingPointTuner:
             cfg.sample,
             cfg.min_arrivals,
             self._calibration(),
+            self._step_factors(),
         )
         tag = next(self._tags)
         self._pending[tag] = _Pending(now, on_verdict=on_verdict, rate=peak_rate)

@@ -19,6 +19,7 @@ import numpy as np
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.control.predictions import StepCalibration
+from dilaserve.engine.state import StepKind
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,12 @@ class WindowArrival:
     min_threshold: float
 
 
+#: ``((tp, kind), factor)`` pairs: how many times longer than the profile says each TP
+#: degree's steps of each kind take, as the live control plane has learned the machine
+#: (:mod:`dilaserve.control.step_time`); empty: as profiled.
+StepFactors = tuple[tuple[tuple[int, StepKind], float], ...]
+
+
 class WindowEvaluator(Protocol):
     """Replays ``arrivals`` on a cluster of ``layout`` once per point; returns each point's
     goodput (share of the replayed requests on time and correct). ``sample``: the share of
@@ -43,7 +50,9 @@ class WindowEvaluator(Protocol):
     ``floor``: only a goodput of at least ``floor`` matters; a point that cannot reach it
     may return a bound below it (a plan's check, once the answer is no). A bound is
     returned as a :class:`Bound`. ``calibration``: the replayed control plane's step
-    predictions start from this calibration (the live one's); None: from none."""
+    predictions start from this calibration (the live one's); None: from none.
+    ``step_factors``: the replayed instances step, and the replayed control plane prices
+    steps, this many times slower than the profile (:data:`StepFactors`); empty: as profiled."""
 
     def __call__(
         self,
@@ -55,6 +64,7 @@ class WindowEvaluator(Protocol):
         keep: int = 1,
         floor: float | None = None,
         calibration: StepCalibration | None = None,
+        step_factors: StepFactors = (),
     ) -> list[float]: ...
 
 
@@ -102,6 +112,8 @@ class PointJob:
     warm: bool = False
     #: the live step-prediction calibration the replays start from (None: none)
     calibration: StepCalibration | None = None
+    #: how much slower than profiled the live machine steps (empty: as profiled)
+    step_factors: StepFactors = ()
 
     def run(self, evaluate: WindowEvaluator) -> list[float]:
         if self.screen is None or len(self.candidates) <= self.finalists + 1:
@@ -119,6 +131,7 @@ class PointJob:
             keep=self.finalists,
             warm=self.warm,
             calibration=self.calibration,
+            step_factors=self.step_factors,
         )
         # Best first: a finalist replayed after a better one may stop early on the full
         # sample, and the scores go back to their candidates, so the order decides nothing.
@@ -140,7 +153,15 @@ class PointJob:
         return copies * ((n - 1) * self.screen + (1 + self.finalists) * full) * len(self.arrivals)
 
     def _replay(self, evaluate: WindowEvaluator, points: Sequence[OperatingPoint], sample: float | None) -> list[float]:
-        return evaluate(self.arrivals, self.layout, points, sample=sample, warm=self.warm, calibration=self.calibration)
+        return evaluate(
+            self.arrivals,
+            self.layout,
+            points,
+            sample=sample,
+            warm=self.warm,
+            calibration=self.calibration,
+            step_factors=self.step_factors,
+        )
 
 
 @dataclass(frozen=True)
@@ -179,6 +200,8 @@ class LayoutJob:
     min_arrivals: int = 0
     #: the live step-prediction calibration the replays start from (None: none)
     calibration: StepCalibration | None = None
+    #: how much slower than profiled the live machine steps (empty: as profiled)
+    step_factors: StepFactors = ()
 
     def replayed_requests(self, default_sample: float) -> float:
         """About how many requests the job replays, at most: both layouts, the transition and
@@ -188,7 +211,7 @@ class LayoutJob:
 
     def run(self, evaluate: WindowEvaluator) -> LayoutVerdict:
         point, warm = self.point, self.warm
-        evaluate = partial(evaluate, calibration=self.calibration)
+        evaluate = partial(evaluate, calibration=self.calibration, step_factors=self.step_factors)
         arrivals, current, target, share = plan_slice(
             self.arrivals, self.current, self.target, self.sample, self.min_arrivals
         )

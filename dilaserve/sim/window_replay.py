@@ -26,9 +26,10 @@ import polars as pl
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.control.predictions import StepCalibration
+from dilaserve.control.step_time import scale_profile
 from dilaserve.predict.row_memo import RowMemo
 from dilaserve.schedule.policies import SchedulerPolicy
-from dilaserve.schedule.window import Bound, WindowArrival, repeat_period
+from dilaserve.schedule.window import Bound, StepFactors, WindowArrival, repeat_period
 from dilaserve.sim.metrics import good
 from dilaserve.sim.progress import ReplayProgress
 from dilaserve.sim.run import REQUEST_COLUMNS, BaseSimulator, SimConfig
@@ -91,11 +92,14 @@ class WindowReplay:
         keep: int = 1,
         floor: float | None = None,
         calibration: StepCalibration | None = None,
+        step_factors: StepFactors = (),
     ) -> list[float]:
         """Each point's goodput on the window; ``keep``: only the ``keep`` best need their
         own score (a screen's finalists), the others may stop early with a bound below it;
         ``floor``: every point may stop early with a bound below ``floor``; ``calibration``:
-        the replayed step predictions start from it (the live control plane's)."""
+        the replayed step predictions start from it (the live control plane's);
+        ``step_factors``: the replay steps and prices this much slower than the profile
+        (what the live control plane has learned of its machine)."""
         self.calls += 1
         asked = self.sample if sample is None else sample
         # Compressed: the whole cluster, under the sampled arrivals at the window's rate.
@@ -141,8 +145,9 @@ class WindowReplay:
         # A request still running this long after the window's last arrival is a miss anyway.
         # The window is replayed on healthy instances: the run's scheduled failures name
         # instances at times of the run, not of the window.
-        # It replays on the profile: how much slower the simulated machine steps is for the
-        # control plane to learn, not for its replay to know.
+        # It replays on the profile as the live control plane has learned it
+        # (``step_factors``): how much slower the simulated machine steps is for the
+        # control plane to learn, and for its replay to take from it, not to know.
         config = replace(
             self.config,
             drain_limit_s=4 * slo + 1.0,
@@ -150,6 +155,9 @@ class WindowReplay:
             step_time_factor=1.0,
         )
         base = replace(self.setting, initial_layout=tuple(part))
+        if step_factors:
+            # The replayed instances step, and its control plane prices, on the learned machine.
+            base = replace(base, profile=scale_profile(base.profile, dict(step_factors)))
         out: list[float] = []
         for point in points:
             # Past the first (the current point), a candidate stops once it can no longer

@@ -21,7 +21,7 @@ def _scheduler(judged: list, tuner_interval_s: float = 1000.0):
     ``tuner_interval_s``) whose replay favours a layout with a TP-4 (and records the
     layouts it was asked about)."""
 
-    def replay(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
+    def replay(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None, step_factors=()):
         judged.append(sorted(s.tp for s in layout))
         return [0.9 if any(s.tp == 4 for s in layout) else 0.5 for _ in points]
 
@@ -100,7 +100,7 @@ def test_the_way_home_from_a_layout_made_ahead_waits_for_the_load_to_outgrow_it(
     cluster where it is, and a rise of the arrival rate sends it home at once."""
     judged: list = []
 
-    def replay(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
+    def replay(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None, step_factors=()):
         judged.append(sorted(s.tp for s in layout))
         return [0.9 if all(s.tp == 1 for s in layout) else 0.5 for _ in points]
 
@@ -132,7 +132,7 @@ def test_the_way_home_at_a_rise_rebuilds_one_node_at_a_time():
     """The way home at a rise is for throughput: the fast nodes not yet rebuilt keep serving,
     even where the offline budget would take them all at once."""
 
-    def replay(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
+    def replay(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None, step_factors=()):
         return [0.9 if all(s.tp == 1 for s in layout) else 0.5 for _ in points]
 
     sched, _ = cluster(

@@ -150,7 +150,7 @@ def test_a_rise_waits_for_the_running_tuning_of_an_earlier_rise():
     assert len(tuner.rises) == 2 and worker.running is not None
 
 
-def _constant(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
+def _constant(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None, step_factors=()):
     return [float(len(arrivals))] * len(points)
 
 
@@ -159,7 +159,7 @@ def make_constant():
     return _constant
 
 
-def _spin(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
+def _spin(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None, step_factors=()):
     time.sleep(60)
     return [0.0] * len(points)
 
@@ -168,7 +168,7 @@ def make_spin():
     return _spin
 
 
-def _own_niceness(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
+def _own_niceness(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None, step_factors=()):
     return [float(os.nice(0))] * len(points)
 
 
@@ -320,7 +320,9 @@ class CountingReplay:
     def __init__(self):
         self.calls = 0
 
-    def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
+    def __call__(
+        self, arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None, step_factors=()
+    ):
         self.calls += 1
         return _constant(arrivals, layout, points)
 

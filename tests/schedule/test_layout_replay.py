@@ -37,7 +37,7 @@ def _moved_to_tp2(evaluator):
 def test_after_a_tuning_the_cluster_goes_back_to_its_starting_layout_where_that_replays_better(
     home_replays_better,
 ):
-    def replay(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
+    def replay(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None, step_factors=()):
         tp1 = any(s.tp == 1 for s in layout)
         return [(0.9 if tp1 == home_replays_better else 0.5) for _ in points]
 

@@ -11,6 +11,7 @@ import pytest
 from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.control.predictions import StepCalibration
+from dilaserve.engine.state import StepKind
 from dilaserve.schedule.tuner import OperatingPointTuner, TunerConfig
 from dilaserve.schedule.window import rate_onset
 from tests.control.builders import make_request
@@ -23,12 +24,16 @@ class ScriptedReplay:
 
     def __init__(self, score):
         self.score, self.calls, self.samples, self.warm, self.calibrations = score, [], [], [], []
+        self.step_factors = []
 
-    def __call__(self, arrivals, layout, points, sample=None, warm=False, keep=1, floor=None, calibration=None):
+    def __call__(
+        self, arrivals, layout, points, sample=None, warm=False, keep=1, floor=None, calibration=None, step_factors=()
+    ):
         self.calls.append((len(arrivals), list(layout), list(points)))
         self.samples.append(sample)
         self.warm.append(warm)
         self.calibrations.append(calibration)
+        self.step_factors.append(step_factors)
         return [self.score(p) for p in points]
 
 
@@ -83,6 +88,23 @@ def test_a_replay_starts_from_the_live_calibration_of_its_tuning_only_where_aske
     assert replay.calibrations == ([learned[0]] + [learned[1]] * 2 if on else [None] * 3)
 
 
+@pytest.mark.parametrize("on", [True, False])
+def test_a_replay_steps_on_the_machine_the_live_control_plane_has_learned(on):
+    """With ``replay_step_time`` (the default) every replay, a point's and a plan's, is
+    handed the live step-time factors at its tuning (those still at the profile left out);
+    without it, none."""
+    factors = [{(1, StepKind.CACHE): 8.0, (1, StepKind.RECOMPUTE): 1.0}]
+    replay = ScriptedReplay(lambda p: 0.5)
+    cfg = TunerConfig(interval_s=10, window_s=10, sample=1.0, replay_step_time=on)
+    tuner = OperatingPointTuner(replay, (0.7, 0.9), cfg, machine=lambda: factors[-1])
+    _fill(tuner, 50, 0.0, 10.0)
+    tuner.maybe_tune(10.0, LAYOUT, OperatingPoint.adaptive())
+    factors.append({(1, StepKind.RECOMPUTE): 2.0})
+    tuner.layout_pays(10.0, LAYOUT, LAYOUT[:2], OperatingPoint.adaptive())
+    first, later = (((1, StepKind.CACHE), 8.0),), (((1, StepKind.RECOMPUTE), 2.0),)
+    assert replay.step_factors == ([first] + [later] * 2 if on else [()] * 3)
+
+
 def test_keeps_the_current_point_unless_another_beats_it_by_the_margin():
     replay = ScriptedReplay(lambda p: 0.802 if p == OperatingPoint.static(0.7) else 0.8)
     tuner = OperatingPointTuner(replay, (0.7, 0.9), TunerConfig(interval_s=5, window_s=5, sample=1.0, min_gain=0.005))
@@ -117,7 +139,9 @@ def test_a_plan_is_applied_only_where_its_layout_replays_better():
 
     # A replay that scores the layout, not the point: more instances, more goodput.
     class LayoutReplay(ScriptedReplay):
-        def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
+        def __call__(
+            self, arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None, step_factors=()
+        ):
             assert sample == 1.0  # a plan is judged on the whole window and cluster
             self.calls.append((len(arrivals), list(layout), list(points)))
             return [0.1 * len(layout) for _ in points]
@@ -138,7 +162,9 @@ def test_a_plan_must_also_repay_its_transition():
     half its lifetime in transition the move is worth 0.2, no gain; at a tenth, 0.28."""
 
     class LayoutReplay(ScriptedReplay):
-        def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
+        def __call__(
+            self, arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None, step_factors=()
+        ):
             self.calls.append((len(arrivals), list(layout), list(points)))
             return [0.1 * len(layout) for _ in points]
 
@@ -159,7 +185,9 @@ def test_a_plan_that_loses_at_the_peak_rate_is_refused():
     tp4 = [InstanceSpec("big", 4, 0, (0, 1, 2, 3), 16384)]
 
     class RateReplay(ScriptedReplay):
-        def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
+        def __call__(
+            self, arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None, step_factors=()
+        ):
             rate = len(arrivals) / (arrivals[-1].arrival - arrivals[0].arrival)
             self.calls.append(rate)
             big = len(layout) == 1
@@ -284,7 +312,9 @@ def test_a_rise_forecast_may_span_less_than_a_window():
 
 def test_a_plan_checked_at_a_rise_replays_the_forecast():
     class LayoutReplay(ScriptedReplay):
-        def __call__(self, arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
+        def __call__(
+            self, arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None, step_factors=()
+        ):
             self.calls.append((len(arrivals), list(layout), list(points)))
             return [0.5 for _ in points]
 

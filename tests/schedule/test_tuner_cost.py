@@ -53,7 +53,7 @@ def test_a_thin_window_or_a_whole_sample_checks_the_whole_cluster():
 def test_a_sampled_plan_check_replays_both_layouts_on_the_same_slice():
     calls = []
 
-    def replay(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
+    def replay(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None, step_factors=()):
         calls.append((tuple(arrivals), tuple(layout), sample))
         return [0.1 * len(layout) for _ in points]
 
@@ -184,10 +184,10 @@ def test_a_plans_verdict_with_floors_is_the_verdict_of_the_full_replays(scores, 
         which = 1 if any(s.tp == 4 for s in layout) else 0 if len(layout) == len(_NOW) else 2  # now, plan, kept
         return scores[which if arrivals[0].arrival == window[0].arrival else 3 + min(which, 1)]
 
-    def full(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
+    def full(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None, step_factors=()):
         return [truth(arrivals, layout)]
 
-    def stopping(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None):
+    def stopping(arrivals, layout, points, sample=None, warm=False, floor=None, calibration=None, step_factors=()):
         score = truth(arrivals, layout)
         # A real replay stops only once it is short of the floor by more than rounding.
         return [score if floor is None or score >= floor - 1e-9 else (score + floor - 1e-9) / 2]

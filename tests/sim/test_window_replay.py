@@ -9,6 +9,7 @@ import polars as pl
 
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.control.predictions import StepCalibration
+from dilaserve.engine.state import StepKind
 from dilaserve.predict.replay import ReplayTable
 from dilaserve.reconfig.config import ClusterConfig
 from dilaserve.reconfig.plan import layout_from_node_counts, static_layout
@@ -74,6 +75,22 @@ def test_a_replay_keeps_the_clients_quality_floors():
     assert replay(floored, layout, [low]) == [at_high]  # the floor runs them at 0.9
     # The floor lifts the low pin's quality ceiling too: it is replayed, and ties the high pin.
     assert replay(floored, layout, [high, low]) == [at_high, at_high]
+
+
+def test_a_replay_on_a_slower_learned_machine_keeps_fewer_slos():
+    """The replay steps, and its control plane prices, as much slower than the profile as
+    the live control plane has learned: a window the profiled machine serves on time
+    misses SLOs on a machine that steps four times slower, and factors of 1 change nothing."""
+    replay, setting = tp1_dilaserve_replay()
+    layout = static_layout(setting.cluster, 1)
+    arrivals = [WindowArrival(0.05 * i, 200, 256, 1.0, 0, 0.0) for i in range(200)]
+    point = [OperatingPoint.static(0.9)]
+    (profiled,) = replay(arrivals, layout, point, sample=1.0)
+    slow = tuple(((1, kind), 4.0) for kind in StepKind)
+    (learned,) = replay(arrivals, layout, point, sample=1.0, step_factors=slow)
+    assert learned < profiled - 0.1
+    same = tuple(((1, kind), 1.0) for kind in StepKind)
+    assert replay(arrivals, layout, point, sample=1.0, step_factors=same) == [profiled]
 
 
 def test_the_sample_depends_on_the_window_not_on_the_replays_before_it():
