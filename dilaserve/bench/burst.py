@@ -30,7 +30,9 @@ Reported:
   server's message);
 * ``control_cpu_share``: the control worker's CPU seconds over the run's wall seconds;
 * ``health``: the ``/health`` statuses seen (sampled every 0.5 s), with their counts;
-* ``step_time_factors``: what the control plane learned of the machine's step time.
+* ``step_time_factors``: what the control plane learned of the machine's step time;
+* ``tunings``: ``[seconds since the run began, point]`` of every operating point the tuner
+  adopted (a point kept counts too), so a run shows what its replays chose and when.
 
 Targets (``--quick``, idle machine): ``max_step_gap_s`` <= 1.0, ``slo_met_admitted`` >= 0.9,
 ``control_cpu_share`` <= 0.1; with ``--hog``: ``max_step_gap_s`` <= 2.0 and
@@ -188,6 +190,7 @@ def main(argv=None) -> int:
     try:
         probe = GapProbe(server.runtime)
         t0 = time.perf_counter()
+        clock0 = server.runtime.core.backend.clock()
         model = server.runtime.model_name
         with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as clients:
             results, health = clients.submit(_drive_in_process, server.url, model, args).result()
@@ -196,6 +199,7 @@ def main(argv=None) -> int:
         sched = server.runtime.scheduler
         stats = server.runtime.core.call(lambda: sched.tuner.worker.stats() if sched.tuner else None).result(60)
         learned = server.runtime.core.call(lambda: dict(sched.step_time.factors) if sched.step_time else {}).result(60)
+        tunings = server.runtime.core.call(lambda: list(sched.tuner.history) if sched.tuner else []).result(60)
     finally:
         for h in hogs:
             h.kill()
@@ -223,6 +227,7 @@ def main(argv=None) -> int:
         "health": dict(health),
         # measured over profiled step time per TP degree and step kind (step-time calibration)
         "step_time_factors": {f"TP-{tp} {kind.value}": round(f, 2) for (tp, kind), f in sorted(learned.items())},
+        "tunings": [[round(t - clock0, 1), label] for t, label, _ in tunings],
         "wall_s": round(wall, 1),
         "settings": {
             **{k: getattr(args, k) for k in ("quick", "hog", "burst", "quiet_s", "quiet_rps", "slo_ms", "deadline")},
