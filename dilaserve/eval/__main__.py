@@ -55,7 +55,7 @@ point's, "mixes": {...}, "dilaserve_tunings": [[time, point], ...], "runs": simu
 runs, "points_tried": static points run, "search_passes": passes of the tier search,
 "wall_s": their wall time}``; with tiers, ``best_static`` and the two dilaserve entries
 carry ``"tiers": {TIER: {requests, slo_attainment, goodput, p99_latency_s}}``. ``--slo-tiers
-NAME:SHARE:SCALE,...`` (or ``default``) gives the trace experiments tiered SLOs;
+NAME:SHARE:SCALE[:FLOOR],...`` (or ``default``) gives the trace experiments tiered SLOs;
 ``--static-tp 1|2|4|stage1`` (or a layout per node, ``4,4,4,2+1+1``) starts every policy
 from that cluster.
 """

@@ -181,10 +181,11 @@ class EvalOptions:
         experiment also sweeps ``TRACE_LOADS``; given, the trace runs that load alone.
     dynamics: replay this step law in every setting (None: each setting's own).
     policies: run these policies instead of each experiment's own list (None: the list).
-    slo_tiers: SLO tiers of the trace experiments, ``NAME:SHARE:SCALE,...`` (SCALE x a
-        request's own isolated TP-1 latency at 0.9; the tighter a tier, the higher its
-        priority), or ``default`` for ``interactive:0.3:1.5,standard:0.5:5,batch:0.2:20``;
-        None: one SLO for all (5 x the mean isolated latency).
+    slo_tiers: SLO tiers of the trace experiments, ``NAME:SHARE:SCALE[:FLOOR],...`` (SCALE
+        x a request's own isolated TP-1 latency at 0.9; the tighter a tier, the higher its
+        priority; FLOOR, optional, a quality floor its requests run at or above), or
+        ``default`` for ``interactive:0.3:1.5,standard:0.5:5,batch:0.2:20``; None: one SLO
+        for all (5 x the mean isolated latency).
     static_tp: the cluster every policy starts from (and static policies keep): ``1``,
         ``2`` or ``4`` (every GPU at that TP degree), ``stage1`` (the two-stage
         program's plan for the trace's mean load), or one entry per node, its instances'

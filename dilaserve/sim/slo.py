@@ -74,11 +74,14 @@ def workload_slo(
 @dataclass(frozen=True)
 class SloTier:
     """One SLO tier of a workload: ``share`` of the requests, each with an SLO of ``scale`` x
-    its own isolated TP-1 latency at the baselines' threshold (0.9)."""
+    its own isolated TP-1 latency at the baselines' threshold (0.9), and a quality floor of
+    ``min_threshold`` (a server's ``min_threshold``: its requests run at no lower threshold;
+    0: none)."""
 
     name: str
     share: float
     scale: float
+    min_threshold: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
@@ -87,6 +90,16 @@ class SloTier:
             raise ValueError(f"SLO tier {self.name!r}: share {self.share} must lie in (0, 1]")
         if self.scale <= 0:
             raise ValueError(f"SLO tier {self.name!r}: scale {self.scale} must be positive (x isolated latency)")
+        if not 0 <= self.min_threshold <= 1:
+            raise ValueError(
+                f"SLO tier {self.name!r}: quality floor {self.min_threshold} must lie in [0, 1] (a threshold, e.g. 0.9)"
+            )
+
+    @property
+    def spec(self) -> str:
+        """The tier as ``--slo-tiers`` writes it."""
+        base = f"{self.name}:{self.share:g}:{self.scale:g}"
+        return f"{base}:{self.min_threshold:g}" if self.min_threshold else base
 
 
 #: ``--slo-tiers`` default: a third interactive, half standard, a fifth batch.
@@ -94,18 +107,22 @@ DEFAULT_SLO_TIERS = "interactive:0.3:1.5,standard:0.5:5,batch:0.2:20"
 
 
 def parse_slo_tiers(text: str) -> tuple[SloTier, ...]:
-    """``NAME:SHARE:SCALE,...`` (shares summing to 1) as tiers."""
+    """``NAME:SHARE:SCALE[:FLOOR],...`` (shares summing to 1) as tiers; FLOOR, a quality
+    floor for the tier's requests, is optional."""
     tiers = []
     for part in text.split(","):
         fields = part.strip().split(":")
-        if len(fields) != 3:
-            raise ValueError(f"SLO tier {part.strip()!r} is not NAME:SHARE:SCALE: write e.g. {DEFAULT_SLO_TIERS!r}")
-        name, share, scale = fields
+        if len(fields) not in (3, 4):
+            raise ValueError(
+                f"SLO tier {part.strip()!r} is not NAME:SHARE:SCALE or NAME:SHARE:SCALE:FLOOR: "
+                f"write e.g. {DEFAULT_SLO_TIERS!r}"
+            )
+        name, *numbers = fields
         try:
-            tiers.append(SloTier(name, float(share), float(scale)))
+            tiers.append(SloTier(name, *(float(x) for x in numbers)))
         except ValueError as e:
             if "could not convert" in str(e):
-                raise ValueError(f"SLO tier {part.strip()!r}: SHARE and SCALE must be numbers") from None
+                raise ValueError(f"SLO tier {part.strip()!r}: SHARE, SCALE and FLOOR must be numbers") from None
             raise
     if len({t.name for t in tiers}) != len(tiers):
         raise ValueError(f"SLO tiers {text!r} name a tier twice: give each tier one entry")
@@ -133,7 +150,8 @@ def with_slo_tiers(
     seed: int = 0,
 ) -> Workload:
     """``workload`` with each request drawn into a tier (seeded, by share) and given that
-    tier's priority and an SLO of its scale x its own isolated TP-1 latency at ``threshold``."""
+    tier's priority, its quality floor, and an SLO of its scale x its own isolated TP-1
+    latency at ``threshold``."""
     rng = np.random.default_rng(seed + 7919)
     shares = np.array([t.share for t in tiers])
     picks = rng.choice(len(tiers), size=len(workload), p=shares / shares.sum())
@@ -144,6 +162,14 @@ def with_slo_tiers(
         alone = isolated_latency(
             profile, table, r.prompt_tokens, r.output_tokens, block_length, threshold, 1, block_causal
         )
-        out.append(replace(r, tier=tier.name, priority=prio[tier.name], slo_s=tier.scale * alone))
-    meta = {**workload.meta, "slo_tiers": ",".join(f"{t.name}:{t.share:g}:{t.scale:g}" for t in tiers)}
+        out.append(
+            replace(
+                r,
+                tier=tier.name,
+                priority=prio[tier.name],
+                slo_s=tier.scale * alone,
+                min_threshold=tier.min_threshold,
+            )
+        )
+    meta = {**workload.meta, "slo_tiers": ",".join(t.spec for t in tiers)}
     return Workload(workload.name, out, workload.phases, meta)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.predict.replay import ReplayTable
 from dilaserve.sim.arrivals import PhaseSpec, shape_trace
+from dilaserve.sim.progress import ReplayProgress
+from dilaserve.sim.simulator import SimConfig, Simulator
 from dilaserve.sim.slo import (
     DEFAULT_SLO_TIERS,
     isolated_latency,
@@ -14,7 +19,7 @@ from dilaserve.sim.slo import (
     with_slo_tiers,
 )
 from dilaserve.sim.traces import load_trace
-from tests.sim.builders import small_setting, varied_dynamics
+from tests.sim.builders import predictors, quality, small_setting, varied_dynamics
 
 
 def test_the_default_spec_parses_and_tighter_tiers_rank_higher():
@@ -31,6 +36,8 @@ def test_the_default_spec_parses_and_tighter_tiers_rank_higher():
         ("a:half:1,b:0.5:5", "must be numbers"),
         ("a:0.5:1,a:0.5:5", "twice"),
         ("a:0.5:-1,b:0.5:5", "must be positive"),
+        ("a:0.5:1:1.5,b:0.5:5", "quality floor"),
+        ("a:0.5:1:0.9:x,b:0.5:5", "NAME:SHARE:SCALE:FLOOR"),
     ],
 )
 def test_a_malformed_spec_says_how_to_write_it(spec, fix):
@@ -54,3 +61,22 @@ def test_each_request_gets_its_tiers_scale_times_its_own_isolated_latency():
         assert r.priority == (1 if r.tier == "fast" else 0)
     again = with_slo_tiers(wl, tiers, setting.profile, table, setting.block_length, 0.9, seed=3)
     assert [r.tier for r in again.requests] == names  # seeded
+
+
+def test_a_tier_may_carry_a_quality_floor_and_a_simulated_request_keeps_it():
+    """``NAME:SHARE:SCALE:FLOOR``: the tier's requests carry the floor, and the controller
+    runs them at or above it whatever the operating point pins, as a server's clients'
+    ``min_threshold``; a tier without one has none."""
+    dyn = varied_dynamics()
+    setting, table = small_setting(dyn), ReplayTable(dyn)
+    wl = shape_trace(load_trace(), [PhaseSpec("low", 20, 2.0)])
+    tiers = parse_slo_tiers("picky:0.5:10:0.9,plain:0.5:10")
+    assert [t.spec for t in tiers] == ["picky:0.5:10:0.9", "plain:0.5:10"]
+    tiered = with_slo_tiers(wl, tiers, setting.profile, table, setting.block_length, 0.9, seed=3)
+    assert {(r.tier, r.min_threshold) for r in tiered.requests} == {("picky", 0.9), ("plain", 0.0)}
+    assert tiered.meta["slo_tiers"] == "picky:0.5:10:0.9,plain:0.5:10"
+    pinned = replace(setting, control=replace(setting.control, operating_point=OperatingPoint.static(0.5)))
+    sim = Simulator(pinned, ReplayProgress(table, quality(), seed=0), predictors(table), SimConfig())
+    rows = sim.run("dilaserve-no-tuner", tiered, 10.0).requests
+    assert rows.filter(rows["tier"] == "picky")["mean_threshold"].min() >= 0.9 - 1e-9  # lifted to its floor
+    assert rows.filter(rows["tier"] == "plain")["mean_threshold"].max() <= 0.5 + 1e-9  # at the pin
