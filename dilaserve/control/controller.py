@@ -36,6 +36,7 @@ from dilaserve.control.predictions import PredictionCache, StepCalibration
 from dilaserve.control.quality_budget import quality_allowed
 from dilaserve.control.rationing import WorkRation
 from dilaserve.control.request import TrackedRequest
+from dilaserve.control.thresholds import pinned_threshold
 from dilaserve.engine.state import StepKind
 from dilaserve.predict.base import StepPredictor
 from dilaserve.profile.types import LatencyProfile
@@ -176,7 +177,7 @@ class ThresholdController:
         allowed = floor & self.budget_mask
         if not allowed.any():
             allowed = floor
-        allowed = self._pinned(allowed, floor, req.priority)
+        allowed = self._pinned(allowed, req.min_threshold, req.priority)
         if req.slo_left(now) <= 0:
             req.late_on_arrival = True
             if self.selection.degrade_late_arrivals:
@@ -211,16 +212,14 @@ class ThresholdController:
         j = int(per_work_optimum(acc, load, req.allowed[None, :])[0])
         return float(load[0, j]), float(acc[j])
 
-    def _pinned(self, allowed: np.ndarray, floor: np.ndarray, priority: int) -> np.ndarray:
+    def _pinned(self, allowed: np.ndarray, min_threshold: float, priority: int) -> np.ndarray:
         """``allowed`` narrowed to the operating point's pin for ``priority`` (unchanged where
-        the tier is adaptive). A pin below the client's quality floor gives way to the lowest
-        threshold the floor accepts: the client asked for at least that quality."""
+        the tier is adaptive), lifted to the client's quality floor where the pin is below it
+        (:func:`~dilaserve.control.thresholds.pinned_threshold`)."""
         pin = self.point.pin(priority)
         if pin is None:
             return allowed
-        j = self.config.index_of(pin)
-        if not floor[j]:
-            j = int(np.argmax(floor))
+        j = self.config.index_of(pinned_threshold(self.config.thresholds, pin, min_threshold))
         one = np.zeros(len(self.thresholds), dtype=bool)
         one[j] = True
         return one

@@ -20,6 +20,16 @@ import numpy as np
 CANDIDATE_THRESHOLDS: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9)
 
 
+def pinned_threshold(thresholds: Sequence[float], pin: float, floor: float) -> float:
+    """The threshold a request with quality floor ``floor`` runs at where its tier is pinned
+    to ``pin``: the pin, or where the pin is below the floor, the lowest candidate at or
+    above the floor (the highest candidate where none is): the client asked for at least
+    that quality."""
+    if pin >= floor - 1e-12:
+        return pin
+    return min((t for t in thresholds if t >= floor - 1e-12), default=max(thresholds))
+
+
 def lowest_allowed(allowed: np.ndarray) -> np.ndarray:
     """Index of each row's lowest allowed threshold (0 when a row allows none)."""
     return np.argmax(allowed, axis=1)

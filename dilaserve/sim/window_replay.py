@@ -27,6 +27,7 @@ from dilaserve.cluster.base import InstanceSpec
 from dilaserve.control.operating_point import OperatingPoint
 from dilaserve.control.predictions import StepCalibration
 from dilaserve.control.step_time import scale_profile
+from dilaserve.control.thresholds import pinned_threshold
 from dilaserve.predict.row_memo import RowMemo
 from dilaserve.schedule.policies import SchedulerPolicy
 from dilaserve.schedule.window import Bound, StepFactors, WindowArrival, repeat_period
@@ -189,25 +190,18 @@ class WindowReplay:
         best threshold it may step at. A pinned tier's requests step at their pin or below
         (load control only lowers a threshold), an adaptive tier's at any candidate; a
         client's floor above a pin lifts it to the lowest candidate at or above the floor
-        (:meth:`~dilaserve.control.controller.ThresholdController.prepare_arrival`)."""
+        (:func:`~dilaserve.control.thresholds.pinned_threshold`, the controller's own rule)."""
         thresholds = self.setting.control.thresholds
         memo: dict[tuple[int, float], float] = {}
         out: dict[str, float] = {}
         for i, a in enumerate(kept):
             key = (a.priority, a.min_threshold)
             if key not in memo:
-                top = _highest_step_threshold(thresholds, point.pin(a.priority), a.min_threshold)
+                pin = point.pin(a.priority)
+                top = max(thresholds) if pin is None else pinned_threshold(thresholds, pin, a.min_threshold)
                 memo[key] = self.quality.ceiling(t for t in thresholds if t <= top + 1e-9)
             out[f"window-{i}"] = memo[key]
         return out
-
-
-def _highest_step_threshold(thresholds: Sequence[float], pin: float | None, floor: float) -> float:
-    """The highest threshold a request with quality floor ``floor`` may step at where its
-    tier is pinned to ``pin`` (None: adaptive, any candidate)."""
-    if pin is None or pin >= floor - 1e-12:
-        return max(thresholds) if pin is None else pin
-    return min((t for t in thresholds if t >= floor - 1e-12), default=max(thresholds))
 
 
 _ID, _MET, _QUALITY = (list(REQUEST_COLUMNS).index(c) for c in ("request_id", "met_slo", "quality"))
