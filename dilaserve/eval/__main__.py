@@ -58,6 +58,16 @@ carry ``"tiers": {TIER: {requests, slo_attainment, goodput, p99_latency_s}}``. `
 NAME:SHARE:SCALE[:FLOOR],...`` (or ``default``) gives the trace experiments tiered SLOs;
 ``--static-tp 1|2|4|stage1`` (or a layout per node, ``4,4,4,2+1+1``) starts every policy
 from that cluster.
+
+``audit`` runs one tuning policy (``--policies``, default dilaserve) on the trace workload
+and replays each candidate of every tuning it adopted on the arrivals that came after it
+(``--audit-horizon-s``, on ``--audit-sample`` of the cluster): the regret of each choice
+against that future, and how far a switch's replayed lead over-promised. With ``--json``
+it ends with ``{"policy", "setting", "seeds", "horizon_s", "sample", "summary":
+{"tunings", "rises", "switches", "mean_regret", "mean_regret_rises",
+"mean_regret_intervals", "mean_regret_held", "chose_oracle_best", "switch_overpromise"},
+"tunings": [...]}``
+(:mod:`dilaserve.eval.tuner_audit`).
 """
 
 from __future__ import annotations
@@ -79,11 +89,14 @@ from dilaserve.eval.hindsight import LayoutError
 from dilaserve.eval.max_rate import MaxRateError, max_rate
 from dilaserve.eval.report import extra_json, policies_json, write
 from dilaserve.eval.results_doc import RESULTS_DIR, record, write_report
+from dilaserve.eval.tuner_audit import AuditError, tuner_audit
 from dilaserve.sim.traces import TraceFormatError
 from dilaserve.utils.cli import add_dataclass_arguments, build_dataclass, flag_error, values_for
 
 #: The experiments ``--seeds`` pools: max-rate's probes, and each policy's run of trace and ablation.
-SEEDED_EXPERIMENTS = ("max-rate", "trace", "ablation")
+SEEDED_EXPERIMENTS = ("max-rate", "trace", "ablation", "audit")
+#: the experiments that answer for one setting (the first of ``--settings``)
+ONE_SETTING = ("max-rate", "audit")
 
 
 def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool, str | None]:
@@ -91,7 +104,7 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool, str | None]:
         prog="python -m dilaserve.eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument(
-        "experiment", choices=[*EXPERIMENTS, "all", "fidelity", "max-rate", "capacity", "report", "rerecord"]
+        "experiment", choices=[*EXPERIMENTS, "all", "fidelity", "max-rate", "capacity", "audit", "report", "rerecord"]
     )
     ap.add_argument("--json", action="store_true", help="end with one JSON line of per-policy results")
     ap.add_argument(
@@ -118,10 +131,12 @@ def parse(argv: list[str]) -> tuple[list[str], EvalOptions, bool, str | None]:
     add_dataclass_arguments(ap, EvalOptions)
     a = ap.parse_args(argv)
     values = values_for(EvalOptions, a)
-    one = a.quick or a.experiment == "max-rate"  # max-rate answers for one setting
+    one = a.quick or a.experiment in ONE_SETTING  # these answer for one setting
     values["settings"] = tuple(a.settings) if a.settings else (("paper",) if one else ("paper", "embedded"))
-    if a.experiment == "max-rate" and len(values["settings"]) > 1:
-        ap.error(f"max-rate runs one setting at a time: pass --settings with one of {' '.join(values['settings'])}")
+    if a.experiment in ONE_SETTING and len(values["settings"]) > 1:
+        ap.error(
+            f"{a.experiment} runs one setting at a time: pass --settings with one of {' '.join(values['settings'])}"
+        )
     try:
         opts = build_dataclass(EvalOptions, values)
     except (ValueError, TypeError) as e:
@@ -155,6 +170,8 @@ def main(argv: list[str]) -> int:
         return _one_document("max-rate", max_rate, ctx, as_json, record_as, argv)
     if names == ["capacity"]:
         return _one_document("capacity", capacity_table, ctx, as_json, record_as, argv)
+    if names == ["audit"]:
+        return _one_document("audit", tuner_audit, ctx, as_json, record_as, argv)
     policies: dict[str, dict] = {}
     extras: dict[str, dict] = {}
     walls: dict[str, float] = {}  # each policy's wall seconds (the headline runs)
@@ -189,7 +206,7 @@ def _one_document(name: str, run, ctx: EvalContext, as_json: bool, record_as: st
     print(f"running {name}{' (quick)' if ctx.options.quick else ''} ...", file=sys.stderr, flush=True)
     try:
         out, text = run(ctx)
-    except (MissingArtifactError, TraceFormatError, LayoutError, MaxRateError) as e:
+    except (MissingArtifactError, TraceFormatError, LayoutError, MaxRateError, AuditError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(text, flush=True)

@@ -217,6 +217,11 @@ class EvalOptions:
         window over the interval, so 30 s every 20 s costs what 15 s every 10 s does, on
         twice the evidence per decision; a rise's tuning replays a whole window, so it
         costs twice as much (docs/architecture.md, "Operating points").
+    audit_horizon_s: with ``audit``: seconds of arrivals after each tuning its candidates
+        are replayed on (None: the tuner's window, ``tuner_window_s``).
+    audit_sample: with ``audit``: the share of the cluster (and of the arrivals) the oracle
+        replays (1: the whole cluster, without a sample's pooling error; the tuner's own
+        ``--tuner-sample`` shows what its slice adds).
     control: how long the tuner's replays take on simulated time (``--control-*``,
         :class:`~dilaserve.schedule.control_worker.ReplayTimeConfig`): by default none, as
         in every recorded run; ``--control-s-per-request 0.001`` makes a run pay what a
@@ -247,6 +252,8 @@ class EvalOptions:
     tuner: TunerConfig = nested(TunerConfig, prefix="tuner", exclude=("interval_s", "window_s"))
     tuner_interval_s: float | None = None
     tuner_window_s: float | None = None
+    audit_horizon_s: float | None = None
+    audit_sample: float = 1.0
     control: ReplayTimeConfig = nested(ReplayTimeConfig, prefix="control")
 
     @property
@@ -298,6 +305,14 @@ class EvalOptions:
             raise ValueError(f"--criterion {self.criterion!r} is unknown: use one of {', '.join(MAX_RATE_CRITERIA)}")
         if self.seeds is not None and (not self.seeds or len(set(self.seeds)) < len(self.seeds)):
             raise ValueError(f"--seeds {' '.join(map(str, self.seeds))} must name distinct seeds, e.g. --seeds 0 1 2")
+        if self.audit_horizon_s is not None and not self.audit_horizon_s > 0:
+            raise ValueError(
+                f"--audit-horizon-s {self.audit_horizon_s} must be positive seconds, e.g. 30 (the quick tuner's window)"
+            )
+        if not 0 < self.audit_sample <= 1:
+            raise ValueError(
+                f"--audit-sample {self.audit_sample} must be a share of the cluster in (0, 1], e.g. 1 for all of it"
+            )
         if not 0 < self.rate_tol < 1:
             raise ValueError(f"--rate-tol {self.rate_tol} must be a fraction in (0, 1), e.g. 0.05 for rates within 5%")
         for name in self.policies or ():

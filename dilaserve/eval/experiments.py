@@ -28,6 +28,7 @@ import logging
 import multiprocessing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol, TypeVar
 
 import polars as pl
 
@@ -40,6 +41,8 @@ from dilaserve.sim.setting import ClusterSetting
 from dilaserve.sim.simulator import SimResult
 from dilaserve.sim.slo import DEFAULT_SLO_SCALE
 from dilaserve.sim.workload import Phase, Workload
+
+T = TypeVar("T")
 
 #: The paper's algorithms with one mechanism off or one quality-aware piece added, then the
 #: default with one piece taken out.
@@ -187,11 +190,17 @@ def _init_seed_worker(context: type[EvalContext], options) -> None:
     _SEED_WORKER["ctx"] = context(options)
 
 
-def _run_seed_job(job: SeedJob) -> list[SimResult]:
+def _run_seed_job(job: SeedWork[T]) -> T:
     return job.run(_SEED_WORKER["ctx"])
 
 
-def run_seed_jobs(ctx: EvalContext, jobs: Sequence[SeedJob]) -> list[list[SimResult]]:
+class SeedWork(Protocol[T]):
+    """One seed's work that a seed worker can run: it rebuilds what it needs from the context."""
+
+    def run(self, ctx: EvalContext) -> T: ...
+
+
+def run_seed_jobs(ctx: EvalContext, jobs: Sequence[SeedWork[T]]) -> list[T]:
     """Each job's results, in the jobs' order: ``--jobs`` seeds at a time, each in a process
     that rebuilds the context from its options (every run is deterministic, so the results
     are those of the runs one after the other; each run's wall time is then measured beside
@@ -228,6 +237,7 @@ def pool_seeds(results: Sequence[SimResult], seeds: Sequence[int]) -> SimResult:
         migrations=sum(r.migrations for r in results),
         reconfig_launches=sum(r.reconfig_launches for r in results),
         tunings=tuple(t for r in results for t in r.tunings),
+        tuning_log=tuple(t for r in results for t in r.tuning_log),
         failures=tuple(f for r in results for f in r.failures),
     )
 

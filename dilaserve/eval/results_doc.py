@@ -17,7 +17,8 @@ Two kinds of result are read:
 * any run started from a named cluster (``--static-tp``): each policy per load phase on it;
 * a ``capacity`` run: requests/s per TP degree and threshold, with accuracy;
 * a ``max-rate`` run: the highest rate dilaserve holds at the target attainment against the
-  best static policy's, with the goodput of each there and the ratio.
+  best static policy's, with the goodput of each there and the ratio;
+* an ``audit`` run: how the tuner's choices fared against the arrivals that came after them.
 """
 
 from __future__ import annotations
@@ -271,6 +272,38 @@ def _pooled_seeds(out: dict) -> str:
     return f", seeds {', '.join(map(str, seeds))}" if len(seeds) > 1 else ""
 
 
+def audit_rows(docs: dict[str, dict]) -> list[str]:
+    """Per ``audit`` run: its tunings, how often each chose the oracle's best candidate, the
+    mean regret (weighted by how long each choice ran, then per tuning over all tunings,
+    the rises' and the others'), and how far a switch's replayed lead exceeded its lead on
+    the future, in points."""
+
+    def pts(v: float | None) -> str:
+        return "–" if v is None else f"{100 * v:.1f}"
+
+    rows = []
+    for name, doc in docs.items():
+        out = doc["output"]
+        if "summary" not in out or "tunings" not in out:
+            continue
+        s = out["summary"]
+        cells = [
+            out["policy"],
+            _workload(doc["command"])
+            + (f", high load {high}x" if (high := _flag(doc["command"], "--high-load", None)) else "")
+            + _pooled_seeds(out),
+            f"{s['tunings']} ({s['rises']} rises, {s['switches']} switches)",
+            pts(s["chose_oracle_best"]),
+            pts(s.get("mean_regret_held")),
+            pts(s["mean_regret"]),
+            pts(s["mean_regret_rises"]),
+            pts(s["mean_regret_intervals"]),
+            "–" if s["switch_overpromise"] is None else f"{100 * s['switch_overpromise']:+.1f}",
+        ]
+        rows.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    return rows
+
+
 def capacity_markdown(run: str, capacity: dict) -> list[str]:
     """A ``capacity`` run's tables, one per setting: per TP degree, the requests/s of a
     static cluster of that degree at each candidate threshold and its share of all-TP-1's at
@@ -439,6 +472,26 @@ def render(docs: dict[str, dict], control: dict[str, dict] | None = None) -> str
                 "",
             ]
             if max_rate_rows(docs)
+            else []
+        ),
+        *(
+            [
+                "## Auditing the tuner",
+                "",
+                "`audit`: every tuning's candidates replayed on the arrivals of the tuner's window that came",
+                "after it, on the whole cluster (the oracle). Chose best: the share of tunings whose chosen point",
+                "made the oracle's most goodput (%); regret: the oracle's best goodput minus the chosen point's,",
+                "in points, weighted by how long each choice ran (to the next tuning), then per tuning over all",
+                "tunings, the rises' and the others'; over-promise: over the switches, the chosen point's",
+                "replayed lead over the point it left minus its lead on the future, in points.",
+                "",
+                "| run | policy | workload | tunings | chose best | regret, time-weighted | regret per tuning "
+                "| at rises | at intervals | over-promise |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+                *audit_rows(docs),
+                "",
+            ]
+            if audit_rows(docs)
             else []
         ),
         *(

@@ -39,6 +39,7 @@ from dilaserve.control.request import TrackedRequest
 from dilaserve.engine.state import StepKind
 from dilaserve.schedule.control_worker import ControlWorker, InlineWorker, candidates_within
 from dilaserve.schedule.window import (
+    Bound,
     LayoutJob,
     LayoutVerdict,
     PointJob,
@@ -50,9 +51,31 @@ from dilaserve.schedule.window import (
     repeat_period,
 )
 
-__all__ = ["OperatingPointTuner", "TunerConfig", "WindowArrival", "WindowEvaluator"]
+__all__ = ["OperatingPointTuner", "TunerConfig", "TuningRecord", "WindowArrival", "WindowEvaluator"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TuningRecord:
+    """One tuning the tuner adopted, as plain data (a simulated run reports these).
+
+    ``replayed`` holds each candidate's replayed goodput, in the order the tuner weighed
+    them: the first is the point the tuning started from (the running point, admitted
+    again after a rise), which always replays whole, as does the chosen point; ``stopped``
+    names the candidates whose figure is the bound their replay stopped at
+    (:class:`~dilaserve.schedule.window.Bound`), not their own goodput."""
+
+    time: float
+    point: str
+    rose: bool
+    replayed: dict[str, float]
+    stopped: tuple[str, ...] = ()
+
+    @property
+    def start(self) -> str:
+        """The point the tuning started from (kept unless another beat it by ``min_gain``)."""
+        return next(iter(self.replayed))
 
 
 @dataclass(frozen=True)
@@ -317,6 +340,8 @@ class OperatingPointTuner:
         #: ``(time, point label, replayed goodput per candidate label)`` of every tuning (a
         #: :class:`~dilaserve.schedule.window.Bound` where the candidate's replay stopped early).
         self.history: list[tuple[float, str, dict[str, float]]] = []
+        #: every tuning adopted, as plain data (:class:`TuningRecord`)
+        self.records: list[TuningRecord] = []
         #: ``(time, goodput now, goodput on the plan's layout, applied)`` of every plan replayed.
         self.plan_checks: list[tuple[float, float, float, bool]] = []
 
@@ -485,6 +510,15 @@ class OperatingPointTuner:
         kept = chosen == candidates[0] and not job.rose
         self._interval = min(2 * self._interval, cfg.max_backoff * cfg.interval_s) if kept else cfg.interval_s
         self.history.append((job.now, chosen.label, by_label))
+        self.records.append(
+            TuningRecord(
+                job.now,
+                chosen.label,
+                job.rose,
+                {label: float(s) for label, s in by_label.items()},
+                tuple(label for label, s in by_label.items() if isinstance(s, Bound)),
+            )
+        )
         log.info(
             "tuner at %.0fs%s: %s (replayed goodput, <= where a replay stopped at its bound: %s)",
             job.now,

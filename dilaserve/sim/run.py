@@ -22,14 +22,13 @@ from dilaserve.control.predictions import StepCalibration
 from dilaserve.control.request import TrackedRequest
 from dilaserve.control.step_time import KINDS, scale_profile
 from dilaserve.predict.base import OraclePredictor, StepPredictor
-from dilaserve.reconfig.plan import static_layout
 from dilaserve.schedule.config import SchedulerConfig
 from dilaserve.schedule.control_plane import ControlPlaneSpec, build_control_plane
 from dilaserve.schedule.control_worker import ClockedWorker, ReplayTimeConfig
 from dilaserve.schedule.events import ReconfigTick, RequestArrived, RequestOutcome
 from dilaserve.schedule.observer import SchedulerObserver
 from dilaserve.schedule.policies import SchedulerPolicy, get_policy
-from dilaserve.schedule.tuner import TunerConfig
+from dilaserve.schedule.tuner import TunerConfig, TuningRecord
 from dilaserve.sim.backend import SimBackend, SimBackendConfig
 from dilaserve.sim.loop import EventLoop
 from dilaserve.sim.metrics import PolicySummary, summarize
@@ -102,6 +101,9 @@ class SimResult:
     quality_estimator: str
     #: ``(time, point)`` of every operating-point tuning (empty for a policy that does not tune).
     tunings: tuple[tuple[float, str], ...] = ()
+    #: every tuning with what it weighed: each candidate's replayed goodput, and whether a
+    #: rise of the arrival rate tripped it (``python -m dilaserve.eval audit`` reads these)
+    tuning_log: tuple[TuningRecord, ...] = ()
     #: ``(time, failed instance, its replacement or None)`` of every instance failure
     #: (``SimBackendConfig.failures``).
     failures: tuple[tuple[float, str, str | None], ...] = ()
@@ -249,7 +251,7 @@ class BaseSimulator:
         if calibration is not None:
             sched.controller.resume_calibration(calibration)
         reconfigurator = sched.reconfigurator
-        initial = list(st.initial_layout) if st.initial_layout else static_layout(st.cluster, st.initial_tp)
+        initial = st.starting_layout()
         with backend.instant_launches():
             sched.start(initial)
 
@@ -310,6 +312,7 @@ class BaseSimulator:
             reconfig_launches=backend.launches - len(initial) - sum(r is not None for _, _, r in recorder.failures),
             quality_estimator=self.progress.quality_estimator,
             tunings=tuple((t, label) for t, label, _ in sched.tuner.history) if sched.tuner else (),
+            tuning_log=tuple(sched.tuner.records) if sched.tuner else (),
             failures=tuple(recorder.failures),
         )
 

@@ -13,6 +13,7 @@ from dilaserve.predict.dynamics import StepDynamics
 from dilaserve.predict.quality import ThresholdQuality
 from dilaserve.profile.types import LatencyProfile
 from dilaserve.reconfig.config import ClusterConfig, MonitorConfig, ReconfigConfig
+from dilaserve.reconfig.plan import static_layout
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,10 @@ class ClusterSetting:
                 f"setting {self.name!r}: initial_tp {self.initial_tp} is not an allowed TP "
                 f"degree {self.cluster.tp_degrees}"
             )
+
+    def starting_layout(self) -> list[InstanceSpec]:
+        """The instances a run starts on: ``initial_layout``, else every GPU at ``initial_tp``."""
+        return list(self.initial_layout) if self.initial_layout else static_layout(self.cluster, self.initial_tp)
 
 
 def with_dynamics(setting: ClusterSetting, dynamics: StepDynamics) -> ClusterSetting:

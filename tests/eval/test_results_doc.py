@@ -220,3 +220,28 @@ def test_every_number_in_the_control_table_is_a_recorded_goodput():
             if k.startswith(f"{run}@")
         }
         assert {c for c in cells if c != "–"} <= known, row
+
+
+def test_an_audit_run_gets_a_row_of_its_summary_and_no_other():
+    summary = {
+        "tunings": 14,
+        "rises": 10,
+        "switches": 5,
+        "mean_regret": 0.00412,
+        "mean_regret_rises": 0.0051,
+        "mean_regret_intervals": 0.002,
+        "mean_regret_held": 0.0031,
+        "chose_oracle_best": 0.5714,
+        "switch_overpromise": 0.0123,
+    }
+    out = {"policy": "dilaserve", "setting": "paper", "seeds": [5, 6], "summary": summary, "tunings": []}
+    command = "python -m dilaserve.eval audit --quick --settings paper --phase-s 40 --high-load 1.2 --seeds 5 6"
+    text = render({"aud": {"command": command, "output": out}})
+    assert "## Auditing the tuner" in text
+    assert [row for row in text.splitlines() if row.startswith("| `aud`")] == [
+        "| `aud` | dilaserve | `--settings paper`, `--phase-s 40`, one SLO, high load 1.2x, seeds 5, 6 "
+        "| 14 (10 rises, 5 switches) | 57.1 | 0.3 | 0.4 | 0.5 | 0.2 | +1.2 |"
+    ]
+    # A run that switched nowhere has no over-promise to show.
+    none = {**out, "summary": {**summary, "switches": 0, "switch_overpromise": None}}
+    assert "| 0.4 | 0.5 | 0.2 | – |" in render({"aud": {"command": command, "output": none}})

@@ -281,6 +281,12 @@ def test_a_rise_in_arrivals_tunes_at_once_on_the_new_rate_with_admission_on():
     rise = tuner.rises[0]
     assert n == 4 * _arrived([(0.0, 10.5, 10.0), (10.5, 13.0, 40.0)], rise - 2.5, rise)
     assert point.admit  # later rises (the rate keeps climbing here) never reopen admission
+    # Each tuning's record says whether a rise tripped it and where it started from.
+    first, at_rise = tuner.records[0], next(r for r in tuner.records if r.time == rise)
+    assert not first.rose and first.point == "static@0.8+take-all" and first.start == "static@0.8"
+    assert at_rise.rose and at_rise.start == "static@0.8"  # a rise starts from the point admitted again
+    assert at_rise.replayed[at_rise.point] == 0.6 and at_rise.stopped == ()
+    assert [(r.time, r.point) for r in tuner.records] == [(t, label) for t, label, _ in tuner.history]
 
 
 def test_a_rise_forecast_may_span_less_than_a_window():
