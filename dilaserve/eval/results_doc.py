@@ -291,7 +291,8 @@ def audit_rows(docs: dict[str, dict]) -> list[str]:
             out["policy"],
             _workload(doc["command"])
             + (f", high load {high}x" if (high := _flag(doc["command"], "--high-load", None)) else "")
-            + _pooled_seeds(out),
+            + _pooled_seeds(out)
+            + (f", the oracle on {out['sample']:g} of the cluster" if out.get("sample", 1.0) < 1 else ""),
             f"{s['tunings']} ({s['rises']} rises, {s['switches']} switches)",
             pts(s["chose_oracle_best"]),
             pts(s.get("mean_regret_held")),
@@ -479,7 +480,7 @@ def render(docs: dict[str, dict], control: dict[str, dict] | None = None) -> str
                 "## Auditing the tuner",
                 "",
                 "`audit`: every tuning's candidates replayed on the arrivals of the tuner's window that came",
-                "after it, on the whole cluster (the oracle). Chose best: the share of tunings whose chosen point",
+                "after it, on the whole cluster unless the row says otherwise (the oracle). Chose best: the share of tunings whose chosen point",
                 "made the oracle's most goodput (%); regret: the oracle's best goodput minus the chosen point's,",
                 "in points, weighted by how long each choice ran (to the next tuning), then per tuning over all",
                 "tunings, the rises' and the others'; over-promise: over the switches, the chosen point's",

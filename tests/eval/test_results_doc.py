@@ -242,6 +242,9 @@ def test_an_audit_run_gets_a_row_of_its_summary_and_no_other():
         "| `aud` | dilaserve | `--settings paper`, `--phase-s 40`, one SLO, high load 1.2x, seeds 5, 6 "
         "| 14 (10 rises, 5 switches) | 57.1 | 0.3 | 0.4 | 0.5 | 0.2 | +1.2 |"
     ]
+    # An oracle on part of the cluster says so.
+    part = {**out, "sample": 0.25}
+    assert ", seeds 5, 6, the oracle on 0.25 of the cluster |" in render({"aud": {"command": command, "output": part}})
     # A run that switched nowhere has no over-promise to show.
     none = {**out, "summary": {**summary, "switches": 0, "switch_overpromise": None}}
     assert "| 0.4 | 0.5 | 0.2 | – |" in render({"aud": {"command": command, "output": none}})
