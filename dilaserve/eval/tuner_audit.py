@@ -28,6 +28,7 @@ docs/architecture.md, "Auditing the tuner".
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -83,7 +84,9 @@ class TuningAudit:
         return self.oracle[self.chosen] - self.oracle[self.start]
 
     def to_json(self) -> dict:
+        """Plain JSON: a candidate a screen left out (replayed at ``-inf``) shows as null."""
         out = asdict(self)
+        out["replayed"] = {k: v if math.isfinite(v) else None for k, v in self.replayed.items()}
         out.update(
             oracle_best=self.oracle_best,
             regret=self.regret,

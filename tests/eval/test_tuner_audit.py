@@ -55,6 +55,18 @@ def test_regret_and_leads_are_read_off_the_oracle_and_the_replay():
     assert a.oracle_best == "static@0.8"
     assert a.regret == pytest.approx(0.01)  # the future favoured the point it left
     assert a.replayed_lead == pytest.approx(0.03) and a.oracle_lead == pytest.approx(-0.01)
+    # A candidate a screen left out replays at -inf, and its JSON says null, not -Infinity.
+    screened = TuningAudit(
+        0,
+        5.0,
+        False,
+        "static@0.8",
+        "static@0.8",
+        {"static@0.8": 0.9, "static@0.7": float("-inf")},
+        {"static@0.8": 0.9, "static@0.7": 0.8},
+        1.0,
+    )
+    assert json.loads(json.dumps(screened.to_json(), allow_nan=False))["replayed"]["static@0.7"] is None
     kept = TuningAudit(0, 20.0, False, "static@0.8", "static@0.8", {"static@0.8": 0.9}, {"static@0.8": 0.9}, 3.0)
     s = summarize_audits([a, kept])
     assert s["tunings"] == 2 and s["rises"] == 1 and s["switches"] == 1
