@@ -199,7 +199,7 @@ def main(argv=None) -> int:
         sched = server.runtime.scheduler
         stats = server.runtime.core.call(lambda: sched.tuner.worker.stats() if sched.tuner else None).result(60)
         learned = server.runtime.core.call(lambda: dict(sched.step_time.factors) if sched.step_time else {}).result(60)
-        tunings = server.runtime.core.call(lambda: list(sched.tuner.history) if sched.tuner else []).result(60)
+        tunings = server.runtime.core.call(lambda: list(sched.tuner.records) if sched.tuner else []).result(60)
     finally:
         for h in hogs:
             h.kill()
@@ -227,7 +227,7 @@ def main(argv=None) -> int:
         "health": dict(health),
         # measured over profiled step time per TP degree and step kind (step-time calibration)
         "step_time_factors": {f"TP-{tp} {kind.value}": round(f, 2) for (tp, kind), f in sorted(learned.items())},
-        "tunings": [[round(t - clock0, 1), label] for t, label, _ in tunings],
+        "tunings": [[round(r.time - clock0, 1), r.point] for r in tunings],
         "wall_s": round(wall, 1),
         "settings": {
             **{k: getattr(args, k) for k in ("quick", "hog", "burst", "quiet_s", "quiet_rps", "slo_ms", "deadline")},

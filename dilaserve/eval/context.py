@@ -323,6 +323,12 @@ class EvalOptions:
             raise ValueError(f"unknown settings {bad or list(self.settings)}: choose from {sorted(SETTINGS)}")
 
     @property
+    def audit_window_s(self) -> float:
+        """Seconds of arrivals an audit replays after each tuning: ``audit_horizon_s``, else
+        the tuner's window."""
+        return self.audit_horizon_s or self.run_tuner.window_s
+
+    @property
     def run_seeds(self) -> tuple[int, ...]:
         """The seeds a run pools: ``seeds``, else ``seed`` alone."""
         return self.seeds or (self.seed,)

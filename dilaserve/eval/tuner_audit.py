@@ -172,9 +172,15 @@ class AuditJob:
         sim = at.simulator(setting)
         replay = WindowReplay(sim.setting, sim.progress, sim.predictors, sim.config, get_policy(self.policy))
         opts = ctx.options
-        horizon = opts.audit_horizon_s or opts.run_tuner.window_s
         return audit_tunings(
-            replay, setting.starting_layout(), res.tuning_log, wl, slo, horizon, opts.audit_sample, self.seed
+            replay,
+            setting.starting_layout(),
+            res.tuning_log,
+            wl,
+            slo,
+            opts.audit_window_s,
+            opts.audit_sample,
+            self.seed,
         )
 
 
@@ -213,12 +219,11 @@ def tuner_audit(ctx: EvalContext) -> tuple[dict, str]:
     setting = opts.settings[0]
     jobs = [AuditJob(setting, policy, seed) for seed in opts.run_seeds]
     audits = [a for seed_audits in run_seed_jobs(ctx, jobs) for a in seed_audits]
-    horizon = opts.audit_horizon_s or opts.run_tuner.window_s
     doc = {
         "policy": policy,
         "setting": setting,
         "seeds": list(opts.run_seeds),
-        "horizon_s": horizon,
+        "horizon_s": opts.audit_window_s,
         "sample": opts.audit_sample,
         "summary": summarize_audits(audits),
         "tunings": [a.to_json() for a in audits],

@@ -211,11 +211,11 @@ class GlobalScheduler(Placement, Moves, PlanDriver):
     def _adopt_tuning(self, tune) -> None:
         """Run the point ``tune()`` returns (None: keep the current one); after a tuning,
         perhaps change the layout (:meth:`_after_tuning`)."""
-        tunings = len(self.tuner.history)
+        tunings = len(self.tuner.records)
         point = tune()
         if point is not None:
             self.controller.set_point(point)
-        if len(self.tuner.history) > tunings:
+        if len(self.tuner.records) > tunings:
             self._after_tuning()
 
     def _collect_control(self) -> None:

@@ -337,9 +337,6 @@ class OperatingPointTuner:
         self._rise_rate = 0.0
         #: times the tuner tuned early on a rise of the arrival rate
         self.rises: list[float] = []
-        #: ``(time, point label, replayed goodput per candidate label)`` of every tuning (a
-        #: :class:`~dilaserve.schedule.window.Bound` where the candidate's replay stopped early).
-        self.history: list[tuple[float, str, dict[str, float]]] = []
         #: every tuning adopted, as plain data (:class:`TuningRecord`)
         self.records: list[TuningRecord] = []
         #: ``(time, goodput now, goodput on the plan's layout, applied)`` of every plan replayed.
@@ -431,9 +428,9 @@ class OperatingPointTuner:
         self._pending[tag] = _Pending(now, candidates=candidates, base=base, rate=rate, rose=rose, order=order)
         if not self.worker.submit(tag, job):
             del self._pending[tag]  # over its CPU budget: serve on at the point there is
-        tunings = len(self.history)
+        tunings = len(self.records)
         adopted = self.collect(now, current)
-        if len(self.history) > tunings:
+        if len(self.records) > tunings:
             return adopted
         return None if base == current else base  # admission is back on at once after a rise
 
@@ -456,7 +453,7 @@ class OperatingPointTuner:
     @property
     def last_rose(self) -> bool:
         """The last tuning adopted was tripped by a rise of the arrival rate."""
-        return bool(self.history and self.rises and self.history[-1][0] == self.rises[-1])
+        return bool(self.records and self.rises and self.records[-1].time == self.rises[-1])
 
     @property
     def pending(self) -> bool:
@@ -491,7 +488,7 @@ class OperatingPointTuner:
         one replayed early stops the others sooner. The order decides nothing: the current
         point and the best replay whole in any order, and their scores go back to their
         candidates (ties too break as in the candidates' own order)."""
-        last = self.history[-1][2] if self.history else {}
+        last = self.records[-1].replayed if self.records else {}
         neutral = last.get(candidates[0].label, 0.0)
         rest = sorted(range(1, len(candidates)), key=lambda i: -last.get(candidates[i].label, neutral))
         return [0, *rest]
@@ -509,7 +506,6 @@ class OperatingPointTuner:
         chosen = candidates[best] if scores[best] > scores[0] + held else base
         kept = chosen == candidates[0] and not job.rose
         self._interval = min(2 * self._interval, cfg.max_backoff * cfg.interval_s) if kept else cfg.interval_s
-        self.history.append((job.now, chosen.label, by_label))
         self.records.append(
             TuningRecord(
                 job.now,

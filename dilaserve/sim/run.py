@@ -311,7 +311,7 @@ class BaseSimulator:
             migrations=sched.migrations,
             reconfig_launches=backend.launches - len(initial) - sum(r is not None for _, _, r in recorder.failures),
             quality_estimator=self.progress.quality_estimator,
-            tunings=tuple((t, label) for t, label, _ in sched.tuner.history) if sched.tuner else (),
+            tunings=tuple((r.time, r.point) for r in sched.tuner.records) if sched.tuner else (),
             tuning_log=tuple(sched.tuner.records) if sched.tuner else (),
             failures=tuple(recorder.failures),
         )

@@ -83,7 +83,7 @@ def test_a_tuning_plans_ahead_at_once_where_a_tier_is_out_of_reach(tight):
     judged: list = []
     sched = _scheduler(judged, tuner_interval_s=20.0)
     _arrivals(sched, tight)
-    assert sched.tuner.history  # the tuner ran, at 20 s
+    assert sched.tuner.records  # the tuner ran, at 20 s
     plan = sched.executor.plan if sched.executor is not None else None
     if tight:
         assert plan is not None and plan.reason.startswith("ahead")
@@ -114,7 +114,7 @@ def test_the_way_home_from_a_layout_made_ahead_waits_for_the_load_to_outgrow_it(
     )
     sched._home = [InstanceSpec(f"t{g}", 1, 0, (g,), 4096) for g in range(4)]  # it started on TP-1
     _arrivals(sched, tight=True)  # 1 request/s; the tuner tunes at 20 s
-    assert sched.tuner.history and sched.reconfigurator.needs_reach(30.0, sched._home)
+    assert sched.tuner.records and sched.reconfigurator.needs_reach(30.0, sched._home)
     assert sched.executor is None and [1, 1, 1, 1] not in judged
     if burst:
         slo = _tight_slo(sched)

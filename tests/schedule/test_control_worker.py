@@ -74,11 +74,11 @@ def test_a_tuning_is_adopted_when_its_result_comes_back_not_before():
     tuner, worker, replay = _held_tuner()
     _fill(tuner, 50, 0.0, 9.0)
     assert tuner.maybe_tune(10.0, LAYOUT, OperatingPoint.adaptive()) is None  # out with the worker
-    assert tuner.pending and worker.busy and not tuner.history
+    assert tuner.pending and worker.busy and not tuner.records
     assert tuner.collect(10.2, OperatingPoint.adaptive()) is None  # still running: the point stays
     worker.finish()
     assert tuner.collect(10.4, OperatingPoint.adaptive()) == BEST
-    assert not tuner.pending and tuner.history[-1][:2] == (10.0, BEST.label)
+    assert not tuner.pending and (tuner.records[-1].time, tuner.records[-1].point) == (10.0, BEST.label)
 
 
 def test_a_due_tuning_is_skipped_while_one_runs_and_a_stale_result_is_dropped():
@@ -91,7 +91,7 @@ def test_a_due_tuning_is_skipped_while_one_runs_and_a_stale_result_is_dropped():
     assert worker.running is first  # no second tuning queued behind the first
     worker.finish()
     # back more than an interval after its window: the load it replayed is gone
-    assert tuner.collect(25.0, OperatingPoint.adaptive()) is None and not tuner.history
+    assert tuner.collect(25.0, OperatingPoint.adaptive()) is None and not tuner.records
 
 
 def _steady(tuner: OperatingPointTuner, worker: HeldWorker, point: OperatingPoint, n: int) -> None:
@@ -110,7 +110,7 @@ def test_a_rise_replaces_the_running_tuning_and_turns_admission_on_at_once():
     open_point = OperatingPoint.adaptive().with_admit(False)
     _steady(tuner, worker, open_point, 105)
     slow = worker.running
-    assert slow is None and tuner.history
+    assert slow is None and tuner.records
     # a tuning runs long (held); then 60 arrivals a second
     _fill(tuner, 5, 10.5, 10.9)
     tuner._last = 0.0  # the next call is due
@@ -142,7 +142,7 @@ def test_a_rise_waits_for_the_running_tuning_of_an_earlier_rise():
     assert len(tuner.rises) == 1 and worker.running is first and worker.cancelled == 1
     worker.finish()
     tuner.collect(ramp[-1], point)
-    assert tuner.history[-1][0] == tuner.rises[0]  # the rise's own tuning, adopted
+    assert tuner.records[-1].time == tuner.rises[0]  # the rise's own tuning, adopted
     # the rate kept rising past what that tuning chose on: the next arrival trips a new rise
     now = ramp[-1] + 1 / 80
     tuner.observe(make_request("c", arrival=now), now)

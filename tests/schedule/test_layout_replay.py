@@ -44,7 +44,7 @@ def test_after_a_tuning_the_cluster_goes_back_to_its_starting_layout_where_that_
     sched = _moved_to_tp2(replay)
     for k in range(12):  # a tuning falls due 5 s after the first arrival
         arrive(sched, make_request(f"r{k}", slo=30.0, arrival=0.5 * k), t=0.5 + 0.5 * k)
-    assert sched.tuner.history, "a tuning ran"
+    assert sched.tuner.records, "a tuning ran"
     going_home = sched.executor is not None and not sched.executor.done
     assert going_home == home_replays_better
     if going_home:

@@ -70,7 +70,7 @@ def test_the_last_tunings_best_replays_right_after_the_current_point_and_the_ord
     order = [p.label for p in replay.calls[1][2]]
     assert order[:2] == ["static@0.8", "static@0.7"] and order.index("static@0.7") < order.index("adaptive")
     assert [c for c in tuner.candidates(OperatingPoint.static(0.8), {0})][1] == OperatingPoint.adaptive()
-    assert tuner.history[-1][2] == {"static@0.8": 0.9, "adaptive": 0.95, "static@0.7": 0.95, "static@0.9": 0.5}
+    assert tuner.records[-1].replayed == {"static@0.8": 0.9, "adaptive": 0.95, "static@0.7": 0.95, "static@0.9": 0.5}
 
 
 @pytest.mark.parametrize("on", [True, False])
@@ -110,7 +110,7 @@ def test_keeps_the_current_point_unless_another_beats_it_by_the_margin():
     tuner = OperatingPointTuner(replay, (0.7, 0.9), TunerConfig(interval_s=5, window_s=5, sample=1.0, min_gain=0.005))
     _fill(tuner, 50, 0.0, 5.0)
     assert tuner.maybe_tune(5.0, LAYOUT, OperatingPoint.adaptive()) is None
-    assert tuner.history[-1][1] == "adaptive"
+    assert tuner.records[-1].point == "adaptive"
 
 
 def test_only_the_window_is_replayed_and_a_thin_window_is_not():
@@ -286,7 +286,6 @@ def test_a_rise_in_arrivals_tunes_at_once_on_the_new_rate_with_admission_on():
     assert not first.rose and first.point == "static@0.8+take-all" and first.start == "static@0.8"
     assert at_rise.rose and at_rise.start == "static@0.8"  # a rise starts from the point admitted again
     assert at_rise.replayed[at_rise.point] == 0.6 and at_rise.stopped == ()
-    assert [(r.time, r.point) for r in tuner.records] == [(t, label) for t, label, _ in tuner.history]
 
 
 def test_a_rise_forecast_may_span_less_than_a_window():
@@ -357,9 +356,9 @@ def test_a_tuning_that_keeps_the_point_puts_the_next_off_and_a_switch_brings_it_
         tuner.observe(make_request(f"s{i}", arrival=now), now)
         if now >= 75 and best["point"] != OperatingPoint.static(0.8):
             best["point"] = OperatingPoint.static(0.8)  # the best point moves half way
-        n = len(tuner.history)
+        n = len(tuner.records)
         point = tuner.maybe_tune(now, LAYOUT, point) or point
-        if len(tuner.history) > n:
+        if len(tuner.records) > n:
             tuned.append(round(now))
     # kept at 10 s: next at 30, 70 (kept: the gap doubles, up to 40 s); the switch at 110
     # brings the interval back to 10 s
@@ -483,7 +482,7 @@ def test_after_a_rise_the_next_interval_replays_the_new_rate_and_compares_later_
         last_rise, rises = tuner.rises[-1], len(tuner.rises)
         _arrive(tuner, 13.0, last_rise + 10.5, 40.0, point)
         # the interval's tuning after the last rise (one replay per tuning)
-        k, tuned = next((k, t) for k, (t, _, _) in enumerate(tuner.history) if t > last_rise + 9.9)
+        k, tuned = next((k, t) for k, t in enumerate(r.time for r in tuner.records) if t > last_rise + 9.9)
         _arrive(tuner, last_rise + 10.5, tuned + 3.0, 40.0, point)  # the new rate goes on
         return tuner, last_rise, tuned, replay.calls[k][0], len(tuner.rises) - rises
 
@@ -512,7 +511,7 @@ def test_a_tiered_tuning_screens_every_candidate_and_decides_among_the_finalists
     cands = tuner.candidates(current, {0, 1}, 10.0)
     assert sorted(screened, key=cands.index) == cands[1:]  # every other candidate is screened, once
     assert finals[0] == current and set(finals[1:]) == set(screen)  # the current point and the three best
-    scores = tuner.history[-1][2]
+    scores = tuner.records[-1].replayed
     assert sum(s == float("-inf") for s in scores.values()) == len(cands) - 4  # the rest never win
 
 
@@ -569,7 +568,7 @@ def test_a_point_a_rise_chose_is_weighed_without_hysteresis_at_the_next_interval
     rises = len(tuner.rises)
     scores.update({"static@0.7": 0.9, "static@0.8": 0.903})  # the window: 0.8, inside min_gain
     _, point = _arrive(tuner, 11.5, 25.0, 40.0, point)
-    interval = next(t for t, _, _ in tuner.history if t > tuner.rises[rises - 1] + 9.9)
+    interval = next(r.time for r in tuner.records if r.time > tuner.rises[rises - 1] + 9.9)
     assert point == (OperatingPoint.static(0.8) if unheld else OperatingPoint.static(0.7))
     later = [t for t in tuner.rises[rises:] if t >= interval]
     assert (not later) if unheld else later and later[0] - interval < 1.0
